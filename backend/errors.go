@@ -1,0 +1,28 @@
+package backend
+
+import "errors"
+
+// Errors returned by Locker and Lease. Every error this package returns wraps
+// one of them, so callers test with errors.Is.
+var (
+	// ErrNotAcquired: the lock is held by someone else (TryAcquire), or a
+	// wait was given up (Acquire); a given-up wait also matches ctx.Err().
+	ErrNotAcquired = errors.New("fencelock: lock not acquired")
+	// ErrLeaseLost: the lease expired, was revoked, could not be renewed
+	// before its local deadline, or its lock key was removed. The holder must
+	// stop writing.
+	ErrLeaseLost = errors.New("fencelock: lease lost")
+	// ErrReleased: the lease was released by its holder.
+	ErrReleased = errors.New("fencelock: lease released")
+	// ErrClosed: the Locker was closed.
+	ErrClosed = errors.New("fencelock: locker closed")
+	// ErrInvalidName: a lock name is empty, too long, not UTF-8 or holds a
+	// control character.
+	ErrInvalidName = errors.New("fencelock: invalid lock name")
+	// ErrInvalidOption: an option value is out of range or not supported by
+	// the backend.
+	ErrInvalidOption = errors.New("fencelock: invalid option")
+	// ErrInvalidURL: a backend URL cannot be parsed, names an unknown scheme
+	// or carries an unknown or malformed query parameter.
+	ErrInvalidURL = errors.New("fencelock: invalid URL")
+)
