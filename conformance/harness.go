@@ -1,0 +1,41 @@
+package conformance
+
+import (
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/backend"
+)
+
+// Harness connects the suite to one backend. Each adapter's tests provide one
+// (over a real server), and so can users, to run the suite against their own
+// cluster.
+type Harness interface {
+	// NewLocker returns a Locker with its own client connection, as a
+	// separate process would have. opts are Locker defaults. The harness
+	// closes it when the test ends.
+	NewLocker(t testing.TB, opts ...backend.Option) *backend.Locker
+	// Crash makes l vanish as if its process died: its connection to the
+	// backend is cut, so from now on its renewals and releases fail and
+	// nothing it held is released; its locks must expire server-side.
+	Crash(t testing.TB, l *backend.Locker)
+	// Revoke removes the lease behind lease on the server, as an operator
+	// or a server-side expiry would (etcd: revoke the lease; mem: drop it),
+	// without going through the holder's Locker.
+	Revoke(t testing.TB, lease *backend.Lease)
+	// Capabilities says what the backend guarantees and how the suite
+	// should size its timings.
+	Capabilities() Capabilities
+}
+
+// Capabilities describes a backend to the suite.
+type Capabilities struct {
+	// FIFO: waiters are granted the lock in the order they started waiting.
+	FIFO bool
+	// TTL is the short lease TTL the suite uses for expiry cases; it must be
+	// at least MinTTL. Keep it small to keep the suite fast (etcd: 2s).
+	TTL time.Duration
+	// MinTTL is the backend's minimum TTL: the suite checks that a shorter
+	// one is rejected with ErrInvalidOption.
+	MinTTL time.Duration
+}
