@@ -1,0 +1,111 @@
+package mem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/fencing"
+)
+
+// errConnCut is what every call on a cut connection returns: not a lost
+// lease, since the client cannot know, just an unreachable server.
+var errConnCut = errors.New("mem: connection cut")
+
+// Conn is one client's connection to a Server.
+type Conn struct {
+	srv     *Server
+	cutOnce sync.Once
+	cut     chan struct{}
+}
+
+// Cut breaks the connection as a crash or a partition would: every call
+// through it fails from now on, nothing is released, and the leases it holds
+// expire on the server by their TTL.
+func (c *Conn) Cut() { c.cutOnce.Do(func() { close(c.cut) }) }
+
+func (c *Conn) check() error {
+	select {
+	case <-c.cut:
+		return errConnCut
+	default:
+		return nil
+	}
+}
+
+// New returns a Locker over conn. opts are defaults for every acquisition.
+func New(conn *Conn, opts ...backend.Option) (*backend.Locker, error) {
+	return backend.New(&driver{conn: conn}, opts...)
+}
+
+type driver struct {
+	conn   *Conn
+	mu     sync.Mutex
+	closed bool
+}
+
+func (d *driver) MinTTL() time.Duration { return MinTTL }
+
+func (d *driver) NewLease(ctx context.Context, req backend.Request) (backend.DriverLease, time.Time, error) {
+	d.mu.Lock()
+	closed := d.closed
+	d.mu.Unlock()
+	if closed {
+		return nil, time.Time{}, backend.ErrClosed
+	}
+	if err := d.conn.check(); err != nil {
+		return nil, time.Time{}, err
+	}
+	sent := time.Now()
+	return &driverLease{conn: d.conn, l: d.conn.srv.grant(req.Name, req.TTL)}, sent, nil
+}
+
+func (d *driver) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closed = true
+	return nil
+}
+
+type driverLease struct {
+	conn    *Conn
+	l       *lease
+	granted bool
+}
+
+func (dl *driverLease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, error) {
+	if err := dl.conn.check(); err != nil {
+		return 0, time.Time{}, err
+	}
+	srv := dl.conn.srv
+	if err := srv.enqueue(dl.l, wait); err != nil {
+		return 0, time.Time{}, err
+	}
+	if err := srv.wait(ctx, dl.l, dl.conn.cut); err != nil {
+		return 0, time.Time{}, err
+	}
+	dl.granted = true
+	return dl.l.token, time.Time{}, nil
+}
+
+func (dl *driverLease) KeepAlive(ctx context.Context) error {
+	if err := dl.conn.check(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return dl.conn.srv.keepAlive(dl.l)
+}
+
+func (dl *driverLease) Release(ctx context.Context) error {
+	if err := dl.conn.check(); err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
+	return dl.conn.srv.release(dl.l, dl.granted)
+}
+
+func (dl *driverLease) Lost() <-chan struct{} { return dl.l.gone }

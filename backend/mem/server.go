@@ -1,0 +1,182 @@
+package mem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/fencing"
+)
+
+// MinTTL is the shortest TTL the mem backend accepts.
+const MinTTL = 10 * time.Millisecond
+
+// Server is an in-process lock server: FIFO queues per lock name, leases that
+// expire by TTL unless kept alive, and one token counter that only grows, so
+// every grant's token is greater than every earlier one. Clients reach it
+// through a Conn, which can be cut to simulate a crash or a partition.
+type Server struct {
+	mu     sync.Mutex
+	last   fencing.Token
+	nextID uint64
+	queues map[string][]*lease // per lock name; the head holds the lock
+}
+
+// lease is one acquisition on the server: created by NewLease, queued by Lock.
+type lease struct {
+	id      uint64
+	name    string
+	ttl     time.Duration
+	expiry  *time.Timer
+	token   fencing.Token // zero until queued
+	queued  bool
+	granted chan struct{} // closed when it reaches the head of its queue
+	gone    chan struct{} // closed when it expires, is revoked or released
+	ended   bool
+}
+
+// NewServer returns an empty server.
+func NewServer() *Server { return &Server{queues: make(map[string][]*lease)} }
+
+// Connect returns a new client connection to s.
+func (s *Server) Connect() *Conn { return &Conn{srv: s, cut: make(chan struct{})} }
+
+// Revoke ends the lease that holds or waits for lock name with token, as an
+// operator or an expiry would; it reports whether there was one.
+func (s *Server) Revoke(name string, token fencing.Token) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.queues[name] {
+		if l.token == token {
+			s.endLocked(l)
+			return true
+		}
+	}
+	return false
+}
+
+// Holder returns the token of the current holder of name, or zero.
+func (s *Server) Holder(name string) fencing.Token {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if q := s.queues[name]; len(q) > 0 {
+		return q[0].token
+	}
+	return 0
+}
+
+// Queued returns how many acquisitions hold or wait for name.
+func (s *Server) Queued(name string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.queues[name])
+}
+
+func (s *Server) grant(name string, ttl time.Duration) *lease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nextID++
+	l := &lease{id: s.nextID, name: name, ttl: ttl, granted: make(chan struct{}), gone: make(chan struct{})}
+	l.expiry = time.AfterFunc(ttl, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.endLocked(l)
+	})
+	return l
+}
+
+func (s *Server) keepAlive(l *lease) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l.ended {
+		return fmt.Errorf("%w: mem lease %d expired or revoked", backend.ErrLeaseLost, l.id)
+	}
+	l.expiry.Reset(l.ttl)
+	return nil
+}
+
+// enqueue appends l to its queue with a fresh token. Without wait it fails if
+// the queue is not empty, leaving nothing behind.
+func (s *Server) enqueue(l *lease, wait bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case l.ended:
+		return fmt.Errorf("%w: mem lease %d expired or revoked", backend.ErrLeaseLost, l.id)
+	case l.queued:
+		return errors.New("mem: lease already queued")
+	case !wait && len(s.queues[l.name]) > 0:
+		return fmt.Errorf("%w: held with token %d", backend.ErrNotAcquired, s.queues[l.name][0].token)
+	}
+	s.last++
+	l.token, l.queued = s.last, true
+	s.queues[l.name] = append(s.queues[l.name], l)
+	if len(s.queues[l.name]) == 1 {
+		close(l.granted)
+	}
+	return nil
+}
+
+// release ends l; it reports ErrLeaseLost if l had been granted but was
+// already gone.
+func (s *Server) release(l *lease, wasGranted bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l.ended {
+		if wasGranted {
+			return fmt.Errorf("%w: mem lease %d expired or revoked before release", backend.ErrLeaseLost, l.id)
+		}
+		return nil
+	}
+	s.endLocked(l)
+	return nil
+}
+
+func (s *Server) endLocked(l *lease) {
+	if l.ended {
+		return
+	}
+	l.ended = true
+	l.expiry.Stop()
+	close(l.gone)
+	q := s.queues[l.name]
+	for i, o := range q {
+		if o == l {
+			q = append(q[:i:i], q[i+1:]...)
+			break
+		}
+	}
+	if len(q) == 0 {
+		delete(s.queues, l.name)
+		return
+	}
+	s.queues[l.name] = q
+	select {
+	case <-q[0].granted:
+	default:
+		close(q[0].granted)
+	}
+}
+
+// wait blocks until l holds the lock, l ends, or ctx or cut is done.
+func (s *Server) wait(ctx context.Context, l *lease, cut <-chan struct{}) error {
+	select {
+	case <-l.granted:
+		// A lease can be granted and end at once; report the end.
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if l.ended {
+			return fmt.Errorf("%w: mem lease %d expired or revoked", backend.ErrLeaseLost, l.id)
+		}
+		return nil
+	case <-l.gone:
+		return fmt.Errorf("%w: mem lease %d expired or revoked while waiting", backend.ErrLeaseLost, l.id)
+	case <-cut:
+		return errConnCut
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
