@@ -39,9 +39,9 @@ type Request struct {
 }
 
 // DriverLease is one acquisition in a backend, from NewLease to Release.
-// Locker serializes calls to Lock, KeepAlive and Release of one DriverLease
-// except that KeepAlive may run concurrently with Lock (renewal while
-// waiting) and Release may follow a Lock whose context was cancelled.
+// KeepAlive may run concurrently with itself (a Refresh beside a background
+// renewal) and with Lock (renewal while waiting); Locker serializes the rest,
+// and calls Release only after Lock has returned.
 type DriverLease interface {
 	// Lock takes the lock. With wait it queues and blocks until granted or
 	// ctx is done (then it returns ctx's error, wrapped or not); without wait
