@@ -1,0 +1,230 @@
+// Package etcdtest runs a real, single-member etcd server in-process
+// (go.etcd.io/etcd/server/v3/embed) for tests, benchmarks and demos.
+//
+// Start is for tests and benchmarks: the server lives in tb.TempDir and is
+// stopped at cleanup. StartServer is for code without a testing.TB (the CLI
+// demo); call Close when done.
+//
+// The server listens on free 127.0.0.1 ports, logs only errors (to etcd.log
+// in its data directory, see LogPath), and by
+// default does not fsync (durability does not matter to a throwaway server,
+// and fsync would dominate test time on slow disks); WithFsync turns fsync
+// back on for measurements that should pay what a real cluster pays.
+package etcdtest
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+// readyTimeout bounds how long Start waits for the server to be ready.
+const readyTimeout = 30 * time.Second
+
+// startAttempts is how often Start retries when a port it picked was taken
+// between picking and listening.
+const startAttempts = 5
+
+// Server is a running embedded etcd server.
+type Server struct {
+	etcd      *embed.Etcd
+	endpoints []string
+	dir       string
+	removeDir bool
+	logPath   string
+	closeOnce sync.Once
+}
+
+// LogPath returns the file the server logs its errors to.
+func (s *Server) LogPath() string { return s.logPath }
+
+// Option adjusts the server's configuration before it starts.
+type Option func(*embed.Config)
+
+// WithFsync makes the server fsync its write-ahead log as a production
+// server does (the default here is no fsync).
+func WithFsync() Option { return func(c *embed.Config) { c.UnsafeNoFsync = false } }
+
+// WithConfig lets the caller change any embed.Config field (for example the
+// election timeout, which decides the minimum lease TTL). Ports, directory and
+// cluster membership are set by Start and should not be changed.
+func WithConfig(f func(*embed.Config)) Option { return Option(f) }
+
+// Start starts a server in a temporary directory of tb and stops it when the
+// test or benchmark ends. It fails tb if the server does not start.
+func Start(tb testing.TB, opts ...Option) *Server {
+	tb.Helper()
+	s, err := start(tb.TempDir(), false, opts)
+	if err != nil {
+		tb.Fatalf("etcdtest: %v", err)
+	}
+	tb.Cleanup(s.Close)
+	return s
+}
+
+// StartServer starts a server with its data in dir; an empty dir means a new
+// temporary directory, removed by Close. Close the server when done.
+func StartServer(dir string, opts ...Option) (*Server, error) {
+	remove := false
+	if dir == "" {
+		d, err := os.MkdirTemp("", "etcdtest-")
+		if err != nil {
+			return nil, fmt.Errorf("etcdtest: %w", err)
+		}
+		dir, remove = d, true
+	}
+	s, err := start(dir, remove, opts)
+	if err != nil {
+		if remove {
+			_ = os.RemoveAll(dir)
+		}
+		return nil, fmt.Errorf("etcdtest: %w", err)
+	}
+	return s, nil
+}
+
+func start(dir string, remove bool, opts []Option) (*Server, error) {
+	var errs []error
+	for attempt := 0; attempt < startAttempts; attempt++ {
+		// A fresh data directory per attempt: a failed start may leave a
+		// half-initialised member behind.
+		member, err := os.MkdirTemp(dir, "member-")
+		if err != nil {
+			return nil, err
+		}
+		s, err := startOnce(member, opts)
+		if err == nil {
+			s.dir, s.removeDir = dir, remove
+			return s, nil
+		}
+		errs = append(errs, err)
+		_ = os.RemoveAll(member)
+		if !isAddrInUse(err) {
+			break
+		}
+	}
+	return nil, errors.Join(errs...)
+}
+
+func startOnce(dir string, opts []Option) (*Server, error) {
+	ports, err := freePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	clientURL := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[0])}
+	peerURL := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[1])}
+
+	cfg := embed.NewConfig()
+	cfg.Name = "etcdtest"
+	cfg.Dir = dir
+	cfg.ListenClientUrls = []url.URL{clientURL}
+	cfg.AdvertiseClientUrls = []url.URL{clientURL}
+	cfg.ListenPeerUrls = []url.URL{peerURL}
+	cfg.AdvertisePeerUrls = []url.URL{peerURL}
+	cfg.InitialCluster = cfg.Name + "=" + peerURL.String()
+	cfg.LogLevel = "error"
+	// Errors go to a file in the data directory: stopping the server logs a
+	// few "server closed" errors that would only clutter test output.
+	cfg.LogOutputs = []string{filepath.Join(dir, "etcd.log")}
+	cfg.EnableGRPCGateway = false
+	cfg.SnapshotCount = 5000
+	cfg.UnsafeNoFsync = true
+	for _, o := range opts {
+		if o != nil {
+			o(cfg)
+		}
+	}
+
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("server failed while starting: %w", err)
+	case <-time.After(readyTimeout):
+		e.Server.Stop()
+		e.Close()
+		return nil, fmt.Errorf("server not ready after %v", readyTimeout)
+	}
+	return &Server{etcd: e, endpoints: []string{clientURL.String()}, logPath: cfg.LogOutputs[0]}, nil
+}
+
+// freePorts returns n distinct ports that were free a moment ago on
+// 127.0.0.1. embed cannot listen on port 0, so the caller retries if one is
+// taken before the server binds it.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}()
+	for len(ports) < n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func isAddrInUse(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "address already in use")
+}
+
+// Endpoints returns the client URLs to dial (one, http://127.0.0.1:port).
+func (s *Server) Endpoints() []string { return append([]string(nil), s.endpoints...) }
+
+// Etcd returns the embedded server, for tests that need to reach into it.
+func (s *Server) Etcd() *embed.Etcd { return s.etcd }
+
+// NewClient returns a client of the server that is closed when tb ends.
+func (s *Server) NewClient(tb testing.TB) *clientv3.Client {
+	tb.Helper()
+	c, err := s.Client()
+	if err != nil {
+		tb.Fatalf("etcdtest: %v", err)
+	}
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Client returns a new client of the server; the caller closes it.
+func (s *Server) Client() (*clientv3.Client, error) {
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:   s.Endpoints(),
+		DialTimeout: 5 * time.Second,
+		Logger:      s.etcd.GetLogger(), // the server's, at error level
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcdtest: new client: %w", err)
+	}
+	return c, nil
+}
+
+// Close stops the server and, for a server of StartServer with no directory
+// given, removes its data. It is idempotent.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() {
+		s.etcd.Close()
+		if s.removeDir {
+			_ = os.RemoveAll(s.dir)
+		}
+	})
+}
