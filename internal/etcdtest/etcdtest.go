@@ -1,5 +1,3 @@
-//go:build etcd
-
 // Package etcdtest runs a real, single-member etcd server in-process
 // (go.etcd.io/etcd/server/v3/embed) for tests, benchmarks and demos.
 //

@@ -1,5 +1,3 @@
-//go:build etcd
-
 package etcdtest_test
 
 import (
