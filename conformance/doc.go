@@ -1,0 +1,57 @@
+// Package conformance is the shared test suite every fencelock backend must
+// pass: mutual exclusion checked through a fencing guard and an offline
+// history checker, TryAcquire, waiting and cancelled waits, crashed holders
+// and waiters, renewal, lease loss and its signal, the local deadline,
+// Release and Close semantics, stale holders fenced off, name handling and
+// input validation, and FIFO hand-over where the backend promises it.
+//
+// An adapter runs it from its tests over a real server, and a user can run
+// it against their own cluster. Implement Harness and call Run:
+//
+//	type harness struct{ srv *mem.Server; mu sync.Mutex; conns map[*backend.Locker]*mem.Conn }
+//
+//	func (h *harness) NewLocker(t testing.TB, opts ...backend.Option) *backend.Locker {
+//		conn := h.srv.Connect()
+//		l, err := mem.New(conn, opts...)
+//		require.NoError(t, err)
+//		h.mu.Lock(); h.conns[l] = conn; h.mu.Unlock()
+//		t.Cleanup(func() { _ = l.Close() })
+//		return l
+//	}
+//	func (h *harness) Crash(t testing.TB, l *backend.Locker) { h.mu.Lock(); defer h.mu.Unlock(); h.conns[l].Cut() }
+//	func (h *harness) Revoke(t testing.TB, ls *backend.Lease) { require.True(t, h.srv.Revoke(ls.Name(), ls.Token())) }
+//	func (h *harness) Capabilities() conformance.Capabilities {
+//		return conformance.Capabilities{FIFO: true, TTL: 300 * time.Millisecond, MinTTL: mem.MinTTL}
+//	}
+//
+//	func TestConformance(t *testing.T) {
+//		conformance.Run(t, &harness{srv: mem.NewServer(), conns: map[*backend.Locker]*mem.Conn{}})
+//	}
+//
+// Then: go test -race -run TestConformance ./yourpkg (add /CaseName to run
+// one case, e.g. -run 'TestConformance/HolderCrash').
+//
+// What the suite expects of a Harness:
+//   - NewLocker gives every Locker its own connection (a separate process)
+//     and closes it when the test ends. The suite closes some Lockers
+//     itself, so the harness's Close must tolerate that (Locker.Close is
+//     idempotent); it should not fail the test on the Close error of a
+//     Locker it crashed.
+//   - Crash cuts one Locker's connection; Revoke removes one lease on the
+//     server. Neither may touch other Lockers.
+//   - Capabilities.TTL is the short TTL for expiry cases; every time bound
+//     is derived from it (expiry within 2*TTL+2s, "promptly" within 5s,
+//     against a 30s-or-more TTL for leases that must not expire). The suite
+//     takes about 20*TTL plus a few seconds.
+//
+// Lock names are unique per run (test name plus a random suffix, under
+// "fencelock-conformance/"), so the suite can run repeatedly against a live
+// cluster. Leases are released and Lockers closed at the end of each case;
+// a case that fails midway leaves at most leases that expire with their TTL.
+//
+// Cases run one after the other, not in parallel: most of them measure time
+// against the TTL. The suite is written for noisy machines (two shared
+// cores, the race detector): bounds are generous, and "promptly" is told
+// apart from "after an expiry" by giving the lease in question a long TTL,
+// not by tight timing.
+package conformance

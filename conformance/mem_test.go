@@ -1,0 +1,57 @@
+package conformance_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/mem"
+	"github.com/fencelock/fencelock/conformance"
+)
+
+// memHarness runs the suite over an in-process mem server: one Conn per
+// Locker, Crash cuts it, Revoke drops the lease on the server.
+type memHarness struct {
+	srv   *mem.Server
+	mu    sync.Mutex
+	conns map[*backend.Locker]*mem.Conn
+}
+
+func (h *memHarness) NewLocker(t testing.TB, opts ...backend.Option) *backend.Locker {
+	t.Helper()
+	conn := h.srv.Connect()
+	l, err := mem.New(conn, opts...)
+	require.NoError(t, err)
+	h.mu.Lock()
+	h.conns[l] = conn
+	h.mu.Unlock()
+	t.Cleanup(func() {
+		if err := l.Close(); err != nil {
+			t.Logf("closing a Locker at the end of the test: %v", err)
+		}
+	})
+	return l
+}
+
+func (h *memHarness) Crash(t testing.TB, l *backend.Locker) {
+	h.mu.Lock()
+	conn := h.conns[l]
+	h.mu.Unlock()
+	require.NotNil(t, conn, "Crash of a Locker this harness did not make")
+	conn.Cut()
+}
+
+func (h *memHarness) Revoke(t testing.TB, ls *backend.Lease) {
+	require.True(t, h.srv.Revoke(ls.Name(), ls.Token()), "no lease %q with token %d on the server", ls.Name(), ls.Token())
+}
+
+func (h *memHarness) Capabilities() conformance.Capabilities {
+	return conformance.Capabilities{FIFO: true, TTL: 300 * time.Millisecond, MinTTL: mem.MinTTL}
+}
+
+func TestMem(t *testing.T) {
+	conformance.Run(t, &memHarness{srv: mem.NewServer(), conns: make(map[*backend.Locker]*mem.Conn)})
+}

@@ -1,0 +1,236 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/backend"
+)
+
+// Run runs the whole suite against the backend behind h, one named subtest
+// per case (run a single one with -run 'TestX/CaseName'). Cases run one after
+// the other: most of them measure time against the lease TTL, and a
+// neighbour's load would distort that.
+func Run(t *testing.T, h Harness) {
+	s := newSuite(t, h)
+	t.Run("MutualExclusion", s.testMutualExclusion)
+	t.Run("TryAcquire", s.testTryAcquire)
+	t.Run("AcquireBlocksUntilRelease", s.testAcquireBlocksUntilRelease)
+	t.Run("CancelWhileWaiting", s.testCancelWhileWaiting)
+	t.Run("Errors", s.testErrors)
+	t.Run("HolderCrash", s.testHolderCrash)
+	t.Run("WaiterCrash", s.testWaiterCrash)
+	t.Run("AutoRenew", s.testAutoRenew)
+	t.Run("Loss", s.testLoss)
+	t.Run("MaxHold", s.testMaxHold)
+	t.Run("Deadline", s.testDeadline)
+	t.Run("ReleaseIdempotent", s.testReleaseIdempotent)
+	t.Run("StaleHolderFenced", s.testStaleHolderFenced)
+	t.Run("IndependentNames", s.testIndependentNames)
+	t.Run("SameLockerTwoHandles", s.testSameLockerTwoHandles)
+	t.Run("BadInput", s.testBadInput)
+	t.Run("Close", s.testClose)
+	t.Run("FIFO", s.testFIFO)
+}
+
+// suite carries the harness and the time bounds derived from its TTL.
+//
+// Bounds are generous on purpose: the suite must pass on a loaded two-core
+// CI machine with the race detector on, and a case must still fail when
+// the behaviour it checks is broken. Where a case tells "promptly" apart from
+// "after a lease expired", it gives the lease the long TTL, so that the
+// prompt bound can be loose and still far below the expiry.
+type suite struct {
+	h    Harness
+	caps Capabilities
+	// short is Capabilities.TTL: for leases the case wants to expire.
+	short time.Duration
+	// long is for leases that must not expire during a case; it is also
+	// what an orphan left in the backend would block others for.
+	long time.Duration
+	// expiry bounds how long an unrenewed short lease takes to be gone and
+	// noticed: server-side expiry, the holder's loss signal, a waiter's
+	// grant.
+	expiry time.Duration
+	// prompt bounds what should happen at once (a hand-over after Release,
+	// a cancelled wait returning); it is far below long.
+	prompt time.Duration
+	// settle is how long the suite lets a goroutine reach a blocking point
+	// (queue as a waiter) before it relies on it being there.
+	settle time.Duration
+}
+
+func newSuite(t *testing.T, h Harness) *suite {
+	t.Helper()
+	c := h.Capabilities()
+	require.Positive(t, c.TTL, "Capabilities.TTL must be set")
+	require.GreaterOrEqual(t, c.TTL, c.MinTTL, "Capabilities.TTL must be at least MinTTL")
+	long := max(30*time.Second, 15*c.TTL)
+	return &suite{
+		h:      h,
+		caps:   c,
+		short:  c.TTL,
+		long:   long,
+		expiry: 2*c.TTL + 2*time.Second,
+		prompt: min(5*time.Second, long/4),
+		settle: 200 * time.Millisecond,
+	}
+}
+
+// locker returns a Locker whose leases default to the long TTL.
+func (s *suite) locker(t *testing.T, opts ...backend.Option) *backend.Locker {
+	t.Helper()
+	l := s.h.NewLocker(t, append([]backend.Option{backend.WithTTL(s.long)}, opts...)...)
+	require.NotNil(t, l, "Harness.NewLocker returned nil")
+	return l
+}
+
+// shortTTL are the options of a lease that is meant to expire.
+func (s *suite) shortTTL(more ...backend.Option) []backend.Option {
+	return append([]backend.Option{backend.WithTTL(s.short)}, more...)
+}
+
+// lockName returns a lock name unique to this run of this test, so that the
+// suite can run repeatedly against one cluster. It leaves room for suffixes.
+func lockName(t testing.TB) string {
+	const room = 64
+	n := t.Name()
+	if max := backend.MaxNameLen - room - 40; len(n) > max {
+		n = n[len(n)-max:]
+	}
+	return fmt.Sprintf("fencelock-conformance/%s/%016x", n, rand.Uint64())
+}
+
+// ctx returns a context that ends after d or with the test.
+func ctx(t testing.TB, d time.Duration) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return c
+}
+
+// hold registers a cleanup that releases ls (its result is checked by the
+// cases that care).
+func hold(t testing.TB, ls *backend.Lease) *backend.Lease {
+	if ls != nil {
+		t.Cleanup(func() {
+			c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = ls.Release(c)
+		})
+	}
+	return ls
+}
+
+// try takes a free lock with TryAcquire and fails the test if it cannot.
+func (s *suite) try(t testing.TB, l *backend.Locker, name string, opts ...backend.Option) *backend.Lease {
+	t.Helper()
+	ls, err := l.TryAcquire(ctx(t, s.prompt), name, opts...)
+	require.NoError(t, err, "TryAcquire(%q) of a free lock", name)
+	require.NotNil(t, ls)
+	return hold(t, ls)
+}
+
+// acquire takes a lock with Acquire, waiting at most d.
+func (s *suite) acquire(t testing.TB, l *backend.Locker, name string, d time.Duration, opts ...backend.Option) *backend.Lease {
+	t.Helper()
+	ls, err := l.Acquire(ctx(t, d), name, opts...)
+	require.NoError(t, err, "Acquire(%q) within %v", name, d)
+	require.NotNil(t, ls)
+	return hold(t, ls)
+}
+
+// requireHeld checks, with a fresh TryAcquire through l, that name is held
+// by someone.
+func (s *suite) requireHeld(t testing.TB, l *backend.Locker, name string, msgAndArgs ...any) {
+	t.Helper()
+	ls, err := l.TryAcquire(ctx(t, s.prompt), name)
+	hold(t, ls)
+	require.ErrorIs(t, err, backend.ErrNotAcquired, msgAndArgs...)
+	require.Nil(t, ls, msgAndArgs...)
+}
+
+// result is the outcome of an Acquire run in the background.
+type result struct {
+	lease *backend.Lease
+	err   error
+	at    time.Time // when Acquire returned
+}
+
+// goAcquire runs Acquire in the background. A lease it returns is released
+// when the test ends.
+func goAcquire(t testing.TB, c context.Context, l *backend.Locker, name string, opts ...backend.Option) chan result {
+	ch := make(chan result, 1)
+	go func() {
+		ls, err := l.Acquire(c, name, opts...)
+		ch <- result{lease: ls, err: err, at: time.Now()}
+	}()
+	t.Cleanup(func() {
+		// Release a grant nobody collected. One still in flight ends
+		// when the harness closes the Locker.
+		select {
+		case r := <-ch:
+			if r.lease != nil {
+				c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_ = r.lease.Release(c)
+			}
+		default:
+		}
+	})
+	return ch
+}
+
+// wait returns the result of a background Acquire, failing after d.
+func wait(t testing.TB, ch <-chan result, d time.Duration, what string) result {
+	t.Helper()
+	select {
+	case r := <-ch:
+		hold(t, r.lease)
+		return r
+	case <-time.After(d):
+		require.FailNowf(t, "timed out", "%s: no result within %v", what, d)
+		return result{}
+	}
+}
+
+// requireWaiting checks that a background Acquire has not returned within d.
+func requireWaiting(t testing.TB, ch chan result, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case r := <-ch:
+		hold(t, r.lease)
+		ch <- r
+		require.FailNowf(t, "did not wait", "%s returned early: lease %v, err %v", what, r.lease != nil, r.err)
+	case <-time.After(d):
+	}
+}
+
+// requireClosed waits up to d for ch to be closed.
+func requireClosed(t testing.TB, ch <-chan struct{}, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(d):
+		require.FailNowf(t, "not closed", "%s not closed within %v", what, d)
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// release releases ls and requires success.
+func release(t testing.TB, ls *backend.Lease) {
+	t.Helper()
+	require.NoError(t, ls.Release(ctx(t, 10*time.Second)), "Release(%q)", ls.Name())
+}
