@@ -1,0 +1,87 @@
+// Package etcd is the etcd v3 adapter of fencelock: a backend.Driver that
+// keeps one etcd lease per acquisition and queues waiters in etcd, FIFO.
+//
+// Open a Locker over a client you already have with New, or from a URL with
+// backend.Open after importing this package:
+//
+//	etcd://h1:2379,h2:2379/locks?ttl=10s
+//	etcds://user:pass@h1:2379/locks?cacert=/etc/ca.pem&cert=/etc/c.pem&key=/etc/c-key.pem
+//
+// # URLs
+//
+// The host part lists the cluster members, comma-separated, each host:port
+// (the port defaults to 2379). The path is the key prefix without its
+// leading slash ("etcd://h/locks" uses prefix "locks"; "etcd://h//locks"
+// uses "/locks"); an empty path means "fencelock". Userinfo gives the etcd
+// user name and password. Query parameters, besides backend.CommonParams:
+//
+//   - dial_timeout: how long the client waits for a connection (Go
+//     duration, default 5s).
+//   - cacert, cert, key: PEM files for TLS: the CA bundle that verifies the
+//     servers (default: the system roots) and the client certificate and its
+//     key (both or neither). They are accepted only with the etcds scheme.
+//
+// TLS is on if and only if the scheme is etcds: "etcds://h:2379" verifies the
+// servers against the system roots. A Locker opened from a URL owns its
+// client and closes it on Close; New never closes the client it is given.
+//
+// # Key layout and token
+//
+// An acquisition of lock name N holding etcd lease L writes the key
+//
+//	<prefix>/<url.PathEscape(N)>/<L in lower-case hex>
+//
+// attached to L, with a small JSON value (holder and metadata) for status
+// tools. The holder is the writer of the oldest key (lowest create revision)
+// under <prefix>/<escaped N>/; the others queue behind it in create-revision
+// order. This is the layout of etcd's concurrency.Mutex (NewMutex(session,
+// prefix+"/"+N)) and of "etcdctl lock prefix/N", so holders of either and of
+// this package exclude each other; for names that url.PathEscape changes
+// ("a/b", "a b") the Mutex must be given the escaped name. Escaping makes
+// every name's keys disjoint: no name reaches another name's keys or leaves
+// the prefix.
+//
+// The fencing token is the create revision of the acquisition's key: etcd's
+// revision grows with every write to the cluster, so a later grant always has
+// a larger token. Every acquisition has its own lease and so its own key,
+// even within one Locker, so two acquisitions of one name never share a key
+// or a token (unlike two Mutexes on one Session, etcd#11360).
+//
+// # Round trips
+//
+//   - Uncontended acquire: 1 Txn (put our key if absent, and read the newest
+//     two keys of the name: if ours is the only one, it is granted). The
+//     lease comes from a small per-Locker pool of idle leases, so no Grant
+//     is needed when a lease was released within the last TTL/3; otherwise 1
+//     LeaseGrant more.
+//   - TryAcquire: 1 Txn (put only if the name has no key at all), so a
+//     failed attempt writes nothing.
+//   - Release: 1 Txn (delete our key only if its create revision is still
+//     our token, so a stale or repeated release never deletes a newer
+//     holder's key); the lease goes back to the pool.
+//   - Waiting: 1 watch on the immediate predecessor key only (no thundering
+//     herd), created without a start revision so that etcd serves it from its
+//     synced set at once rather than from the 100 ms resync loop, and 1
+//     read-only Txn each time the predecessor is deleted or changes. A
+//     handoff thus costs one event and one Txn.
+//   - Renewal: LeaseKeepAliveOnce every TTL/3 (scheduled by the backend
+//     package).
+//
+// Besides, a watch on the acquisition's own key (on its own gRPC stream, not
+// awaited by any operation) closes the Lost channel as soon as the key is
+// deleted, for example when an operator revokes the lease.
+//
+// # Caveats
+//
+//   - etcd leases have whole-second TTLs, and a server raises a TTL below its
+//     minimum (about 2s with the default 100 ms heartbeat and 1 s election
+//     timeout); New and Acquire reject such TTLs with an error matching
+//     backend.ErrInvalidOption instead of silently holding longer.
+//   - A leader change refreshes every lease to its full TTL, so a lock whose
+//     holder died may outlive its TTL. This delays the next grant but never
+//     breaks exclusion.
+//   - Tokens rely on the cluster's revision never going backwards. Restoring
+//     a snapshot does move it back unless it is restored with
+//     "etcdutl snapshot restore --bump-revision" (and --mark-compacted); do
+//     that, or tokens may repeat.
+package etcd

@@ -1,0 +1,267 @@
+package etcd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock/backend"
+)
+
+// DefaultPrefix is the key prefix when none is given.
+const DefaultPrefix = "fencelock"
+
+// MinTTL is the shortest TTL the adapter accepts before asking the server:
+// etcd counts lease TTLs in whole seconds. The server may raise short TTLs to
+// its own minimum (about 2s with default election settings); such a TTL is
+// rejected with an error matching backend.ErrInvalidOption that names the
+// server's minimum.
+const MinTTL = time.Second
+
+const (
+	// poolSize is how many idle leases a Locker keeps per TTL.
+	poolSize = 4
+	// revokeTimeout bounds background revokes and those of Close.
+	revokeTimeout = 5 * time.Second
+)
+
+// New returns a Locker that keeps its locks in etcd under prefix, through
+// client. An empty prefix means DefaultPrefix; a trailing slash is dropped.
+// opts are the Locker's defaults (see backend.Option). Closing the Locker
+// revokes its idle leases but does not close client.
+func New(client *clientv3.Client, prefix string, opts ...backend.Option) (*backend.Locker, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: etcd: nil client", backend.ErrInvalidOption)
+	}
+	return backend.New(newDriver(client, prefix, false), opts...)
+}
+
+// driver implements backend.Driver over one etcd client.
+type driver struct {
+	client *clientv3.Client
+	owned  bool // close client on Close
+	prefix string
+
+	mu     sync.Mutex
+	closed bool
+	pool   map[int64][]idleLease // by TTL in seconds; most recently used last
+	bg     sync.WaitGroup        // background revokes
+}
+
+// idleLease is a lease no acquisition uses, kept for the next one.
+type idleLease struct {
+	id   clientv3.LeaseID
+	sent time.Time // send time of its last grant or keepalive
+}
+
+func newDriver(client *clientv3.Client, prefix string, owned bool) *driver {
+	prefix = strings.TrimRight(prefix, "/")
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return &driver{client: client, owned: owned, prefix: prefix, pool: make(map[int64][]idleLease)}
+}
+
+// MinTTL implements backend.Driver.
+func (d *driver) MinTTL() time.Duration { return MinTTL }
+
+// NewLease implements backend.Driver: it takes an idle lease of the same TTL
+// whose expiry is comfortably far (renewed or granted less than TTL/3 ago),
+// or grants a new one.
+func (d *driver) NewLease(ctx context.Context, req backend.Request) (backend.DriverLease, time.Time, error) {
+	if req.TTL%time.Second != 0 {
+		return nil, time.Time{}, fmt.Errorf("%w: etcd lease TTLs are whole seconds, got %v", backend.ErrInvalidOption, req.TTL)
+	}
+	ttl := int64(req.TTL / time.Second)
+	value, err := json.Marshal(keyValue{Holder: req.Holder, Metadata: req.Metadata})
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("%w: etcd: metadata: %v", backend.ErrInvalidOption, err)
+	}
+	l := &lease{
+		d:     d,
+		ttl:   ttl,
+		dir:   nameDir(d.prefix, req.Name),
+		value: string(value),
+		lost:  make(chan struct{}),
+	}
+	if idle, ok := d.take(ttl, time.Now()); ok {
+		l.id, l.sent, l.fromPool = idle.id, idle.sent, true
+		return l, idle.sent, nil
+	}
+	id, sent, err := d.grant(ctx, ttl)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	l.id, l.sent = id, sent
+	return l, sent, nil
+}
+
+// grant grants a lease of ttl seconds; sent is when the request was sent.
+func (d *driver) grant(ctx context.Context, ttl int64) (id clientv3.LeaseID, sent time.Time, err error) {
+	if d.isClosed() {
+		return 0, time.Time{}, fmt.Errorf("etcd: grant lease: %w", backend.ErrClosed)
+	}
+	sent = time.Now()
+	resp, err := d.client.Grant(ctx, ttl)
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("etcd: grant lease: %w", err)
+	}
+	if resp.TTL != ttl {
+		d.revokeAsync(resp.ID)
+		if resp.TTL > ttl {
+			return 0, time.Time{}, fmt.Errorf("%w: the etcd server raised a %ds lease TTL to its minimum of %ds (set by its election timeout); use a TTL of at least %ds",
+				backend.ErrInvalidOption, ttl, resp.TTL, resp.TTL)
+		}
+		return 0, time.Time{}, fmt.Errorf("etcd: asked for a %ds lease, the server granted %ds", ttl, resp.TTL)
+	}
+	return resp.ID, sent, nil
+}
+
+// take pops the most recently used idle lease of ttl seconds that was renewed
+// less than TTL/3 before now, revoking older ones.
+func (d *driver) take(ttl int64, now time.Time) (idleLease, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return idleLease{}, false
+	}
+	fresh := time.Duration(ttl) * time.Second / 3
+	idle := d.pool[ttl]
+	for len(idle) > 0 {
+		last := idle[len(idle)-1]
+		idle = idle[:len(idle)-1]
+		if now.Sub(last.sent) < fresh {
+			d.pool[ttl] = idle
+			return last, true
+		}
+		d.revokeAsyncLocked(last.id)
+	}
+	delete(d.pool, ttl)
+	return idleLease{}, false
+}
+
+// put returns a lease known to be alive and to own no key to the pool, or
+// revokes it if the pool is full or closed.
+func (d *driver) put(ttl int64, idle idleLease) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed || len(d.pool[ttl]) >= poolSize {
+		d.revokeAsyncLocked(idle.id)
+		return
+	}
+	d.pool[ttl] = append(d.pool[ttl], idle)
+}
+
+// revokeAsync revokes id in the background, best-effort: if it fails the
+// lease expires with its TTL.
+func (d *driver) revokeAsync(id clientv3.LeaseID) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.revokeAsyncLocked(id)
+}
+
+func (d *driver) revokeAsyncLocked(id clientv3.LeaseID) {
+	revoke := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
+		defer cancel()
+		_, _ = d.client.Revoke(ctx, id)
+	}
+	switch {
+	case !d.closed:
+		d.bg.Add(1)
+		go func() {
+			defer d.bg.Done()
+			revoke()
+		}()
+	case !d.owned:
+		go revoke() // after Close: the caller's client outlives the driver
+	default:
+		// After Close the owned client is closed: the TTL removes the lease.
+	}
+}
+
+func (d *driver) isClosed() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.closed
+}
+
+// Close implements backend.Driver: it revokes the idle leases, waits for
+// background revokes and closes the client if the driver owns it.
+func (d *driver) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	var ids []clientv3.LeaseID
+	for _, idle := range d.pool {
+		for _, l := range idle {
+			ids = append(ids, l.id)
+		}
+	}
+	d.pool = nil
+	d.closed = true
+	d.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = d.client.Revoke(ctx, id) // best-effort: the TTL removes it otherwise
+		}()
+	}
+	wg.Wait()
+	d.bg.Wait()
+	if d.owned {
+		if err := d.client.Close(); err != nil && !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("etcd: close client: %w", err)
+		}
+	}
+	return nil
+}
+
+// keyValue is the value of a lock key.
+type keyValue struct {
+	Holder   string            `json:"holder,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// holderOf returns the holder stored in a lock key's value, or "" if the key
+// was written by someone else (a concurrency.Mutex stores "").
+func holderOf(value []byte) string {
+	var v keyValue
+	if json.Unmarshal(value, &v) != nil {
+		return ""
+	}
+	return v.Holder
+}
+
+// nameDir returns the directory of a lock name's keys, with its trailing
+// slash: <prefix>/<escaped name>/. The escaped name holds no "/", so the
+// directories of two names are disjoint and none is inside another.
+func nameDir(prefix, name string) string {
+	return prefix + "/" + url.PathEscape(name) + "/"
+}
+
+// leaseKey returns the key an acquisition holding lease id writes under dir.
+func leaseKey(dir string, id clientv3.LeaseID) string {
+	return fmt.Sprintf("%s%x", dir, int64(id))
+}
+
+// isLeaseNotFound reports whether err says the lease does not exist (expired
+// or revoked).
+func isLeaseNotFound(err error) bool {
+	return errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(err, rpctypes.ErrGRPCLeaseNotFound)
+}

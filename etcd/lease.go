@@ -1,0 +1,500 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/fencing"
+)
+
+// state is where an acquisition stands in etcd.
+type state int
+
+const (
+	stIdle     state = iota // no key written
+	stUnknown               // a put was sent; whether it applied is unknown
+	stWaiting               // our key is written and queued behind older keys
+	stHeld                  // our key is written and was granted
+	stReleased              // Release finished
+)
+
+// waitRetryMax caps the backoff between attempts to re-establish a failed
+// watch or re-check while waiting.
+const waitRetryMax = time.Second
+
+// lease implements backend.DriverLease: one acquisition, holding one etcd
+// lease of its own.
+type lease struct {
+	d     *driver
+	ttl   int64  // seconds
+	dir   string // <prefix>/<escaped name>/
+	value string
+
+	// regrantMu serializes replacing a pooled lease found gone before any
+	// key was written (Lock and KeepAlive may both find it).
+	regrantMu sync.Mutex
+
+	mu       sync.Mutex
+	id       clientv3.LeaseID
+	sent     time.Time // send time of the last grant or keepalive of id
+	fromPool bool      // id came from the pool and is not yet confirmed alive
+	st       state
+	key      string
+	rev      int64 // create revision of key: the token
+	doubtful bool  // id must not go back to the pool
+	relErr   error // what Release returned once done
+
+	lost     chan struct{}
+	lostOnce sync.Once
+	stopOwn  context.CancelFunc // stops the watch on our own key
+	ownDone  chan struct{}      // closed when that watch's goroutine returned
+}
+
+// Lost implements backend.DriverLease: the channel is closed when our key is
+// deleted (lease revoked or expired, or the key removed by hand) while we
+// wait or hold.
+func (l *lease) Lost() <-chan struct{} { return l.lost }
+
+func (l *lease) markLost() { l.lostOnce.Do(func() { close(l.lost) }) }
+
+func (l *lease) current() (clientv3.LeaseID, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.id, l.fromPool
+}
+
+// Lock implements backend.DriverLease.
+func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, error) {
+	l.mu.Lock()
+	if l.st != stIdle || l.doubtful {
+		l.mu.Unlock()
+		return 0, time.Time{}, errors.New("etcd: Lock called twice on one acquisition")
+	}
+	l.mu.Unlock()
+
+	var restarted time.Time
+	for attempt := 0; ; attempt++ {
+		id, fromPool := l.current()
+		key := leaseKey(l.dir, id)
+		l.mu.Lock()
+		l.st, l.key = stUnknown, key
+		l.mu.Unlock()
+
+		var resp *clientv3.TxnResponse
+		var err error
+		put := clientv3.OpPut(key, l.value, clientv3.WithLease(id))
+		if wait {
+			resp, err = l.d.client.Txn(ctx).
+				If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+				Then(put, clientv3.OpGet(l.dir, clientv3.WithPrefix(),
+					clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))).
+				Else(clientv3.OpGet(key)).
+				Commit()
+		} else {
+			resp, err = l.d.client.Txn(ctx).
+				If(clientv3.Compare(clientv3.CreateRevision(l.dir), "=", 0).WithPrefix()).
+				Then(put).
+				Else(clientv3.OpGet(l.dir, clientv3.WithFirstCreate()...)).
+				Commit()
+		}
+		if err != nil {
+			if isLeaseNotFound(err) {
+				// The put was refused: nothing was written.
+				l.mu.Lock()
+				l.st = stIdle
+				l.mu.Unlock()
+				if fromPool && attempt < 2 {
+					// An idle lease revoked or expired under us: take a
+					// fresh one and try again.
+					sent, rerr := l.regrant(ctx, id)
+					if rerr != nil {
+						return 0, time.Time{}, rerr
+					}
+					if !sent.IsZero() {
+						restarted = sent
+					}
+					continue
+				}
+				l.setDoubtful()
+				return 0, time.Time{}, fmt.Errorf("%w: etcd lease %x not found", backend.ErrLeaseLost, int64(id))
+			}
+			return 0, time.Time{}, fmt.Errorf("etcd: lock txn: %w", err)
+		}
+		return l.locked(ctx, wait, key, resp, restarted)
+	}
+}
+
+// locked continues Lock after its Txn.
+func (l *lease) locked(ctx context.Context, wait bool, key string, resp *clientv3.TxnResponse, restarted time.Time) (fencing.Token, time.Time, error) {
+	if !resp.Succeeded {
+		l.mu.Lock()
+		l.st = stIdle
+		if wait {
+			// Our key exists although our lease is ours alone: something
+			// else wrote it. Do not adopt it; Release revokes the lease,
+			// which deletes it.
+			l.doubtful = true
+		}
+		l.mu.Unlock()
+		if wait {
+			var created int64
+			if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+				created = kvs[0].CreateRevision
+			}
+			return 0, time.Time{}, fmt.Errorf("etcd: lock key %q already exists (created at revision %d) though its lease is this acquisition's alone; not adopting it", key, created)
+		}
+		msg := "held"
+		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+			if h := holderOf(kvs[0].Value); h != "" {
+				msg = fmt.Sprintf("held by %s", h)
+			}
+			msg += fmt.Sprintf(" (token %d)", kvs[0].CreateRevision)
+		}
+		return 0, time.Time{}, fmt.Errorf("%w: etcd: %s", backend.ErrNotAcquired, msg)
+	}
+
+	rev := resp.Header.Revision
+	l.mu.Lock()
+	l.rev, l.fromPool = rev, false
+	if wait {
+		l.st = stWaiting
+	} else {
+		l.st = stHeld
+	}
+	l.mu.Unlock()
+	l.watchOwnKey(key, rev)
+	if !wait {
+		return fencing.Token(rev), restarted, nil
+	}
+
+	kvs := resp.Responses[1].GetResponseRange().GetKvs()
+	if len(kvs) == 0 || string(kvs[0].Key) != key || kvs[0].CreateRevision != rev {
+		return 0, time.Time{}, fmt.Errorf("etcd: lock txn did not read back key %q at revision %d", key, rev)
+	}
+	if len(kvs) > 1 {
+		if err := l.waitTurn(ctx, key, rev, string(kvs[1].Key), kvs[1].CreateRevision); err != nil {
+			return 0, time.Time{}, err
+		}
+	}
+	l.mu.Lock()
+	l.st = stHeld
+	l.mu.Unlock()
+	return fencing.Token(rev), restarted, nil
+}
+
+// regrant replaces stale, an idle lease found gone before any key was
+// written with it, by a new lease. sent is the new grant's send time, or
+// zero if another caller already replaced it.
+func (l *lease) regrant(ctx context.Context, stale clientv3.LeaseID) (time.Time, error) {
+	l.regrantMu.Lock()
+	defer l.regrantMu.Unlock()
+	if id, _ := l.current(); id != stale {
+		return time.Time{}, nil
+	}
+	id, sent, err := l.d.grant(ctx, l.ttl)
+	if err != nil {
+		return time.Time{}, err
+	}
+	l.mu.Lock()
+	l.id, l.sent, l.fromPool = id, sent, false
+	l.mu.Unlock()
+	return sent, nil
+}
+
+func (l *lease) setDoubtful() {
+	l.mu.Lock()
+	l.doubtful = true
+	l.mu.Unlock()
+}
+
+// waitTurn waits until no key older than ours (create revision below rev)
+// is left under the name. It watches only the immediate predecessor (pred,
+// created at predRev), with no start revision so that the watcher is synced
+// at once (etcd serves watchers that start in the past from a resync loop
+// that runs every 100 ms), and re-reads the predecessor once the watch is
+// confirmed and after every delete.
+func (l *lease) waitTurn(ctx context.Context, key string, rev int64, pred string, predRev int64) error {
+	backoff := 10 * time.Millisecond
+	for {
+		next, err := l.watchPredecessor(ctx, key, rev, pred, predRev)
+		switch {
+		case err == nil && next == nil:
+			return nil
+		case err == nil:
+			pred, predRev = string(next.Key), next.CreateRevision
+			backoff = 10 * time.Millisecond
+			continue
+		case errors.Is(err, backend.ErrLeaseLost):
+			return err
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case l.d.client.Ctx().Err() != nil:
+			return fmt.Errorf("etcd: wait: client closed: %w", err)
+		}
+		// A failed watch or read: try again after a pause; the lease is
+		// renewed meanwhile, and its loss ends the wait.
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-l.lost:
+			t.Stop()
+			return l.lostError(key)
+		}
+		backoff = min(2*backoff, waitRetryMax)
+	}
+}
+
+// watchPredecessor watches pred until it is deleted, and re-reads which key
+// is the newest older than ours. It returns nil, nil when none is left (our
+// turn), the new predecessor if it changed, or an error.
+func (l *lease) watchPredecessor(ctx context.Context, key string, rev int64, pred string, predRev int64) (*mvccpb.KeyValue, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wch := l.d.client.Watch(wctx, pred, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+	created := false
+	for {
+		if created {
+			next, err := l.predecessor(ctx, key, rev)
+			if err != nil || next == nil {
+				return nil, err
+			}
+			if string(next.Key) != pred || next.CreateRevision != predRev {
+				return next, nil
+			}
+		}
+		// Wait for the created notice, then for pred's deletion.
+		for again := true; again; {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-l.lost:
+				return nil, l.lostError(key)
+			case wr, ok := <-wch:
+				if !ok {
+					return nil, errors.New("etcd: wait: watch closed")
+				}
+				if err := wr.Err(); err != nil {
+					return nil, fmt.Errorf("etcd: wait: watch %q: %w", pred, err)
+				}
+				if wr.Canceled {
+					return nil, fmt.Errorf("etcd: wait: watch %q cancelled by the server", pred)
+				}
+				if wr.Created {
+					created, again = true, false
+				}
+				for _, ev := range wr.Events {
+					if ev.Type == mvccpb.DELETE {
+						again = false
+					}
+				}
+			}
+		}
+	}
+}
+
+// predecessor returns the newest key under the name created before ours, or
+// nil if there is none, in one read-only Txn that also checks that our key is
+// still ours.
+func (l *lease) predecessor(ctx context.Context, key string, rev int64) (*mvccpb.KeyValue, error) {
+	resp, err := l.d.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+		Then(clientv3.OpGet(l.dir, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(rev-1),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1))).
+		Commit()
+	if err != nil {
+		return nil, fmt.Errorf("etcd: wait: read predecessor: %w", err)
+	}
+	if !resp.Succeeded {
+		l.markLost()
+		return nil, l.lostError(key)
+	}
+	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		return kvs[0], nil
+	}
+	return nil, nil
+}
+
+func (l *lease) lostError(key string) error {
+	return fmt.Errorf("%w: etcd: lock key %q is gone (lease expired or revoked)", backend.ErrLeaseLost, key)
+}
+
+// watchOwnKey starts watching our key for its deletion from the revision
+// after its creation, and closes l.lost when it is deleted. It runs on its
+// own gRPC stream (WithRequireLeader) so that creating it never delays the
+// predecessor watch, and no operation waits for it.
+func (l *lease) watchOwnKey(key string, rev int64) {
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.Background()))
+	done := make(chan struct{})
+	l.mu.Lock()
+	l.stopOwn, l.ownDone = cancel, done
+	l.mu.Unlock()
+	go func() {
+		defer close(done)
+		from := rev + 1
+		backoff := 10 * time.Millisecond
+		for {
+			for wr := range l.d.client.Watch(ctx, key, clientv3.WithRev(from), clientv3.WithFilterPut()) {
+				if wr.Err() != nil || wr.Canceled {
+					break
+				}
+				for _, ev := range wr.Events {
+					if ev.Type == mvccpb.DELETE {
+						l.markLost()
+						return
+					}
+				}
+				if wr.Header.Revision >= from {
+					from = wr.Header.Revision + 1
+				}
+			}
+			if ctx.Err() != nil || l.d.client.Ctx().Err() != nil {
+				return // stopped, or the client is closed: renewal reports it
+			}
+			// The watch failed (compaction, no leader): see for ourselves,
+			// then watch again from the revision read.
+			t := time.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			backoff = min(2*backoff, waitRetryMax)
+			resp, err := l.d.client.Get(ctx, key)
+			if err != nil {
+				continue
+			}
+			if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != rev {
+				l.markLost()
+				return
+			}
+			from = resp.Header.Revision + 1
+		}
+	}()
+}
+
+// stopWatchingOwnKey stops the watch of watchOwnKey and waits for its
+// goroutine.
+func (l *lease) stopWatchingOwnKey() {
+	l.mu.Lock()
+	stop, done := l.stopOwn, l.ownDone
+	l.stopOwn, l.ownDone = nil, nil
+	l.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
+}
+
+// KeepAlive implements backend.DriverLease with one LeaseKeepAliveOnce.
+func (l *lease) KeepAlive(ctx context.Context) error {
+	id, fromPool := l.current()
+	sent := time.Now()
+	_, err := l.d.client.KeepAliveOnce(ctx, id)
+	if err == nil {
+		l.mu.Lock()
+		if l.id == id && sent.After(l.sent) {
+			l.sent = sent
+		}
+		l.mu.Unlock()
+		return nil
+	}
+	if isLeaseNotFound(err) {
+		if fromPool && l.noKeyYet() {
+			// An idle lease found gone before Lock wrote a key with it: take
+			// a fresh one, as Lock would.
+			if _, rerr := l.regrant(ctx, id); rerr != nil {
+				return rerr
+			}
+			return nil
+		}
+		l.setDoubtful()
+		return fmt.Errorf("%w: etcd lease %x not found (expired or revoked)", backend.ErrLeaseLost, int64(id))
+	}
+	return fmt.Errorf("etcd: keepalive lease %x: %w", int64(id), err)
+}
+
+func (l *lease) noKeyYet() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.st == stIdle || l.st == stUnknown
+}
+
+// Release implements backend.DriverLease.
+func (l *lease) Release(ctx context.Context) error {
+	l.stopWatchingOwnKey()
+
+	l.mu.Lock()
+	st, id, key, rev, doubtful := l.st, l.id, l.key, l.rev, l.doubtful
+	idle := idleLease{id: l.id, sent: l.sent}
+	relErr := l.relErr
+	l.mu.Unlock()
+
+	switch st {
+	case stReleased:
+		return relErr
+	case stIdle:
+		if doubtful {
+			if err := l.revoke(ctx, id); err != nil {
+				return err
+			}
+		} else {
+			l.d.put(l.ttl, idle)
+		}
+		l.finish(nil)
+		return nil
+	case stUnknown:
+		// Whether the put applied is unknown: revoking the lease removes
+		// the key if it exists.
+		if err := l.revoke(ctx, id); err != nil {
+			return err
+		}
+		l.finish(nil)
+		return nil
+	}
+
+	resp, err := l.d.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+		Then(clientv3.OpDelete(key)).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("etcd: release txn: %w", err)
+	}
+	if resp.Succeeded && !doubtful {
+		l.d.put(l.ttl, idle)
+		l.finish(nil)
+		return nil
+	}
+	l.d.revokeAsync(id)
+	if resp.Succeeded || st != stHeld {
+		l.finish(nil)
+		return nil
+	}
+	err = fmt.Errorf("%w: etcd: lock key %q (token %d) was already gone at release", backend.ErrLeaseLost, key, rev)
+	l.finish(err)
+	return err
+}
+
+// revoke revokes id now; a lease already gone is fine.
+func (l *lease) revoke(ctx context.Context, id clientv3.LeaseID) error {
+	if _, err := l.d.client.Revoke(ctx, id); err != nil && !isLeaseNotFound(err) {
+		return fmt.Errorf("etcd: revoke lease %x: %w", int64(id), err)
+	}
+	return nil
+}
+
+func (l *lease) finish(err error) {
+	l.mu.Lock()
+	l.st, l.relErr = stReleased, err
+	l.mu.Unlock()
+}

@@ -1,0 +1,160 @@
+package etcd
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/internal/etcdtest"
+)
+
+// srv is one embedded etcd server shared by the package's tests; each test
+// works under its own key prefix.
+var srv *etcdtest.Server
+
+func TestMain(m *testing.M) {
+	s, err := etcdtest.StartServer("")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	srv = s
+	code := m.Run()
+	s.Close()
+	os.Exit(code)
+}
+
+var prefixSeq atomic.Int64
+
+// testPrefix returns a key prefix of its own for t.
+func testPrefix(t testing.TB) string {
+	return fmt.Sprintf("fencelock-test/%s/%d", strings.ReplaceAll(t.Name(), "/", "_"), prefixSeq.Add(1))
+}
+
+// client returns a new client of the shared server, closed at cleanup.
+func client(t testing.TB) *clientv3.Client {
+	t.Helper()
+	return srv.NewClient(t)
+}
+
+// locker returns a Locker with its own client under prefix, closed at
+// cleanup (the Locker first, then the client).
+func locker(t testing.TB, prefix string, opts ...backend.Option) *backend.Locker {
+	t.Helper()
+	c := client(t)
+	l, err := New(c, prefix, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+func tctx(t testing.TB, d time.Duration) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return c
+}
+
+// keys lists the keys under the directory of name, oldest first.
+func keys(t testing.TB, c *clientv3.Client, prefix, name string) []*mvccpb.KeyValue {
+	t.Helper()
+	resp, err := c.Get(tctx(t, 10*time.Second), nameDir(prefix, name), clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	require.NoError(t, err)
+	return resp.Kvs
+}
+
+// allKeys lists every key under prefix.
+func allKeys(t testing.TB, c *clientv3.Client, prefix string) []string {
+	t.Helper()
+	resp, err := c.Get(tctx(t, 10*time.Second), prefix+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	require.NoError(t, err)
+	var ks []string
+	for _, kv := range resp.Kvs {
+		ks = append(ks, string(kv.Key))
+	}
+	return ks
+}
+
+// waitKeys waits until name has n keys.
+func waitKeys(t testing.TB, c *clientv3.Client, prefix, name string, n int) []*mvccpb.KeyValue {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		kvs := keys(t, c, prefix, name)
+		if len(kvs) == n {
+			return kvs
+		}
+		if time.Now().After(deadline) {
+			require.FailNowf(t, "keys", "%s has %d keys, want %d", name, len(kvs), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// keyOf returns the key of ls, found by its token.
+func keyOf(t testing.TB, c *clientv3.Client, prefix string, ls *backend.Lease) *mvccpb.KeyValue {
+	t.Helper()
+	for _, kv := range keys(t, c, prefix, ls.Name()) {
+		if kv.CreateRevision == int64(ls.Token()) {
+			return kv
+		}
+	}
+	require.FailNowf(t, "no key", "no key of %q with create revision %d", ls.Name(), ls.Token())
+	return nil
+}
+
+type acquired struct {
+	ls  *backend.Lease
+	err error
+}
+
+func goAcquire(ctx context.Context, l *backend.Locker, name string, opts ...backend.Option) <-chan acquired {
+	ch := make(chan acquired, 1)
+	go func() {
+		ls, err := l.Acquire(ctx, name, opts...)
+		ch <- acquired{ls, err}
+	}()
+	return ch
+}
+
+func waitAcquired(t testing.TB, ch <-chan acquired, d time.Duration) acquired {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(d):
+		require.FailNowf(t, "timeout", "no Acquire result within %v", d)
+		return acquired{}
+	}
+}
+
+func requireBlocked(t testing.TB, ch <-chan acquired, d time.Duration) {
+	t.Helper()
+	select {
+	case r := <-ch:
+		require.FailNowf(t, "not blocked", "Acquire returned while it should wait: lease %v err %v", r.ls != nil, r.err)
+	case <-time.After(d):
+	}
+}
+
+func release(t testing.TB, ls *backend.Lease) {
+	t.Helper()
+	require.NoError(t, ls.Release(tctx(t, 10*time.Second)))
+}
+
+func mustParse(t testing.TB, raw string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(raw)
+	require.NoError(t, err)
+	return u
+}

@@ -1,0 +1,181 @@
+package etcd
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock/backend"
+)
+
+// DefaultPort is the client port assumed for a host given without one.
+const DefaultPort = "2379"
+
+// DefaultDialTimeout is the client's dial timeout when the URL does not set
+// dial_timeout.
+const DefaultDialTimeout = 5 * time.Second
+
+// Params are the query parameters of etcd and etcds URLs besides
+// backend.CommonParams; see the package documentation.
+var Params = []string{"dial_timeout", "cacert", "cert", "key"}
+
+func init() {
+	backend.Register("etcd", backend.Scheme{Params: Params, Open: open})
+	backend.Register("etcds", backend.Scheme{Params: Params, Open: open})
+}
+
+// open opens a driver that owns its client, for backend.Open.
+func open(ctx context.Context, u *url.URL) (backend.Driver, error) {
+	cfg, prefix, err := parseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	client, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("etcd: new client for %s: %w", u.Redacted(), err)
+	}
+	return newDriver(client, prefix, true), nil
+}
+
+// parseURL turns an etcd or etcds URL into a client configuration and a key
+// prefix. Every error matches backend.ErrInvalidURL.
+func parseURL(u *url.URL) (clientv3.Config, string, error) {
+	bad := func(format string, args ...any) (clientv3.Config, string, error) {
+		return clientv3.Config{}, "", fmt.Errorf("%w: %s: %s", backend.ErrInvalidURL, u.Redacted(), fmt.Sprintf(format, args...))
+	}
+	secure := false
+	switch u.Scheme {
+	case "etcd":
+	case "etcds":
+		secure = true
+	default:
+		return bad("scheme %q is neither etcd nor etcds", u.Scheme)
+	}
+	if u.Opaque != "" {
+		return bad("want etcd://host:port,host:port/prefix")
+	}
+	if u.Fragment != "" {
+		return bad("unexpected fragment %q", u.Fragment)
+	}
+
+	httpScheme := "http"
+	if secure {
+		httpScheme = "https"
+	}
+	var endpoints []string
+	if u.Host == "" {
+		return bad("no host: want etcd://host:port,host:port/prefix")
+	}
+	for _, h := range strings.Split(u.Host, ",") {
+		ep, err := endpoint(h)
+		if err != nil {
+			return bad("%v", err)
+		}
+		endpoints = append(endpoints, httpScheme+"://"+ep)
+	}
+
+	q := u.Query()
+	cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: DefaultDialTimeout}
+	if d, ok, err := backend.URLDuration(q, "dial_timeout"); err != nil {
+		return clientv3.Config{}, "", fmt.Errorf("%w (in %s)", err, u.Redacted())
+	} else if ok {
+		if d <= 0 {
+			return bad("dial_timeout must be positive, got %v", d)
+		}
+		cfg.DialTimeout = d
+	}
+	if u.User != nil {
+		cfg.Username = u.User.Username()
+		cfg.Password, _ = u.User.Password()
+		if cfg.Username == "" {
+			return bad("empty user name")
+		}
+	}
+
+	cacert, cert, key := q.Get("cacert"), q.Get("cert"), q.Get("key")
+	for _, p := range []string{"cacert", "cert", "key"} {
+		if q.Has(p) && q.Get(p) == "" {
+			return bad("%s is empty", p)
+		}
+	}
+	if !secure && (cacert != "" || cert != "" || key != "") {
+		return bad("cacert, cert and key are TLS settings: use the etcds:// scheme for TLS")
+	}
+	if secure {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if cacert != "" {
+			pem, err := os.ReadFile(cacert)
+			if err != nil {
+				return bad("cacert: %v", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return bad("cacert: no PEM certificate in %s", cacert)
+			}
+			tc.RootCAs = pool
+		}
+		if (cert == "") != (key == "") {
+			return bad("cert and key go together: give both or neither")
+		}
+		if cert != "" {
+			pair, err := tls.LoadX509KeyPair(cert, key)
+			if err != nil {
+				return bad("cert/key: %v", err)
+			}
+			tc.Certificates = []tls.Certificate{pair}
+		}
+		cfg.TLS = tc
+	}
+
+	prefix := strings.TrimPrefix(u.Path, "/")
+	prefix = strings.TrimRight(prefix, "/")
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return cfg, prefix, nil
+}
+
+// endpoint checks one host[:port] of a URL's host list and returns it as
+// host:port.
+func endpoint(h string) (string, error) {
+	if h == "" {
+		return "", fmt.Errorf("empty host in the host list")
+	}
+	host, port := h, DefaultPort
+	if strings.HasPrefix(h, "[") || strings.Count(h, ":") == 1 {
+		if !strings.HasPrefix(h, "[") || strings.Contains(h, "]:") {
+			var err error
+			host, port, err = net.SplitHostPort(h)
+			if err != nil {
+				return "", fmt.Errorf("host %q: %v", h, err)
+			}
+		} else {
+			host = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
+		}
+	} else if strings.Contains(h, ":") {
+		return "", fmt.Errorf("host %q: put IPv6 addresses in brackets, e.g. [::1]:2379", h)
+	}
+	if host == "" {
+		return "", fmt.Errorf("host %q: empty host name", h)
+	}
+	if strings.ContainsAny(host, "/@?# ") {
+		return "", fmt.Errorf("host %q: invalid host name", h)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 {
+		return "", fmt.Errorf("host %q: port %q is not a number from 1 to 65535", h, port)
+	}
+	return net.JoinHostPort(host, port), nil
+}
