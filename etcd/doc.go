@@ -10,7 +10,8 @@
 // # URLs
 //
 // The host part lists the cluster members, comma-separated, each host:port
-// (the port defaults to 2379). The path is the key prefix without its
+// (the port defaults to 2379; Go's URL parser requires the last host of a
+// list to carry one if any other does, so give every host its port). The path is the key prefix without its
 // leading slash ("etcd://h/locks" uses prefix "locks"; "etcd://h//locks"
 // uses "/locks"); an empty path means "fencelock". Userinfo gives the etcd
 // user name and password. Query parameters, besides backend.CommonParams:

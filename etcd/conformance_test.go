@@ -1,0 +1,78 @@
+package etcd
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/conformance"
+)
+
+// harness runs the shared suite over the embedded server: one client per
+// Locker, Crash closes that client (nothing is released or revoked, so its
+// locks expire with their TTL), Revoke revokes the lease behind a grant
+// through a separate client.
+type harness struct {
+	prefix string
+	admin  *clientv3.Client
+
+	mu      sync.Mutex
+	clients map[*backend.Locker]*clientv3.Client
+}
+
+func (h *harness) NewLocker(t testing.TB, opts ...backend.Option) *backend.Locker {
+	t.Helper()
+	c, err := srv.Client()
+	require.NoError(t, err)
+	l, err := New(c, h.prefix, opts...)
+	require.NoError(t, err)
+	h.mu.Lock()
+	h.clients[l] = c
+	h.mu.Unlock()
+	t.Cleanup(func() {
+		_ = l.Close() // fails for a crashed Locker; its locks expire
+		_ = c.Close()
+		h.mu.Lock()
+		delete(h.clients, l)
+		h.mu.Unlock()
+	})
+	return l
+}
+
+func (h *harness) Crash(t testing.TB, l *backend.Locker) {
+	h.mu.Lock()
+	c := h.clients[l]
+	h.mu.Unlock()
+	require.NotNil(t, c, "Crash of a Locker this harness did not make")
+	require.NoError(t, c.Close())
+}
+
+func (h *harness) Revoke(t testing.TB, ls *backend.Lease) {
+	t.Helper()
+	ctx := tctx(t, 10*time.Second)
+	resp, err := h.admin.Get(ctx, nameDir(h.prefix, ls.Name()), clientv3.WithPrefix())
+	require.NoError(t, err)
+	for _, kv := range resp.Kvs {
+		if kv.CreateRevision == int64(ls.Token()) {
+			require.NotZero(t, kv.Lease, "key %q has no lease", kv.Key)
+			_, err := h.admin.Revoke(ctx, clientv3.LeaseID(kv.Lease))
+			require.NoError(t, err)
+			return
+		}
+	}
+	require.FailNowf(t, "no key", "no key of %q with create revision %d", ls.Name(), ls.Token())
+}
+
+func (h *harness) Capabilities() conformance.Capabilities {
+	// 2s is the embedded server's minimum lease TTL (default election
+	// settings); shorter TTLs are refused with ErrInvalidOption.
+	return conformance.Capabilities{FIFO: true, TTL: 2 * time.Second, MinTTL: 2 * time.Second}
+}
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, &harness{prefix: testPrefix(t), admin: client(t), clients: make(map[*backend.Locker]*clientv3.Client)})
+}
