@@ -39,3 +39,15 @@ type Capabilities struct {
 	// one is rejected with ErrInvalidOption.
 	MinTTL time.Duration
 }
+
+// WaiterRevoker is an optional extension of Harness. A harness that
+// implements it enables the WaiterRevoked case (etcd#19597, etcd#11456: a
+// waiter whose lease is gone must return ErrLeaseLost, neither keep waiting
+// nor be told it holds the lock). The suite cannot get a Lease handle for a
+// waiter, so it asks the harness by name.
+type WaiterRevoker interface {
+	// RevokeWaiters removes on the server, as Revoke does for a holder, the
+	// lease of every acquisition still waiting for lock name (never the
+	// holder's), and returns how many it removed.
+	RevokeWaiters(t testing.TB, name string) int
+}

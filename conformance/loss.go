@@ -82,6 +82,43 @@ func (s *suite) testWaiterCrash(t *testing.T) {
 	release(t, lc)
 }
 
+// testWaiterRevoked: a waiter whose lease is removed on the server while it
+// waits returns ErrLeaseLost promptly, never a grant, even when the lock
+// is released right after (etcd#19597, etcd#11456). It needs the optional
+// WaiterRevoker.
+func (s *suite) testWaiterRevoked(t *testing.T) {
+	wr, ok := s.h.(WaiterRevoker)
+	if !ok {
+		t.Skip("the harness does not implement WaiterRevoker")
+	}
+	for _, releaseToo := range []bool{false, true} {
+		label := "Waiting"
+		if releaseToo {
+			label = "ThenReleased"
+		}
+		t.Run(label, func(t *testing.T) {
+			name := lockName(t)
+			a, b, c := s.locker(t), s.locker(t), s.locker(t)
+			la := s.try(t, a, name)
+			chB := goAcquire(t, ctx(t, s.long), b, name)
+			requireWaiting(t, chB, s.settle, "waiter before the revoke")
+			require.Equal(t, 1, wr.RevokeWaiters(t, name), "waiters revoked")
+			if releaseToo {
+				release(t, la)
+			}
+			r := wait(t, chB, s.expiry, "waiter whose lease was revoked")
+			require.Nil(t, r.lease, "a waiter whose lease was revoked must not be granted")
+			require.ErrorIs(t, r.err, backend.ErrLeaseLost)
+			if !releaseToo {
+				require.NoError(t, la.Err(), "revoking a waiter must not touch the holder")
+				s.requireHeld(t, c, name)
+				release(t, la)
+			}
+			release(t, s.acquire(t, c, name, s.prompt))
+		})
+	}
+}
+
 // testAutoRenew: a holder keeps a short-TTL lock for more than 3 TTLs while
 // others fail to take it; a waiter's own short-TTL lease stays alive too.
 func (s *suite) testAutoRenew(t *testing.T) {

@@ -25,6 +25,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Errors", s.testErrors)
 	t.Run("HolderCrash", s.testHolderCrash)
 	t.Run("WaiterCrash", s.testWaiterCrash)
+	t.Run("WaiterRevoked", s.testWaiterRevoked)
 	t.Run("AutoRenew", s.testAutoRenew)
 	t.Run("Loss", s.testLoss)
 	t.Run("MaxHold", s.testMaxHold)
