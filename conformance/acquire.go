@@ -20,6 +20,8 @@ func (s *suite) testTryAcquire(t *testing.T) {
 	la := s.try(t, a, name)
 	assert.NotZero(t, la.Token(), "a grant carries a non-zero token")
 	assert.Equal(t, name, la.Name())
+	assert.Equal(t, s.long, la.TTL(), "the Locker's default TTL")
+	assert.NotEmpty(t, la.Holder(), "a default holder identity")
 	assert.NoError(t, la.Err())
 	for range 3 {
 		// The context is long: "at once" means the call does not wait for
@@ -36,8 +38,10 @@ func (s *suite) testTryAcquire(t *testing.T) {
 	lb := s.try(t, b, name)
 	assert.Greater(t, lb.Token(), la.Token())
 	release(t, lb)
-	lc := s.try(t, a, name)
+	lc := s.try(t, a, name, backend.WithHolder("conformance-holder"), backend.WithTTL(s.short))
 	assert.Greater(t, lc.Token(), lb.Token())
+	assert.Equal(t, "conformance-holder", lc.Holder(), "an acquisition's options override the Locker's")
+	assert.Equal(t, s.short, lc.TTL())
 	release(t, lc)
 }
 

@@ -42,7 +42,9 @@
 //   - Capabilities.TTL is the short TTL for expiry cases; every time bound
 //     is derived from it (expiry within 2*TTL+2s, "promptly" within 5s,
 //     against a 30s-or-more TTL for leases that must not expire). The suite
-//     takes about 20*TTL plus a few seconds.
+//     takes about 25*TTL plus a few seconds (mem at 300ms: ~10s; etcd at
+//     2s: ~45s).
+//   - Optionally, WaiterRevoker enables the WaiterRevoked case.
 //
 // Lock names are unique per run (test name plus a random suffix, under
 // "fencelock-conformance/"), so the suite can run repeatedly against a live
