@@ -18,7 +18,10 @@
 // acquisition, and error mapping. Adapters implement the small Driver
 // interface; see the etcd, zookeeper, redis and backend/mem packages.
 //
-// Every error wraps one of the package's sentinel errors (ErrNotAcquired,
-// ErrLeaseLost, ErrReleased, ErrClosed, ErrInvalidName, ErrInvalidOption,
-// ErrInvalidURL); test with errors.Is.
+// Every error about the lock itself wraps one of the package's sentinel
+// errors (ErrNotAcquired, ErrLeaseLost, ErrReleased, ErrClosed,
+// ErrInvalidName, ErrInvalidOption, ErrInvalidURL); test with errors.Is. An
+// error from the backend's client (an unreachable server) matches none of
+// them and is returned wrapped, with the client's own error kept for
+// errors.Is and errors.As.
 package backend

@@ -2,8 +2,9 @@ package backend
 
 import "errors"
 
-// Errors returned by Locker and Lease. Every error this package returns wraps
-// one of them, so callers test with errors.Is.
+// Errors returned by Locker and Lease. Every error about the lock wraps one
+// of them, so callers test with errors.Is; an error from the backend's client
+// (an unreachable server) is returned wrapped and matches none of them.
 var (
 	// ErrNotAcquired: the lock is held by someone else (TryAcquire), or a
 	// wait was given up (Acquire); a given-up wait also matches ctx.Err().

@@ -42,9 +42,10 @@ type Lease struct {
 	renewAt  time.Time
 	acquired time.Time
 
-	releaseMu sync.Mutex // serializes driver releases
-	released  bool       // the driver released successfully
-	lockGone  error      // the driver found the lock already gone on release
+	opMu      sync.RWMutex // Refresh holds it shared, Release exclusively
+	releaseMu sync.Mutex   // serializes driver releases
+	released  bool         // the driver released successfully
+	lockGone  error        // the driver found the lock already gone on release
 }
 
 func newLease(l *Locker, name string, s settings, drv DriverLease, started time.Time) *Lease {
@@ -102,6 +103,8 @@ func (ls *Lease) Deadline() time.Time {
 // ErrReleased after Release. Other errors (the backend unreachable) leave the
 // lease held until its deadline.
 func (ls *Lease) Refresh(ctx context.Context) error {
+	ls.opMu.RLock()
+	defer ls.opMu.RUnlock()
 	if err := ls.Err(); err != nil {
 		return fmt.Errorf("fencelock: refresh %q: %w", ls.name, err)
 	}
@@ -131,8 +134,10 @@ func (ls *Lease) Refresh(ctx context.Context) error {
 func (ls *Lease) Release(ctx context.Context) error {
 	ls.cancel(fmt.Errorf("%w: %q", ErrReleased, ls.name))
 	<-ls.ran
+	ls.opMu.Lock() // waits for a Refresh in flight
 	err := ls.releaseDriver(ctx)
-	if err == nil {
+	ls.opMu.Unlock()
+	if err == nil || errors.Is(err, ErrLeaseLost) {
 		ls.locker.forget(ls)
 		if cause := context.Cause(ls.ctx); errors.Is(cause, ErrLeaseLost) {
 			err = cause
@@ -220,7 +225,9 @@ func (ls *Lease) lose(cause error) {
 		<-ls.ran
 		ctx, cancel := context.WithTimeout(context.Background(), ls.s.ttl)
 		defer cancel()
-		_ = ls.releaseDriver(ctx)
+		if err := ls.releaseDriver(ctx); err == nil || errors.Is(err, ErrLeaseLost) {
+			ls.locker.forget(ls)
+		}
 	}()
 }
 
@@ -238,8 +245,10 @@ func (ls *Lease) run() {
 	for {
 		ls.mu.Lock()
 		deadline, renewAt := ls.deadline, ls.renewAt
-		renew := ls.s.autoRenew && !deadline.IsZero() &&
-			(ls.s.maxHold == 0 || ls.acquired.IsZero() || renewAt.Before(ls.acquired.Add(ls.s.maxHold)))
+		// A waiter is always renewed: it has no handle to call Refresh on.
+		// A holder is renewed if auto-renew is on, until the max hold.
+		renew := !deadline.IsZero() && (ls.acquired.IsZero() ||
+			ls.s.autoRenew && (ls.s.maxHold == 0 || renewAt.Before(ls.acquired.Add(ls.s.maxHold))))
 		ls.mu.Unlock()
 
 		stop(deadlineTimer)

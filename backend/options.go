@@ -44,9 +44,10 @@ func defaultHolder() string {
 // off: a lock without expiry blocks everyone forever when its holder crashes.
 func WithTTL(ttl time.Duration) Option { return func(s *settings) { s.ttl = ttl } }
 
-// WithAutoRenew turns background renewal on or off. Default on: the lease is
-// renewed every TTL/3, and retried until the loss deadline when a renewal
-// fails. Off: the lease is lost at its deadline unless Refresh is called.
+// WithAutoRenew turns background renewal of a held lease on or off. Default
+// on: the lease is renewed every TTL/3, and retried until the loss deadline
+// when a renewal fails. Off: once granted, the lease is lost at its deadline
+// unless Refresh is called. A waiting acquisition is always renewed.
 func WithAutoRenew(on bool) Option { return func(s *settings) { s.autoRenew = on } }
 
 // WithMaxHold stops auto-renew once the lease has been held for d, so that a

@@ -60,7 +60,9 @@ func (d *driver) NewLease(ctx context.Context, req backend.Request) (backend.Dri
 		return nil, time.Time{}, err
 	}
 	sent := time.Now()
-	return &driverLease{conn: d.conn, l: d.conn.srv.grant(req.Name, req.TTL)}, sent, nil
+	dl := &driverLease{conn: d.conn, l: d.conn.srv.grant(req.Name, req.TTL), lost: make(chan struct{})}
+	go dl.watch()
+	return dl, sent, nil
 }
 
 func (d *driver) Close() error {
@@ -74,6 +76,20 @@ type driverLease struct {
 	conn    *Conn
 	l       *lease
 	granted bool
+	lost    chan struct{} // closed when the server ends the lease, unless the conn was cut first
+}
+
+// watch relays the server's end of the lease to Lost, as a watch over a
+// connection would: a cut connection hears nothing. It returns when the
+// lease ends (by TTL at the latest) or the connection is cut.
+func (dl *driverLease) watch() {
+	select {
+	case <-dl.l.gone:
+		if dl.conn.check() == nil {
+			close(dl.lost)
+		}
+	case <-dl.conn.cut:
+	}
 }
 
 func (dl *driverLease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, error) {
@@ -105,7 +121,10 @@ func (dl *driverLease) Release(ctx context.Context) error {
 	if err := dl.conn.check(); err != nil {
 		return fmt.Errorf("release: %w", err)
 	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	return dl.conn.srv.release(dl.l, dl.granted)
 }
 
-func (dl *driverLease) Lost() <-chan struct{} { return dl.l.gone }
+func (dl *driverLease) Lost() <-chan struct{} { return dl.lost }
