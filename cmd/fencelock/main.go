@@ -1,0 +1,47 @@
+// Command fencelock is the fencelock command-line tool.
+//
+//	fencelock demo    play the stale-holder timeline on an embedded etcd
+//
+// Exit status: 0 on success, 1 when the command ran and failed (the demo's
+// stale write was accepted), 2 for usage errors.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `usage: fencelock <command> [flags]
+
+commands:
+  demo    play the stale-holder timeline on an embedded etcd server:
+          A pauses past its TTL, B gets the lock, A's late write is rejected
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "demo":
+		return demoCmd(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "fencelock: unknown command %q\n%s", args[0], usage)
+		return 2
+	}
+}

@@ -1,0 +1,27 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestDemoRejectsStaleWrite(t *testing.T) {
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), []string{"demo"}, &out, &errOut)
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
+	assert.Contains(t, out.String(), "rejects A's write")
+	assert.Contains(t, out.String(), "OK: A's stale write")
+}
+
+func TestUsageErrors(t *testing.T) {
+	var out, errOut bytes.Buffer
+	assert.Equal(t, 2, run(context.Background(), nil, &out, &errOut))
+	assert.Equal(t, 2, run(context.Background(), []string{"nosuch"}, &out, &errOut))
+	assert.Contains(t, errOut.String(), `unknown command "nosuch"`)
+	assert.Equal(t, 2, run(context.Background(), []string{"demo", "-ttl=x"}, &out, &errOut))
+	assert.Equal(t, 0, run(context.Background(), []string{"help"}, &out, &errOut))
+}
