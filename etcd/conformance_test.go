@@ -67,6 +67,28 @@ func (h *harness) Revoke(t testing.TB, ls *backend.Lease) {
 	require.FailNowf(t, "no key", "no key of %q with create revision %d", ls.Name(), ls.Token())
 }
 
+// RevokeWaiters revokes the lease of every key of name but the oldest (the
+// holder's).
+func (h *harness) RevokeWaiters(t testing.TB, name string) int {
+	t.Helper()
+	ctx := tctx(t, 10*time.Second)
+	resp, err := h.admin.Get(ctx, nameDir(h.prefix, name), clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	require.NoError(t, err)
+	n := 0
+	for i, kv := range resp.Kvs {
+		if i == 0 {
+			continue // the holder
+		}
+		_, err := h.admin.Revoke(ctx, clientv3.LeaseID(kv.Lease))
+		require.NoError(t, err)
+		n++
+	}
+	return n
+}
+
+var _ conformance.WaiterRevoker = (*harness)(nil)
+
 func (h *harness) Capabilities() conformance.Capabilities {
 	// 2s is the embedded server's minimum lease TTL (default election
 	// settings); shorter TTLs are refused with ErrInvalidOption.

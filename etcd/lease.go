@@ -254,26 +254,26 @@ func (l *lease) waitTurn(ctx context.Context, key string, rev int64, pred string
 	}
 }
 
-// watchPredecessor watches pred until it is deleted, and re-reads which key
+// watchPredecessor watches pred until it is deleted, and finds out which key
 // is the newest older than ours. It returns nil, nil when none is left (our
 // turn), the new predecessor if it changed, or an error.
+//
+// The reads it makes are serializable reads at the revision of the watch
+// response just received (the created notice, or pred's deletion): the state
+// at that revision and the events after it together miss nothing, and such a
+// read is served by the member at once, where a linearizable read would
+// queue behind the write-ahead-log fsync of concurrent writes (the handoff
+// would pay two fsyncs instead of one). If the member cannot serve that
+// revision, it falls back to a linearizable read.
 func (l *lease) watchPredecessor(ctx context.Context, key string, rev int64, pred string, predRev int64) (*mvccpb.KeyValue, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wch := l.d.client.Watch(wctx, pred, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
-	created := false
+	var read int64 // the revision read last
 	for {
-		if created {
-			next, err := l.predecessor(ctx, key, rev)
-			if err != nil || next == nil {
-				return nil, err
-			}
-			if string(next.Key) != pred || next.CreateRevision != predRev {
-				return next, nil
-			}
-		}
 		// Wait for the created notice, then for pred's deletion.
-		for again := true; again; {
+		var at int64
+		for at <= read {
 			select {
 			case <-ctx.Done():
 				return nil, ctx.Err()
@@ -290,21 +290,63 @@ func (l *lease) watchPredecessor(ctx context.Context, key string, rev int64, pre
 					return nil, fmt.Errorf("etcd: wait: watch %q cancelled by the server", pred)
 				}
 				if wr.Created {
-					created, again = true, false
+					at = wr.Header.Revision
 				}
 				for _, ev := range wr.Events {
 					if ev.Type == mvccpb.DELETE {
-						again = false
+						// The state read at a revision at or after
+						// this one reflects it. (A deletion at or before
+						// the revision read last cannot arrive: pred
+						// was there then.)
+						at = max(at, ev.Kv.ModRevision, wr.Header.Revision)
 					}
 				}
 			}
 		}
+		read = at
+		next, err := l.predecessorAt(ctx, key, rev, at)
+		if err != nil || next == nil {
+			return nil, err
+		}
+		if string(next.Key) != pred || next.CreateRevision != predRev {
+			return next, nil
+		}
 	}
 }
 
+// predecessorAt returns the newest key under the name created before ours
+// as of revision at, or nil if there is none, with one serializable read; an
+// error matching backend.ErrLeaseLost if our key was gone by then. If the
+// member cannot serve revision at (it lags behind, or at was compacted) it
+// asks predecessor instead.
+func (l *lease) predecessorAt(ctx context.Context, key string, rev, at int64) (*mvccpb.KeyValue, error) {
+	if at < rev {
+		// The watch was served by a member that had not yet applied our
+		// key: read the current state instead.
+		return l.predecessor(ctx, key, rev)
+	}
+	resp, err := l.d.client.Get(ctx, l.dir, clientv3.WithPrefix(), clientv3.WithRev(at), clientv3.WithSerializable(),
+		clientv3.WithMaxCreateRev(rev), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return l.predecessor(ctx, key, rev)
+	}
+	kvs := resp.Kvs
+	if len(kvs) == 0 || string(kvs[0].Key) != key || kvs[0].CreateRevision != rev {
+		l.markLost()
+		return nil, l.lostError(key)
+	}
+	if len(kvs) == 1 {
+		return nil, nil
+	}
+	return kvs[1], nil
+}
+
 // predecessor returns the newest key under the name created before ours, or
-// nil if there is none, in one read-only Txn that also checks that our key is
-// still ours.
+// nil if there is none, in one linearizable read-only Txn that also checks
+// that our key is still ours.
 func (l *lease) predecessor(ctx context.Context, key string, rev int64) (*mvccpb.KeyValue, error) {
 	resp, err := l.d.client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).

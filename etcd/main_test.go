@@ -31,6 +31,7 @@ func TestMain(m *testing.M) {
 	srv = s
 	code := m.Run()
 	s.Close()
+	closeBenchServer()
 	os.Exit(code)
 }
 

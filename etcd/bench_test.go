@@ -1,0 +1,219 @@
+package etcd
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/internal/etcdtest"
+)
+
+// The benchmarks compare this package with etcd's concurrency.Mutex on one
+// embedded server (with fsync, as a real member, unless -etcd.nofsync):
+//
+//	go test -run '^$' -bench . -benchtime 3s -count 6 ./etcd/ | tee bench.txt
+//	benchstat -col /impl bench.txt
+//
+// Round trips per acquire+release, uncontended: fencelock 2 Txns (lease from
+// the pool), Mutex 1 Txn + 1 Delete (session created outside the loop).
+var benchNoFsync = flag.Bool("etcd.nofsync", false, "benchmarks: run the embedded etcd without fsync")
+
+var (
+	benchOnce sync.Once
+	benchSrv  *etcdtest.Server
+	benchErr  error
+)
+
+// benchServer returns the server all benchmarks of the run share; TestMain
+// closes it.
+func benchServer(b *testing.B) *etcdtest.Server {
+	benchOnce.Do(func() {
+		var opts []etcdtest.Option
+		if !*benchNoFsync {
+			opts = append(opts, etcdtest.WithFsync())
+		}
+		benchSrv, benchErr = etcdtest.StartServer("", opts...)
+	})
+	if benchErr != nil {
+		b.Fatal(benchErr)
+	}
+	return benchSrv
+}
+
+func closeBenchServer() {
+	if benchSrv != nil {
+		benchSrv.Close()
+	}
+}
+
+// lockImpl is one lock implementation under benchmark: a new contender
+// returns lock and unlock functions with their own client.
+type lockImpl struct {
+	name string
+	new  func(b *testing.B, s *etcdtest.Server, prefix, lockName string) (lock, unlock func(context.Context) error)
+}
+
+var impls = []lockImpl{
+	{"fencelock", func(b *testing.B, s *etcdtest.Server, prefix, name string) (func(context.Context) error, func(context.Context) error) {
+		c := benchClient(b, s)
+		l, err := New(c, prefix, backend.WithTTL(15*time.Second))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = l.Close() })
+		var ls *backend.Lease
+		return func(ctx context.Context) (err error) {
+				ls, err = l.Acquire(ctx, name)
+				return err
+			}, func(ctx context.Context) error {
+				return ls.Release(ctx)
+			}
+	}},
+	{"mutex", func(b *testing.B, s *etcdtest.Server, prefix, name string) (func(context.Context) error, func(context.Context) error) {
+		c := benchClient(b, s)
+		sess, err := concurrency.NewSession(c, concurrency.WithTTL(15))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = sess.Close() })
+		m := concurrency.NewMutex(sess, prefix+"/"+name)
+		return m.Lock, m.Unlock
+	}},
+}
+
+func benchClient(b *testing.B, s *etcdtest.Server) *clientv3.Client {
+	c, err := s.Client()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+var benchSeq atomic.Int64
+
+// BenchmarkUncontended measures one acquire+release of a free lock.
+func BenchmarkUncontended(b *testing.B) {
+	s := benchServer(b)
+	for _, impl := range impls {
+		b.Run("impl="+impl.name, func(b *testing.B) {
+			prefix := fmt.Sprintf("bench/%d", benchSeq.Add(1))
+			lock, unlock := impl.new(b, s, prefix, "uncontended")
+			ctx := context.Background()
+			// Warm up: connections, and for fencelock the lease pool.
+			for range 10 {
+				if err := lock(ctx); err != nil {
+					b.Fatal(err)
+				}
+				if err := unlock(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				if err := lock(ctx); err != nil {
+					b.Fatal(err)
+				}
+				if err := unlock(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkContended8 runs 8 contenders, each with its own client, that
+// acquire and release one lock in a loop. One op is one grant. It reports
+// grants/s and the handoff time (from the moment a holder starts releasing
+// to the next grant), p50 and p99.
+func BenchmarkContended8(b *testing.B) {
+	const contenders = 8
+	s := benchServer(b)
+	for _, impl := range impls {
+		b.Run("impl="+impl.name, func(b *testing.B) {
+			prefix := fmt.Sprintf("bench/%d", benchSeq.Add(1))
+			type pair struct{ lock, unlock func(context.Context) error }
+			ps := make([]pair, contenders)
+			for i := range ps {
+				ps[i].lock, ps[i].unlock = impl.new(b, s, prefix, "contended")
+			}
+			ctx := context.Background()
+			var (
+				grants      atomic.Int64
+				releasing   atomic.Int64 // UnixNano when the last holder started releasing; 0: none
+				mu          sync.Mutex
+				handoffs    []time.Duration
+				wg          sync.WaitGroup
+				failed      atomic.Pointer[error]
+				total       = int64(b.N)
+				started     = make(chan struct{})
+				holderCount atomic.Int32
+			)
+			b.ResetTimer()
+			begin := time.Now()
+			for _, p := range ps {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-started
+					var local []time.Duration
+					defer func() {
+						mu.Lock()
+						handoffs = append(handoffs, local...)
+						mu.Unlock()
+					}()
+					for {
+						if err := p.lock(ctx); err != nil {
+							failed.CompareAndSwap(nil, &err)
+							return
+						}
+						now := time.Now()
+						if holderCount.Add(1) != 1 {
+							err := fmt.Errorf("two holders at once")
+							failed.CompareAndSwap(nil, &err)
+						}
+						if r := releasing.Load(); r != 0 {
+							local = append(local, now.Sub(time.Unix(0, r)))
+						}
+						n := grants.Add(1)
+						holderCount.Add(-1)
+						releasing.Store(time.Now().UnixNano())
+						if err := p.unlock(ctx); err != nil {
+							failed.CompareAndSwap(nil, &err)
+							return
+						}
+						if n >= total {
+							return
+						}
+					}
+				}()
+			}
+			close(started)
+			wg.Wait()
+			elapsed := time.Since(begin)
+			b.StopTimer()
+			if e := failed.Load(); e != nil {
+				b.Fatal(*e)
+			}
+			slices.Sort(handoffs)
+			pct := func(p float64) float64 {
+				if len(handoffs) == 0 {
+					return 0
+				}
+				return float64(handoffs[min(len(handoffs)-1, int(p*float64(len(handoffs))))]) / float64(time.Millisecond)
+			}
+			b.ReportMetric(float64(grants.Load())/elapsed.Seconds(), "grants/s")
+			b.ReportMetric(pct(0.50), "handoff-p50-ms")
+			b.ReportMetric(pct(0.99), "handoff-p99-ms")
+		})
+	}
+}
