@@ -440,7 +440,13 @@ func (l *lease) stopWatchingOwnKey() {
 
 // KeepAlive implements backend.DriverLease with one LeaseKeepAliveOnce.
 func (l *lease) KeepAlive(ctx context.Context) error {
-	id, fromPool := l.current()
+	l.mu.Lock()
+	id, fromPool, st := l.id, l.fromPool, l.st
+	l.mu.Unlock()
+	if st == stReleased {
+		// The lease may be back in the pool, another acquisition's now.
+		return fmt.Errorf("%w: etcd: keepalive after release", backend.ErrReleased)
+	}
 	sent := time.Now()
 	_, err := l.d.client.KeepAliveOnce(ctx, id)
 	if err == nil {
