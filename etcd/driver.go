@@ -53,7 +53,10 @@ type driver struct {
 	mu     sync.Mutex
 	closed bool
 	pool   map[int64][]idleLease // by TTL in seconds; most recently used last
-	bg     sync.WaitGroup        // background revokes
+	bg     sync.WaitGroup        // background revokes and watches of own keys
+
+	watches     context.Context // parent of the watches on own keys
+	stopWatches context.CancelFunc
 }
 
 // idleLease is a lease no acquisition uses, kept for the next one.
@@ -67,7 +70,12 @@ func newDriver(client *clientv3.Client, prefix string, owned bool) *driver {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
-	return &driver{client: client, owned: owned, prefix: prefix, pool: make(map[int64][]idleLease)}
+	d := &driver{client: client, owned: owned, prefix: prefix, pool: make(map[int64][]idleLease)}
+	// Watches on own keys run on their own gRPC stream (the require-leader
+	// metadata makes clientv3 open a separate one), so that creating one
+	// never delays a predecessor watch.
+	d.watches, d.stopWatches = context.WithCancel(clientv3.WithRequireLeader(context.Background()))
+	return d
 }
 
 // MinTTL implements backend.Driver.
@@ -188,6 +196,18 @@ func (d *driver) revokeAsyncLocked(id clientv3.LeaseID) {
 	}
 }
 
+// track registers a background goroutine that Close waits for; false if the
+// driver is closed.
+func (d *driver) track() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return false
+	}
+	d.bg.Add(1)
+	return true
+}
+
 func (d *driver) isClosed() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -195,7 +215,8 @@ func (d *driver) isClosed() bool {
 }
 
 // Close implements backend.Driver: it revokes the idle leases, waits for
-// background revokes and closes the client if the driver owns it.
+// background revokes and watches (Locker released every lease before, which
+// stopped them) and closes the client if the driver owns it.
 func (d *driver) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -211,6 +232,7 @@ func (d *driver) Close() error {
 	d.pool = nil
 	d.closed = true
 	d.mu.Unlock()
+	d.stopWatches() // Release stopped them all unless a Release was skipped
 
 	ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
 	defer cancel()

@@ -54,7 +54,6 @@ type lease struct {
 	lost     chan struct{}
 	lostOnce sync.Once
 	stopOwn  context.CancelFunc // stops the watch on our own key
-	ownDone  chan struct{}      // closed when that watch's goroutine returned
 }
 
 // Lost implements backend.DriverLease: the channel is closed when our key is
@@ -262,8 +261,8 @@ func (l *lease) waitTurn(ctx context.Context, key string, rev int64, pred string
 // response just received (the created notice, or pred's deletion): the state
 // at that revision and the events after it together miss nothing, and such a
 // read is served by the member at once, where a linearizable read would
-// queue behind the write-ahead-log fsync of concurrent writes (the handoff
-// would pay two fsyncs instead of one). If the member cannot serve that
+// first confirm the read index through raft, behind the WAL fsync of
+// whatever concurrent write is in flight. If the member cannot serve that
 // revision, it falls back to a linearizable read.
 func (l *lease) watchPredecessor(ctx context.Context, key string, rev int64, pred string, predRev int64) (*mvccpb.KeyValue, error) {
 	wctx, cancel := context.WithCancel(ctx)
@@ -371,17 +370,19 @@ func (l *lease) lostError(key string) error {
 }
 
 // watchOwnKey starts watching our key for its deletion from the revision
-// after its creation, and closes l.lost when it is deleted. It runs on its
-// own gRPC stream (WithRequireLeader) so that creating it never delays the
-// predecessor watch, and no operation waits for it.
+// after its creation, and closes l.lost when it is deleted. It runs on the
+// driver's own-key watch stream, and no operation waits for it.
 func (l *lease) watchOwnKey(key string, rev int64) {
-	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.Background()))
-	done := make(chan struct{})
+	ctx, cancel := context.WithCancel(l.d.watches)
 	l.mu.Lock()
-	l.stopOwn, l.ownDone = cancel, done
+	l.stopOwn = cancel
 	l.mu.Unlock()
+	if !l.d.track() {
+		cancel()
+		return // the driver is closed; renewal finds out
+	}
 	go func() {
-		defer close(done)
+		defer l.d.bg.Done()
 		from := rev + 1
 		backoff := 10 * time.Millisecond
 		for {
@@ -425,16 +426,15 @@ func (l *lease) watchOwnKey(key string, rev int64) {
 	}()
 }
 
-// stopWatchingOwnKey stops the watch of watchOwnKey and waits for its
-// goroutine.
+// stopWatchingOwnKey stops the watch of watchOwnKey. Its goroutine ends
+// on its own, soon; Release does not wait for it (driver Close does).
 func (l *lease) stopWatchingOwnKey() {
 	l.mu.Lock()
-	stop, done := l.stopOwn, l.ownDone
-	l.stopOwn, l.ownDone = nil, nil
+	stop := l.stopOwn
+	l.stopOwn = nil
 	l.mu.Unlock()
 	if stop != nil {
 		stop()
-		<-done
 	}
 }
 
