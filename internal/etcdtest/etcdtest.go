@@ -72,8 +72,9 @@ func Start(tb testing.TB, opts ...Option) *Server {
 	return s
 }
 
-// StartServer starts a server with its data in dir; an empty dir means a new
-// temporary directory, removed by Close. Close the server when done.
+// StartServer starts a server with its data in a new subdirectory of dir; an
+// empty dir means a new temporary directory, removed by Close. Close the
+// server when done.
 func StartServer(dir string, opts ...Option) (*Server, error) {
 	remove := false
 	if dir == "" {
