@@ -21,7 +21,7 @@ func ExampleMemory() {
 		})
 	}
 	fmt.Println(write(34, 100)) // the current holder
-	err := write(33, 0)          // a paused former holder wakes up
+	err := write(33, 0)         // a paused former holder wakes up
 	fmt.Println(errors.Is(err, fencing.ErrStaleToken), balance)
 	fmt.Println(err)
 	// Output:

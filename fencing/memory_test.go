@@ -58,7 +58,7 @@ func TestMemoryConcurrentWritersNeverGoBackwards(t *testing.T) {
 		go func(w int) {
 			defer wg.Done()
 			for i := 0; i < 200; i++ {
-				tok := fencing.Token(i*8 + (7-w) + 1)
+				tok := fencing.Token(i*8 + (7 - w) + 1)
 				_ = g.Do(ctx, "r", tok, func(context.Context) error {
 					mu.Lock()
 					history = append(history, tok)
