@@ -29,6 +29,14 @@ type Driver interface {
 	Close() error
 }
 
+// TTLChecker is implemented by a Driver whose backend has rules for TTLs
+// beyond MinTTL (etcd: whole seconds), so that New, Open and Acquire reject a
+// TTL it cannot honour before any request is sent. Locker wraps the error in
+// ErrInvalidOption.
+type TTLChecker interface {
+	CheckTTL(ttl time.Duration) error
+}
+
 // Request is one acquisition as Locker hands it to a Driver. Name is already
 // validated; the driver maps it to a key that cannot escape its prefix.
 type Request struct {

@@ -32,17 +32,24 @@ type Locker struct {
 // Acquire's own options override them. New checks the defaults against the
 // driver's limits.
 func New(drv Driver, opts ...Option) (*Locker, error) {
+	base, err := defaults(drv, opts)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &Locker{drv: drv, base: base, closing: ctx, close: cancel, held: make(map[*Lease]struct{})}, nil
+}
+
+// defaults applies opts to the default settings and checks the result.
+func defaults(drv Driver, opts []Option) (settings, error) {
 	base := defaultSettings()
 	for _, o := range opts {
 		if o != nil {
 			o(&base)
 		}
 	}
-	if _, err := resolve(base, drv.MinTTL(), nil); err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Locker{drv: drv, base: base, closing: ctx, close: cancel, held: make(map[*Lease]struct{})}, nil
+	_, err := resolve(base, drv, nil)
+	return base, err
 }
 
 // Acquire blocks until it holds the lock called name or ctx is done. A
@@ -65,7 +72,7 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []Opt
 	if err := ValidateName(name); err != nil {
 		return nil, err
 	}
-	s, err := resolve(l.base, l.drv.MinTTL(), opts)
+	s, err := resolve(l.base, l.drv, opts)
 	if err != nil {
 		return nil, err
 	}

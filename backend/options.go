@@ -87,7 +87,7 @@ func WithMetadata(kv map[string]string) Option {
 
 // resolve applies opts over base and checks the result against the driver's
 // limits. WithMetadata copies, so base is never modified.
-func resolve(base settings, minTTL time.Duration, opts []Option) (settings, error) {
+func resolve(base settings, drv Driver, opts []Option) (settings, error) {
 	s := base
 	for _, o := range opts {
 		if o != nil {
@@ -97,8 +97,13 @@ func resolve(base settings, minTTL time.Duration, opts []Option) (settings, erro
 	if s.ttl <= 0 {
 		return s, fmt.Errorf("%w: TTL must be positive, got %v", ErrInvalidOption, s.ttl)
 	}
-	if s.ttl < minTTL {
+	if minTTL := drv.MinTTL(); s.ttl < minTTL {
 		return s, fmt.Errorf("%w: TTL %v is under this backend's minimum of %v", ErrInvalidOption, s.ttl, minTTL)
+	}
+	if c, ok := drv.(TTLChecker); ok {
+		if err := c.CheckTTL(s.ttl); err != nil {
+			return s, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+		}
 	}
 	if !s.driftSet {
 		s.drift = min(s.ttl/100+5*time.Millisecond, s.ttl/10)

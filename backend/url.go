@@ -99,6 +99,10 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
+	if _, err := defaults(drv, common); err != nil {
+		err = fmt.Errorf("%w: %s: %w", ErrInvalidURL, u.Redacted(), err)
+		return nil, errors.Join(err, drv.Close())
+	}
 	l, err := New(drv, append(common, opts...)...)
 	if err != nil {
 		return nil, errors.Join(err, drv.Close())

@@ -78,6 +78,26 @@ func newDriver(client *clientv3.Client, prefix string, owned bool) *driver {
 	return d
 }
 
+// errClientClosed is returned at once for calls on a closed client, which
+// clientv3's retry interceptor would otherwise retry until the context ends.
+var errClientClosed = errors.New("etcd: client closed")
+
+// clientClosed returns errClientClosed if the client was closed.
+func (d *driver) clientClosed() error {
+	if d.client.Ctx().Err() != nil {
+		return errClientClosed
+	}
+	return nil
+}
+
+// CheckTTL implements backend.TTLChecker: etcd lease TTLs are whole seconds.
+func (d *driver) CheckTTL(ttl time.Duration) error {
+	if ttl%time.Second != 0 {
+		return fmt.Errorf("etcd lease TTLs are whole seconds, got %v", ttl)
+	}
+	return nil
+}
+
 // MinTTL implements backend.Driver.
 func (d *driver) MinTTL() time.Duration { return MinTTL }
 
@@ -85,9 +105,6 @@ func (d *driver) MinTTL() time.Duration { return MinTTL }
 // whose expiry is comfortably far (renewed or granted less than TTL/3 ago),
 // or grants a new one.
 func (d *driver) NewLease(ctx context.Context, req backend.Request) (backend.DriverLease, time.Time, error) {
-	if req.TTL%time.Second != 0 {
-		return nil, time.Time{}, fmt.Errorf("%w: etcd lease TTLs are whole seconds, got %v", backend.ErrInvalidOption, req.TTL)
-	}
 	ttl := int64(req.TTL / time.Second)
 	value, err := json.Marshal(keyValue{Holder: req.Holder, Metadata: req.Metadata})
 	if err != nil {

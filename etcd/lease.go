@@ -447,6 +447,9 @@ func (l *lease) KeepAlive(ctx context.Context) error {
 		// The lease may be back in the pool, another acquisition's now.
 		return fmt.Errorf("%w: etcd: keepalive after release", backend.ErrReleased)
 	}
+	if err := l.d.clientClosed(); err != nil {
+		return err
+	}
 	sent := time.Now()
 	_, err := l.d.client.KeepAliveOnce(ctx, id)
 	if err == nil {
@@ -481,6 +484,9 @@ func (l *lease) noKeyYet() bool {
 // Release implements backend.DriverLease.
 func (l *lease) Release(ctx context.Context) error {
 	l.stopWatchingOwnKey()
+	if err := l.d.clientClosed(); err != nil {
+		return err
+	}
 
 	l.mu.Lock()
 	st, id, key, rev, doubtful := l.st, l.id, l.key, l.rev, l.doubtful

@@ -96,10 +96,6 @@ func parseURL(u *url.URL) (clientv3.Config, string, error) {
 		}
 		cfg.DialTimeout = d
 	}
-	if ttl, ok, err := backend.URLDuration(q, "ttl"); err == nil && ok && ttl%time.Second != 0 {
-		return clientv3.Config{}, "", fmt.Errorf("%w: %s: %w: etcd lease TTLs are whole seconds, got ttl=%v",
-			backend.ErrInvalidURL, u.Redacted(), backend.ErrInvalidOption, ttl)
-	}
 	if u.User != nil {
 		cfg.Username = u.User.Username()
 		cfg.Password, _ = u.User.Password()

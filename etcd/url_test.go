@@ -64,7 +64,6 @@ func TestParseURLErrors(t *testing.T) {
 	}{
 		{"etcd:///x", "no host"},
 		{"etcd://h1:2379,,h2:2379/x", "empty host"},
-		{"etcd://h1/x?ttl=1500ms", "whole seconds"},
 		{"etcd://h1:2379,h2:0/x", "port"},
 		{"etcd://h1:99999/x", "port"},
 		{"etcd://h1:abc,h2:2379/x", "port"},
