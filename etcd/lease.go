@@ -53,7 +53,7 @@ type lease struct {
 
 	lost     chan struct{}
 	lostOnce sync.Once
-	stopOwn  context.CancelFunc // stops the watch on our own key
+	stopOwn  func() // stops the watch on our own key
 }
 
 // Lost implements backend.DriverLease: the channel is closed when our key is
@@ -369,65 +369,78 @@ func (l *lease) lostError(key string) error {
 	return fmt.Errorf("%w: etcd: lock key %q is gone (lease expired or revoked)", backend.ErrLeaseLost, key)
 }
 
-// watchOwnKey starts watching our key for its deletion from the revision
-// after its creation, and closes l.lost when it is deleted. It runs on the
-// driver's own-key watch stream, and no operation waits for it.
+// ownWatchDelay is how long a key must have existed before watchOwnKey
+// watches it. Most uncontended holds are over sooner, and a watch created
+// and cancelled for each of them costs the server and the client more than
+// the rest of the acquisition; a revocation is still noticed within this
+// delay (and by the next renewal in any case), and the watch starts from the
+// key's creation, so it misses nothing.
+const ownWatchDelay = 50 * time.Millisecond
+
+// watchOwnKey watches our key for its deletion, from the revision after its
+// creation, once it has existed for ownWatchDelay, and closes l.lost when it
+// is deleted. It runs on the driver's own-key watch stream, and no operation
+// waits for it.
 func (l *lease) watchOwnKey(key string, rev int64) {
 	ctx, cancel := context.WithCancel(l.d.watches)
-	l.mu.Lock()
-	l.stopOwn = cancel
-	l.mu.Unlock()
-	if !l.d.track() {
-		cancel()
-		return // the driver is closed; renewal finds out
-	}
-	go func() {
-		defer l.d.bg.Done()
-		from := rev + 1
-		backoff := 10 * time.Millisecond
-		for {
-			for wr := range l.d.client.Watch(ctx, key, clientv3.WithRev(from), clientv3.WithFilterPut()) {
-				if wr.Err() != nil || wr.Canceled {
-					break
-				}
-				for _, ev := range wr.Events {
-					if ev.Type == mvccpb.DELETE {
-						l.markLost()
-						return
-					}
-				}
-				if wr.Header.Revision >= from {
-					from = wr.Header.Revision + 1
-				}
-			}
-			if ctx.Err() != nil || l.d.client.Ctx().Err() != nil {
-				return // stopped, or the client is closed: renewal reports it
-			}
-			// The watch failed (compaction, no leader): see for ourselves,
-			// then watch again from the revision read.
-			t := time.NewTimer(backoff)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			backoff = min(2*backoff, waitRetryMax)
-			resp, err := l.d.client.Get(ctx, key)
-			if err != nil {
-				continue
-			}
-			if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != rev {
-				l.markLost()
-				return
-			}
-			from = resp.Header.Revision + 1
+	timer := time.AfterFunc(ownWatchDelay, func() {
+		if ctx.Err() != nil || !l.d.track() {
+			return // released, or the driver is closed: renewal finds out
 		}
-	}()
+		defer l.d.bg.Done()
+		l.watchOwnKeyFrom(ctx, key, rev)
+	})
+	l.mu.Lock()
+	l.stopOwn = func() { timer.Stop(); cancel() }
+	l.mu.Unlock()
 }
 
-// stopWatchingOwnKey stops the watch of watchOwnKey. Its goroutine ends
-// on its own, soon; Release does not wait for it (driver Close does).
+func (l *lease) watchOwnKeyFrom(ctx context.Context, key string, rev int64) {
+	from := rev + 1
+	backoff := 10 * time.Millisecond
+	for {
+		for wr := range l.d.client.Watch(ctx, key, clientv3.WithRev(from), clientv3.WithFilterPut()) {
+			if wr.Err() != nil || wr.Canceled {
+				break
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == mvccpb.DELETE {
+					l.markLost()
+					return
+				}
+			}
+			if wr.Header.Revision >= from {
+				from = wr.Header.Revision + 1
+			}
+		}
+		if ctx.Err() != nil || l.d.client.Ctx().Err() != nil {
+			return // stopped, or the client is closed: renewal reports it
+		}
+		// The watch failed (compaction, no leader): see for ourselves,
+		// then watch again from the revision read.
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, waitRetryMax)
+		resp, err := l.d.client.Get(ctx, key)
+		if err != nil {
+			continue
+		}
+		if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != rev {
+			l.markLost()
+			return
+		}
+		from = resp.Header.Revision + 1
+	}
+}
+
+// stopWatchingOwnKey stops the watch of watchOwnKey, or keeps it from
+// starting. Its goroutine ends on its own, soon; Release does not wait for it
+// (driver Close does).
 func (l *lease) stopWatchingOwnKey() {
 	l.mu.Lock()
 	stop := l.stopOwn
