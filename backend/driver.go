@@ -48,8 +48,9 @@ type Request struct {
 
 // DriverLease is one acquisition in a backend, from NewLease to Release.
 // KeepAlive may run concurrently with itself (a Refresh beside a background
-// renewal) and with Lock (renewal while waiting); Locker serializes the rest,
-// and calls Release only after Lock has returned.
+// renewal), with Lock (renewal while waiting) and with Release (a renewal in
+// flight when the holder releases; it must do no harm). Locker serializes the
+// rest, and calls Release only after Lock has returned.
 type DriverLease interface {
 	// Lock takes the lock. With wait it queues and blocks until granted or
 	// ctx is done (then it returns ctx's error, wrapped or not); without wait

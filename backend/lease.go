@@ -133,10 +133,12 @@ func (ls *Lease) Refresh(ctx context.Context) error {
 // with its TTL.
 func (ls *Lease) Release(ctx context.Context) error {
 	ls.cancel(fmt.Errorf("%w: %q", ErrReleased, ls.name))
-	<-ls.ran
 	ls.opMu.Lock() // waits for a Refresh in flight
 	err := ls.releaseDriver(ctx)
 	ls.opMu.Unlock()
+	// The renewal loop has seen the cancel by now. Waiting for it before the
+	// driver's release would put a goroutine switch on the release's latency.
+	<-ls.ran
 	if err == nil || errors.Is(err, ErrLeaseLost) {
 		ls.locker.forget(ls)
 		if cause := context.Cause(ls.ctx); errors.Is(cause, ErrLeaseLost) {
@@ -179,7 +181,9 @@ func (ls *Lease) granted(token fencing.Token, restarted time.Time) error {
 	if ls.deadline.IsZero() || !ls.acquired.Before(ls.deadline) {
 		return fmt.Errorf("%w: granted after the local deadline", ErrLeaseLost)
 	}
-	ls.wake()
+	if !ls.s.autoRenew || ls.s.maxHold > 0 {
+		ls.wake() // the renewal schedule of a holder differs from a waiter's
+	}
 	return nil
 }
 
@@ -233,15 +237,11 @@ func (ls *Lease) lose(cause error) {
 
 // run renews the lease on schedule and fires the loss signal at the deadline
 // or when the driver reports the lease gone. It returns when the lease ends.
+// One timer serves both the renewal and the deadline.
 func (ls *Lease) run() {
 	defer close(ls.ran)
-	var deadlineTimer, renewTimer *time.Timer
-	stop := func(t *time.Timer) {
-		if t != nil {
-			t.Stop()
-		}
-	}
-	defer func() { stop(deadlineTimer); stop(renewTimer) }()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	for {
 		ls.mu.Lock()
 		deadline, renewAt := ls.deadline, ls.renewAt
@@ -251,16 +251,14 @@ func (ls *Lease) run() {
 			ls.s.autoRenew && (ls.s.maxHold == 0 || renewAt.Before(ls.acquired.Add(ls.s.maxHold))))
 		ls.mu.Unlock()
 
-		stop(deadlineTimer)
-		stop(renewTimer)
-		var deadlineC, renewC <-chan time.Time
-		if !deadline.IsZero() {
-			deadlineTimer = time.NewTimer(time.Until(deadline))
-			deadlineC = deadlineTimer.C
+		wakeAt := deadline
+		if renew && renewAt.Before(wakeAt) {
+			wakeAt = renewAt
 		}
-		if renew {
-			renewTimer = time.NewTimer(time.Until(renewAt))
-			renewC = renewTimer.C
+		var timerC <-chan time.Time
+		if !wakeAt.IsZero() {
+			timer.Reset(time.Until(wakeAt))
+			timerC = timer.C
 		}
 		select {
 		case <-ls.ctx.Done():
@@ -269,15 +267,16 @@ func (ls *Lease) run() {
 		case <-ls.drv.Lost():
 			ls.lose(fmt.Errorf("%w: %q: the backend reports the lease or lock key gone", ErrLeaseLost, ls.name))
 			return
-		case <-deadlineC:
-			if !time.Now().Before(ls.Deadline()) {
+		case now := <-timerC:
+			switch {
+			case !now.Before(ls.Deadline()):
 				ls.lose(fmt.Errorf("%w: %q: no renewal succeeded before the local deadline", ErrLeaseLost, ls.name))
 				return
-			}
-		case <-renewC:
-			if err := ls.renew(deadline); errors.Is(err, ErrLeaseLost) {
-				ls.lose(fmt.Errorf("%w: %q: renewal: %w", ErrLeaseLost, ls.name, err))
-				return
+			case renew && !now.Before(renewAt):
+				if err := ls.renew(deadline); errors.Is(err, ErrLeaseLost) {
+					ls.lose(fmt.Errorf("%w: %q: renewal: %w", ErrLeaseLost, ls.name, err))
+					return
+				}
 			}
 		}
 	}
