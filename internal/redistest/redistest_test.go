@@ -1,0 +1,61 @@
+package redistest
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+func TestStartRestartReplica(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	s := Start(t)
+	c := s.NewClient(t)
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Exists(ctx, "k").Result(); err != nil || n != 0 {
+		t.Fatalf("without persistence the key must be gone after a restart: n=%d err=%v", n, err)
+	}
+
+	p := Start(t, WithPersistence())
+	pc := p.NewClient(t)
+	if err := pc.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := pc.Get(ctx, "k").Result(); err != nil || v != "v" {
+		t.Fatalf("with persistence the key must survive a kill and restart: %q %v", v, err)
+	}
+
+	r := StartReplica(t, p)
+	if err := pc.Set(ctx, "k2", "v2", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := WaitReplicated(ctx, p, r); err != nil {
+		t.Fatal(err)
+	}
+	rc := r.NewClient(t)
+	if v, err := rc.Get(ctx, "k2").Result(); err != nil || v != "v2" {
+		t.Fatalf("replica: %q %v", v, err)
+	}
+	if err := r.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Set(ctx, "k3", "v3", 0).Err(); err != nil {
+		t.Fatalf("a promoted replica must accept writes: %v", err)
+	}
+}
+
+func TestMissingBinaryFails(t *testing.T) {
+	t.Setenv("REDIS_SERVER", "/nonexistent/redis-server")
+	if _, err := StartServer(); err == nil {
+		t.Fatal("StartServer with a missing binary must fail")
+	}
+}
