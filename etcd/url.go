@@ -46,6 +46,15 @@ func open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcd: new client for %s: %w", u.Redacted(), err)
 	}
+	// clientv3 dials lazily: one cheap read, bounded by the dial timeout,
+	// makes an unreachable cluster an error of Open rather than a wait that
+	// looks like a held lock.
+	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	defer cancel()
+	if _, err := client.Get(pctx, prefix, clientv3.WithSerializable(), clientv3.WithCountOnly()); err != nil {
+		_ = client.Close()
+		return nil, fmt.Errorf("etcd: cannot reach %s within dial_timeout %v: %w", u.Redacted(), cfg.DialTimeout, err)
+	}
 	return newDriver(client, prefix, true), nil
 }
 

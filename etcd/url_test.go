@@ -152,3 +152,14 @@ func selfSigned(t *testing.T) (certPEM, keyPEM []byte) {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
 }
+
+// clientv3 dials lazily; Open must still tell an unreachable cluster apart
+// from a held lock by failing itself.
+func TestOpenUnreachable(t *testing.T) {
+	start := time.Now()
+	_, err := backend.Open(context.Background(), "etcd://127.0.0.1:1/x?dial_timeout=500ms")
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, backend.ErrInvalidURL)
+	assert.Contains(t, err.Error(), "cannot reach")
+	assert.Less(t, time.Since(start), 10*time.Second)
+}

@@ -1,9 +1,10 @@
 // Command fencelock is the fencelock command-line tool.
 //
 //	fencelock demo    play the stale-holder timeline on an embedded etcd
+//	fencelock run     run a command while holding a lock
 //
-// Exit status: 0 on success, 1 when the command ran and failed (the demo's
-// stale write was accepted), 2 for usage errors.
+// Exit status of demo: 0 on success, 1 when the stale write was accepted, 2
+// for usage errors. fencelock run documents its own (fencelock run -h).
 package main
 
 import (
@@ -20,6 +21,8 @@ const usage = `usage: fencelock <command> [flags]
 commands:
   demo    play the stale-holder timeline on an embedded etcd server:
           A pauses past its TTL, B gets the lock, A's late write is rejected
+  run     run a command while holding a lock, with its fencing token in
+          FENCELOCK_TOKEN (fencelock run -h)
 `
 
 func main() {
@@ -37,6 +40,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "demo":
 		return demoCmd(ctx, args[1:], stdout, stderr)
+	case "run":
+		return runCmd(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

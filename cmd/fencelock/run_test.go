@@ -1,0 +1,203 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/internal/etcdtest"
+)
+
+// These tests run the real fencelock binary as child processes against a
+// real (embedded) etcd server.
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+func fencelockBin(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "fencelock-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "fencelock")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = errors.New(string(out))
+		}
+	})
+	require.NoError(t, buildErr)
+	return binPath
+}
+
+type runResult struct {
+	code           int
+	stdout, stderr string
+}
+
+func startRun(t *testing.T, args ...string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(fencelockBin(t), append([]string{"run"}, args...)...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	return cmd, &out, &errOut
+}
+
+func waitRun(t *testing.T, cmd *exec.Cmd, out, errOut *bytes.Buffer) runResult {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("fencelock run did not exit")
+	}
+	return runResult{cmd.ProcessState.ExitCode(), out.String(), errOut.String()}
+}
+
+func run1(t *testing.T, args ...string) runResult {
+	cmd, out, errOut := startRun(t, args...)
+	return waitRun(t, cmd, out, errOut)
+}
+
+func etcdURL(s *etcdtest.Server, prefix string) string {
+	return "etcd://" + strings.TrimPrefix(s.Endpoints()[0], "http://") + "/" + prefix + "?ttl=2s"
+}
+
+func TestRunNoWaitExactlyOneRuns(t *testing.T) {
+	srv := etcdtest.Start(t)
+	url := etcdURL(srv, "run-nowait")
+	dir := t.TempDir()
+	script := `echo "$FENCELOCK_LOCK $FENCELOCK_TOKEN" > "$1/ran-$2"; sleep 2`
+	var wg sync.WaitGroup
+	results := make([]runResult, 2)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = run1(t, "--url", url, "--lock", "cron", "--no-wait", "--", "sh", "-c", script, "sh", dir, strconv.Itoa(i))
+		}()
+	}
+	wg.Wait()
+	codes := []int{results[0].code, results[1].code}
+	assert.ElementsMatch(t, []int{0, exitNotAcquired}, codes, "%+v", results)
+	ran, err := filepath.Glob(filepath.Join(dir, "ran-*"))
+	require.NoError(t, err)
+	require.Len(t, ran, 1, "exactly one command must run")
+	content, err := os.ReadFile(ran[0])
+	require.NoError(t, err)
+	fields := strings.Fields(string(content))
+	require.Len(t, fields, 2)
+	assert.Equal(t, "cron", fields[0])
+	_, err = fencing.ParseToken(fields[1])
+	assert.NoError(t, err, "FENCELOCK_TOKEN must be a token")
+}
+
+func TestRunExitStatuses(t *testing.T) {
+	srv := etcdtest.Start(t)
+	url := etcdURL(srv, "run-status")
+	assert.Equal(t, 7, run1(t, "--url", url, "--lock", "s", "--", "sh", "-c", "exit 7").code)
+	assert.Equal(t, 128+int(syscall.SIGKILL), run1(t, "--url", url, "--lock", "s", "--", "sh", "-c", "kill -9 $$").code)
+	r := run1(t, "--url", "nosuch://x", "--lock", "s", "--", "true")
+	assert.Equal(t, exitInvalid, r.code)
+	assert.Equal(t, 1, strings.Count(strings.TrimSpace(r.stderr), "\n")+1, "one line: %q", r.stderr)
+	assert.Equal(t, exitInvalid, run1(t, "--url", url, "--lock", "bad\x01name", "--", "true").code)
+	assert.Equal(t, exitUsage, run1(t, "--url", url, "--", "true").code)
+	assert.Equal(t, exitUsage, run1(t, "--url", url, "--lock", "s").code)
+	assert.Equal(t, exitUnavailable, run1(t, "--url", "etcd://127.0.0.1:1/x?dial_timeout=1s", "--lock", "s", "--", "true").code)
+}
+
+func TestRunWaitTimeout(t *testing.T) {
+	srv := etcdtest.Start(t)
+	url := etcdURL(srv, "run-wait")
+	holder, out, errOut := startRun(t, "--url", url, "--lock", "w", "--", "sleep", "5")
+	time.Sleep(time.Second) // let the holder acquire
+	r := run1(t, "--url", url, "--lock", "w", "--wait-timeout", "500ms", "--", "true")
+	assert.Equal(t, exitNotAcquired, r.code, r.stderr)
+	assert.Equal(t, 0, waitRun(t, holder, out, errOut).code)
+}
+
+func TestRunForwardsSignals(t *testing.T) {
+	srv := etcdtest.Start(t)
+	url := etcdURL(srv, "run-signal")
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "usr1")
+	script := `trap 'echo got > "$1"; exit 0' USR1; touch "$1.ready"; while :; do sleep 0.1; done`
+	cmd, out, errOut := startRun(t, "--url", url, "--lock", "sig", "--", "sh", "-c", script, "sh", marker)
+	require.Eventually(t, func() bool { _, err := os.Stat(marker + ".ready"); return err == nil }, 30*time.Second, 50*time.Millisecond)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGUSR1))
+	r := waitRun(t, cmd, out, errOut)
+	assert.Equal(t, 0, r.code, r.stderr)
+	_, err := os.Stat(marker)
+	assert.NoError(t, err, "the command did not get SIGUSR1")
+}
+
+// A lease that stops being renewed (--max-hold) ends the command before
+// another holder's command starts.
+func TestRunStopsCommandBeforeNextHolder(t *testing.T) {
+	srv := etcdtest.Start(t)
+	url := etcdURL(srv, "run-lost")
+	dir := t.TempDir()
+	first := `trap 'date +%s%N > "$1/first-end"; exit 0' TERM; touch "$1/first-start"; while :; do sleep 0.05; done`
+	cmd1, out1, err1 := startRun(t, "--url", url, "--lock", "l", "--max-hold", "1s", "--grace", "500ms", "--", "sh", "-c", first, "sh", dir)
+	require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(dir, "first-start")); return err == nil }, 30*time.Second, 50*time.Millisecond)
+	second := `date +%s%N > "$1/second-start"`
+	r2 := run1(t, "--url", url, "--lock", "l", "--", "sh", "-c", second, "sh", dir)
+	r1 := waitRun(t, cmd1, out1, err1)
+	assert.Equal(t, exitLockLost, r1.code, r1.stderr)
+	assert.Contains(t, r1.stderr, "stopping the command")
+	assert.Equal(t, 0, r2.code, r2.stderr)
+	end := readNanos(t, filepath.Join(dir, "first-end"))
+	start := readNanos(t, filepath.Join(dir, "second-start"))
+	assert.Less(t, end, start, "the first command must be stopped before the second holder's command starts")
+}
+
+// A lease revoked on the server stops the command at once.
+func TestRunStopsCommandWhenLeaseRevoked(t *testing.T) {
+	srv := etcdtest.Start(t)
+	url := etcdURL(srv, "run-revoke")
+	dir := t.TempDir()
+	script := `trap 'exit 0' TERM; touch "$1/start"; while :; do sleep 0.05; done`
+	cmd, out, errOut := startRun(t, "--url", url, "--lock", "r", "--", "sh", "-c", script, "sh", dir)
+	require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(dir, "start")); return err == nil }, 30*time.Second, 50*time.Millisecond)
+	c := srv.NewClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := c.Get(ctx, "run-revoke/r/", clientv3.WithPrefix())
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 1)
+	_, err = c.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
+	require.NoError(t, err)
+	r := waitRun(t, cmd, out, errOut)
+	assert.Equal(t, exitLockLost, r.code, r.stderr)
+}
+
+func readNanos(t *testing.T, path string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	require.NoError(t, err)
+	return n
+}
