@@ -1,0 +1,304 @@
+// Package pgtest runs throwaway PostgreSQL clusters for tests: initdb in a
+// new temporary directory, trust authentication, a free 127.0.0.1 port, the
+// unix socket in the same directory, fsync off, stopped and removed when the
+// test ends.
+//
+// The server binaries (initdb, postgres) come from $PGBIN if set, else from
+// the newest /usr/lib/postgresql/*/bin (Debian's postgresql package), else
+// from $PATH. A missing binary fails the test: it is never skipped.
+//
+// PostgreSQL refuses to run as root. When the test runs as root (CI does),
+// initdb and postgres run as the "postgres" system user (created by the
+// Debian package; override with $PGTEST_USER), with the cluster directory
+// handed to that user.
+package pgtest
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+)
+
+// DriverName is the database/sql driver name to open DSNs with.
+const DriverName = "pgx"
+
+const readyTimeout = 60 * time.Second
+
+// Cluster is a running throwaway PostgreSQL cluster.
+type Cluster struct {
+	bin  string // directory of initdb and postgres
+	dir  string // cluster root: data/, the socket, the log
+	port int
+	cred *syscall.Credential // nil unless running as root
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+	dbs  atomic.Int64
+}
+
+// Start creates and starts a cluster and stops and removes it when tb ends.
+// It fails tb (never skips) if PostgreSQL is not installed or does not start.
+func Start(tb testing.TB) *Cluster {
+	tb.Helper()
+	c, err := start()
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	tb.Cleanup(c.Close)
+	return c
+}
+
+// binDir finds the directory holding initdb and postgres.
+func binDir() (string, error) {
+	if d := os.Getenv("PGBIN"); d != "" {
+		return d, checkBin(d)
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return version(dirs[i]) > version(dirs[j]) })
+	for _, d := range dirs {
+		if checkBin(d) == nil {
+			return d, nil
+		}
+	}
+	if p, err := exec.LookPath("initdb"); err == nil {
+		d := filepath.Dir(p)
+		return d, checkBin(d)
+	}
+	return "", errors.New("PostgreSQL server binaries (initdb, postgres) not found in $PGBIN, /usr/lib/postgresql/*/bin or $PATH: " +
+		"install them (Debian: apt-get install postgresql) or set PGBIN to their directory")
+}
+
+func version(binDir string) int {
+	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return v
+}
+
+func checkBin(d string) error {
+	for _, name := range []string{"initdb", "postgres"} {
+		if _, err := os.Stat(filepath.Join(d, name)); err != nil {
+			return fmt.Errorf("PostgreSQL binary %s missing in %s (install Debian's postgresql package or set PGBIN): %w", name, d, err)
+		}
+	}
+	return nil
+}
+
+func start() (*Cluster, error) {
+	bin, err := binDir()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "pgtest-")
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{bin: bin, dir: dir}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	if os.Geteuid() == 0 {
+		name := os.Getenv("PGTEST_USER")
+		if name == "" {
+			name = "postgres"
+		}
+		u, err := user.Lookup(name)
+		if err != nil {
+			return nil, fmt.Errorf("running as root, PostgreSQL must run as an unprivileged user: %w (install Debian's postgresql package, which creates the postgres user, or set PGTEST_USER)", err)
+		}
+		uid, _ := strconv.ParseUint(u.Uid, 10, 32)
+		gid, _ := strconv.ParseUint(u.Gid, 10, 32)
+		c.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		if err := os.Chown(dir, int(uid), int(gid)); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, err
+	}
+	out, err := c.command("initdb", "-D", c.dataDir(), "-U", "postgres", "--auth=trust", "--no-sync", "--encoding=UTF8", "--locale=C").CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("initdb: %w\n%s", err, out)
+	}
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		if lastErr = c.run(); lastErr == nil {
+			ok = true
+			return c, nil
+		}
+		c.port = 0 // the port may have been taken: pick another
+	}
+	return nil, lastErr
+}
+
+func (c *Cluster) dataDir() string { return filepath.Join(c.dir, "data") }
+
+// LogPath returns the server's log file.
+func (c *Cluster) LogPath() string { return filepath.Join(c.dir, "postgres.log") }
+
+func (c *Cluster) command(name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(c.bin, name), args...)
+	cmd.Dir = c.dir
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	if c.cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
+	}
+	return cmd
+}
+
+// run starts the postgres process (on c.port, or a free one if zero) and
+// waits until it accepts connections.
+func (c *Cluster) run() error {
+	if c.port == 0 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		c.port = l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+	}
+	logf, err := os.OpenFile(c.LogPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := c.command("postgres", "-D", c.dataDir(), "-p", strconv.Itoa(c.port),
+		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+c.dir,
+		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+		"-c", "max_connections=200", "-c", "shared_buffers=16MB")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start postgres: %w", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	c.mu.Lock()
+	c.cmd, c.done = cmd, done
+	c.mu.Unlock()
+
+	db, err := sql.Open(DriverName, c.DSN())
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err = db.PingContext(ctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-done:
+			return fmt.Errorf("postgres exited during start-up: %v\n%s", cmd.ProcessState, c.logTail())
+		default:
+		}
+		if time.Now().After(deadline) {
+			c.stop()
+			return fmt.Errorf("postgres not ready after %v: %v\n%s", readyTimeout, err, c.logTail())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (c *Cluster) logTail() string {
+	b, _ := os.ReadFile(c.LogPath())
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+// Port returns the TCP port the server listens on (127.0.0.1).
+func (c *Cluster) Port() int { return c.port }
+
+// DSN returns the URL of the cluster's "postgres" database, for
+// sql.Open(DriverName, dsn).
+func (c *Cluster) DSN() string { return c.dsn("postgres") }
+
+func (c *Cluster) dsn(db string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.port, db)
+}
+
+// NewDatabase creates an empty database for one test and returns its DSN.
+// It is cheap (a copy of template1), so give every test its own.
+func (c *Cluster) NewDatabase(tb testing.TB) string {
+	tb.Helper()
+	name := fmt.Sprintf("t%d", c.dbs.Add(1))
+	db, err := sql.Open(DriverName, c.DSN())
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	defer db.Close()
+	if _, err := db.Exec("CREATE DATABASE " + name); err != nil {
+		tb.Fatalf("pgtest: create database: %v", err)
+	}
+	return c.dsn(name)
+}
+
+// Open opens dsn with the pgx database/sql driver and closes it when tb ends.
+func Open(tb testing.TB, dsn string) *sql.DB {
+	tb.Helper()
+	db, err := sql.Open(DriverName, dsn)
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	tb.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// Restart stops the server (a fast shutdown: open connections are cut) and
+// starts it again on the same port over the same data directory.
+func (c *Cluster) Restart(tb testing.TB) {
+	tb.Helper()
+	c.stop()
+	if err := c.run(); err != nil {
+		tb.Fatalf("pgtest: restart: %v", err)
+	}
+}
+
+// stop shuts the server down (SIGINT, a fast shutdown; SIGKILL after 30s).
+func (c *Cluster) stop() {
+	c.mu.Lock()
+	cmd, done := c.cmd, c.done
+	c.cmd = nil
+	c.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+// Close stops the server and removes its directory.
+func (c *Cluster) Close() {
+	c.stop()
+	if !strings.HasPrefix(filepath.Base(c.dir), "pgtest-") {
+		return
+	}
+	_ = os.RemoveAll(c.dir)
+}
