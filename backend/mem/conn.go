@@ -60,9 +60,17 @@ func (d *driver) NewLease(ctx context.Context, req backend.Request) (backend.Dri
 		return nil, time.Time{}, err
 	}
 	sent := time.Now()
-	dl := &driverLease{conn: d.conn, l: d.conn.srv.grant(req.Name, req.TTL), lost: make(chan struct{})}
+	dl := &driverLease{conn: d.conn, l: d.conn.srv.grant(req), lost: make(chan struct{})}
 	go dl.watch()
 	return dl, sent, nil
+}
+
+// Inspect implements backend.Inspector.
+func (d *driver) Inspect(ctx context.Context, name string) (backend.Status, error) {
+	if err := d.conn.check(); err != nil {
+		return backend.Status{}, err
+	}
+	return d.conn.srv.status(name), nil
 }
 
 func (d *driver) Close() error {

@@ -30,7 +30,10 @@ type lease struct {
 	id      uint64
 	name    string
 	ttl     time.Duration
+	holder  string
+	meta    map[string]string
 	expiry  *time.Timer
+	renewed time.Time     // when the expiry clock last started
 	token   fencing.Token // zero until queued
 	queued  bool
 	granted chan struct{} // closed when it reaches the head of its queue
@@ -75,12 +78,14 @@ func (s *Server) Queued(name string) int {
 	return len(s.queues[name])
 }
 
-func (s *Server) grant(name string, ttl time.Duration) *lease {
+func (s *Server) grant(req backend.Request) *lease {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.nextID++
-	l := &lease{id: s.nextID, name: name, ttl: ttl, granted: make(chan struct{}), gone: make(chan struct{})}
-	l.expiry = time.AfterFunc(ttl, func() {
+	l := &lease{id: s.nextID, name: req.Name, ttl: req.TTL, holder: req.Holder, meta: req.Metadata,
+		granted: make(chan struct{}), gone: make(chan struct{})}
+	l.renewed = time.Now()
+	l.expiry = time.AfterFunc(req.TTL, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.endLocked(l)
@@ -95,7 +100,24 @@ func (s *Server) keepAlive(l *lease) error {
 		return fmt.Errorf("%w: mem lease %d expired or revoked", backend.ErrLeaseLost, l.id)
 	}
 	l.expiry.Reset(l.ttl)
+	l.renewed = time.Now()
 	return nil
+}
+
+// status lists name's queue: the holder first.
+func (s *Server) status(name string) backend.Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var st backend.Status
+	for i, l := range s.queues[name] {
+		e := backend.Entry{Holder: l.holder, Metadata: l.meta, Token: l.token, TTLLeft: max(time.Until(l.renewed.Add(l.ttl)), 0)}
+		if i == 0 {
+			st.Holder = &e
+		} else {
+			st.Waiters = append(st.Waiters, e)
+		}
+	}
+	return st
 }
 
 // enqueue appends l to its queue with a fresh token. Without wait it fails if

@@ -2,6 +2,7 @@
 //
 //	fencelock demo    play the stale-holder timeline on an embedded etcd
 //	fencelock run     run a command while holding a lock
+//	fencelock status  show who holds and who waits for a lock
 //
 // Exit status of demo: 0 on success, 1 when the stale write was accepted, 2
 // for usage errors. fencelock run documents its own (fencelock run -h).
@@ -23,6 +24,7 @@ commands:
           A pauses past its TTL, B gets the lock, A's late write is rejected
   run     run a command while holding a lock, with its fencing token in
           FENCELOCK_TOKEN (fencelock run -h)
+  status  show who holds and who waits for a lock (fencelock status -h)
 `
 
 func main() {
@@ -42,6 +44,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return demoCmd(ctx, args[1:], stdout, stderr)
 	case "run":
 		return runCmd(args[1:], stdout, stderr)
+	case "status":
+		return statusCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

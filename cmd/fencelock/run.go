@@ -94,7 +94,7 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 
 	locker, err := backend.Open(ctx, *url)
 	if err != nil {
-		return report(stderr, err)
+		return report(stderr, "run", err)
 	}
 	defer locker.Close()
 	var opts []backend.Option
@@ -106,7 +106,7 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	lease, err := acquireForRun(ctx, locker, *name, *noWait, *waitTimeout, opts)
 	if err != nil {
-		return report(stderr, err)
+		return report(stderr, "run", err)
 	}
 	cancel() // from here on, signals go to the command
 	defer lease.Release(context.Background())
@@ -126,8 +126,8 @@ func acquireForRun(ctx context.Context, l *backend.Locker, name string, noWait b
 }
 
 // report prints err in one line and maps it to an exit status.
-func report(stderr io.Writer, err error) int {
-	fmt.Fprintf(stderr, "fencelock run: %v\n", err)
+func report(stderr io.Writer, command string, err error) int {
+	fmt.Fprintf(stderr, "fencelock %s: %v\n", command, err)
 	switch {
 	case errors.Is(err, backend.ErrNotAcquired):
 		return exitNotAcquired

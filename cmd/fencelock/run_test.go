@@ -201,3 +201,29 @@ func readNanos(t *testing.T, path string) int64 {
 	require.NoError(t, err)
 	return n
 }
+
+func TestStatusShowsHolderAndWaiter(t *testing.T) {
+	srv := etcdtest.Start(t)
+	url := etcdURL(srv, "status")
+	dir := t.TempDir()
+	holder, out1, err1 := startRun(t, "--url", url+"&holder=worker-a", "--lock", "job", "--", "sh", "-c", `touch "$1/held"; sleep 3`, "sh", dir)
+	require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(dir, "held")); return err == nil }, 30*time.Second, 50*time.Millisecond)
+	waiter, out2, err2 := startRun(t, "--url", url+"&holder=worker-b", "--lock", "job", "--", "true")
+
+	var out, errOut bytes.Buffer
+	require.Eventually(t, func() bool {
+		out.Reset()
+		return run(context.Background(), []string{"status", "--url", url, "job"}, &out, &errOut) == 0 &&
+			strings.Contains(out.String(), "1 waiting")
+	}, 20*time.Second, 100*time.Millisecond, "stdout %q stderr %q", out.String(), errOut.String())
+	assert.Contains(t, out.String(), `lock "job" held by worker-a, token `)
+	assert.Contains(t, out.String(), "1. worker-b, token ")
+
+	assert.Equal(t, 0, waitRun(t, holder, out1, err1).code)
+	assert.Equal(t, 0, waitRun(t, waiter, out2, err2).code)
+	out.Reset()
+	require.Equal(t, 0, run(context.Background(), []string{"status", "--url", url, "--json", "job"}, &out, &errOut))
+	assert.Contains(t, out.String(), `"Holder": null`)
+	assert.Equal(t, exitUsage, run(context.Background(), []string{"status", "--url", url}, &out, &errOut))
+	assert.Equal(t, exitInvalid, run(context.Background(), []string{"status", "--url", url, ""}, &out, &errOut))
+}

@@ -1,0 +1,74 @@
+package backend_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/mem"
+)
+
+func TestStatusOnMem(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	srv := mem.NewServer()
+	a, err := mem.New(srv.Connect(), backend.WithHolder("a"), backend.WithTTL(10*time.Second))
+	require.NoError(t, err)
+	defer a.Close()
+	b, err := mem.New(srv.Connect(), backend.WithHolder("b"))
+	require.NoError(t, err)
+	defer b.Close()
+
+	st, err := a.Status(ctx, "s")
+	require.NoError(t, err)
+	assert.Nil(t, st.Holder, "a free lock has no holder")
+
+	held, err := a.Acquire(ctx, "s", backend.WithMetadata(map[string]string{"job": "report"}))
+	require.NoError(t, err)
+	waiting := make(chan error, 1)
+	go func() {
+		ls, err := b.Acquire(ctx, "s")
+		if err == nil {
+			err = ls.Release(ctx)
+		}
+		waiting <- err
+	}()
+	require.Eventually(t, func() bool { return srv.Queued("s") == 2 }, 5*time.Second, 5*time.Millisecond)
+
+	st, err = b.Status(ctx, "s")
+	require.NoError(t, err)
+	require.NotNil(t, st.Holder)
+	assert.Equal(t, "s", st.Name)
+	assert.Equal(t, "a", st.Holder.Holder)
+	assert.Equal(t, map[string]string{"job": "report"}, st.Holder.Metadata)
+	assert.Equal(t, held.Token(), st.Holder.Token)
+	assert.Greater(t, st.Holder.TTLLeft, time.Duration(0))
+	assert.LessOrEqual(t, st.Holder.TTLLeft, 10*time.Second)
+	require.Len(t, st.Waiters, 1)
+	assert.Equal(t, "b", st.Waiters[0].Holder)
+	assert.Greater(t, st.Waiters[0].Token, held.Token())
+
+	require.NoError(t, held.Release(ctx))
+	require.NoError(t, <-waiting)
+	_, err = a.Status(ctx, "")
+	assert.ErrorIs(t, err, backend.ErrInvalidName)
+}
+
+// noInspect stands for a backend that cannot list holders. Every real
+// driver here can, so this test needs a stand-in; Status must refuse before
+// calling any driver method.
+type noInspect struct{ backend.Driver }
+
+func (noInspect) MinTTL() time.Duration { return time.Second }
+
+func TestStatusUnsupported(t *testing.T) {
+	l, err := backend.New(noInspect{})
+	require.NoError(t, err)
+	_, err = l.Status(context.Background(), "x")
+	assert.True(t, errors.Is(err, errors.ErrUnsupported), "%v", err)
+}
