@@ -20,8 +20,12 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	ttl := fs.Duration("ttl", 2*time.Second, "lease TTL (etcd: whole seconds, at least 2s)")
+	url := fs.String("url", "", "play it on this backend instead of an embedded etcd (A's pause is then simulated by turning its renewals off)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *url != "" {
+		return demoOnURL(ctx, *url, *ttl, stdout, stderr)
 	}
 	fmt.Fprintln(stdout, "fencelock demo: starting an embedded etcd server ...")
 	srv, err := etcdtest.StartServer("")
@@ -65,6 +69,30 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	res, err := demo.Run(ctx, stdout, demo.Client{Locker: lockerA, Freeze: freezeA}, demo.Client{Locker: lockerB}, "report", *ttl)
+	return demoResult(res, err, stdout, stderr)
+}
+
+// demoOnURL plays the timeline on the backend at url, with two Lockers of
+// their own; A's pause is its renewals turned off.
+func demoOnURL(ctx context.Context, url string, ttl time.Duration, stdout, stderr io.Writer) int {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var lockers [2]*backend.Locker
+	for i := range lockers {
+		l, err := backend.Open(ctx, url)
+		if err != nil {
+			fmt.Fprintf(stderr, "fencelock demo: %v\n", err)
+			return 1
+		}
+		defer l.Close()
+		lockers[i] = l
+	}
+	fmt.Fprintf(stdout, "fencelock demo on %s; lock %q, TTL %v\n\n", url, "fencelock-demo", ttl)
+	res, err := demo.Run(ctx, stdout, demo.Client{Locker: lockers[0]}, demo.Client{Locker: lockers[1]}, "fencelock-demo", ttl)
+	return demoResult(res, err, stdout, stderr)
+}
+
+func demoResult(res demo.Result, err error, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "fencelock demo: %v\n", err)
 		return 1

@@ -25,3 +25,11 @@ func TestUsageErrors(t *testing.T) {
 	assert.Equal(t, 2, run(context.Background(), []string{"demo", "-ttl=x"}, &out, &errOut))
 	assert.Equal(t, 0, run(context.Background(), []string{"help"}, &out, &errOut))
 }
+
+func TestDemoOnURL(t *testing.T) {
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), []string{"demo", "--url", "mem://demo-url", "--ttl", "300ms"}, &out, &errOut)
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
+	assert.Contains(t, out.String(), "rejects A's write")
+	assert.Equal(t, 1, run(context.Background(), []string{"demo", "--url", "nosuch://"}, &out, &errOut))
+}
