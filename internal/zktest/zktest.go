@@ -1,0 +1,417 @@
+// Package zktest runs a real standalone ZooKeeper server (Debian's zookeeper
+// package, started with java) for tests, benchmarks and demos, and a small
+// TCP proxy that tests use to cut a client's connection without closing its
+// session.
+//
+// Start is for tests and benchmarks: the server lives in tb.TempDir and is
+// stopped at cleanup. StartServer is for code without a testing.TB; call
+// Close when done. A missing ZooKeeper or Java install is an error (Start
+// fails the test): nothing here skips.
+//
+// The server listens on a free 127.0.0.1 port with a 200ms tickTime, so that
+// session timeouts from 400ms (2 ticks) to 120s are accepted as asked. It
+// does not fsync its transaction log (forceSync=no): data survives a
+// restart of the process, not of the machine. The JVM is kept lean
+// (-Xmx256m, serial GC, C1 only) for small CI machines.
+package zktest
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// TickTime is the server's tickTime. The shortest session timeout it
+// grants is 2*TickTime.
+const TickTime = 200 * time.Millisecond
+
+// MaxSessionTimeout is the longest session timeout the server grants.
+const MaxSessionTimeout = 120 * time.Second
+
+// readyTimeout bounds how long a start waits for the server to serve.
+const readyTimeout = 60 * time.Second
+
+// Jar is the ZooKeeper server jar of Debian's zookeeper package; its
+// manifest's Class-Path names the dependencies. FENCELOCK_ZK_CLASSPATH
+// overrides the whole class path.
+const Jar = "/usr/share/java/zookeeper.jar"
+
+// Option sets a zoo.cfg entry before the server starts.
+type Option func(cfg map[string]string)
+
+// WithConfig sets zoo.cfg key to value (for example "maxSessionTimeout").
+// The port, address and data directory are set by the start and should not
+// be changed.
+func WithConfig(key, value string) Option { return func(c map[string]string) { c[key] = value } }
+
+// Server is a running ZooKeeper server process.
+type Server struct {
+	dir       string
+	removeDir bool
+	cfgPath   string
+	logPath   string
+	port      int
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+	paused bool
+	closed bool
+}
+
+// Start starts a server in a temporary directory of tb and stops it when the
+// test or benchmark ends. It fails tb if the server does not start, with the
+// reason (for example: ZooKeeper not installed).
+func Start(tb testing.TB, opts ...Option) *Server {
+	tb.Helper()
+	s, err := start(tb.TempDir(), false, opts)
+	if err != nil {
+		tb.Fatalf("zktest: %v", err)
+	}
+	tb.Cleanup(s.Close)
+	return s
+}
+
+// StartServer starts a server with its data in dir; an empty dir means a new
+// temporary directory, removed by Close. Close the server when done.
+func StartServer(dir string, opts ...Option) (*Server, error) {
+	remove := false
+	if dir == "" {
+		d, err := os.MkdirTemp("", "zktest-")
+		if err != nil {
+			return nil, fmt.Errorf("zktest: %w", err)
+		}
+		dir, remove = d, true
+	}
+	s, err := start(dir, remove, opts)
+	if err != nil {
+		if remove {
+			_ = os.RemoveAll(dir)
+		}
+		return nil, fmt.Errorf("zktest: %w", err)
+	}
+	return s, nil
+}
+
+// classPath returns the class path of the installed server, or an error that
+// says what is missing.
+func classPath() (string, error) {
+	if cp := os.Getenv("FENCELOCK_ZK_CLASSPATH"); cp != "" {
+		return cp, nil
+	}
+	if _, err := os.Stat(Jar); err != nil {
+		return "", fmt.Errorf("ZooKeeper is not installed: %s is missing (install Debian's package: apt-get install zookeeper; or set FENCELOCK_ZK_CLASSPATH)", Jar)
+	}
+	return Jar, nil
+}
+
+func javaPath() (string, error) {
+	p, err := exec.LookPath("java")
+	if err != nil {
+		return "", fmt.Errorf("java is not installed or not on PATH (apt-get install zookeeper pulls in a JRE): %w", err)
+	}
+	return p, nil
+}
+
+func start(dir string, remove bool, opts []Option) (*Server, error) {
+	if _, err := classPath(); err != nil {
+		return nil, err
+	}
+	if _, err := javaPath(); err != nil {
+		return nil, err
+	}
+	var errs []error
+	for attempt := 0; attempt < 3; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		data, err := os.MkdirTemp(dir, "data-")
+		if err != nil {
+			return nil, err
+		}
+		cfg := map[string]string{
+			"tickTime":               strconv.Itoa(int(TickTime / time.Millisecond)),
+			"dataDir":                data,
+			"clientPort":             strconv.Itoa(port),
+			"clientPortAddress":      "127.0.0.1",
+			"maxSessionTimeout":      strconv.Itoa(int(MaxSessionTimeout / time.Millisecond)),
+			"admin.enableServer":     "false",
+			"4lw.commands.whitelist": "*",
+			"maxClientCnxns":         "0",
+		}
+		for _, o := range opts {
+			if o != nil {
+				o(cfg)
+			}
+		}
+		s := &Server{dir: dir, removeDir: remove, port: port,
+			cfgPath: filepath.Join(data, "zoo.cfg"), logPath: filepath.Join(data, "zookeeper.log")}
+		if err := writeConfig(s.cfgPath, cfg); err != nil {
+			return nil, err
+		}
+		if err := s.launch(); err != nil {
+			errs = append(errs, err)
+			_ = os.RemoveAll(data)
+			continue
+		}
+		return s, nil
+	}
+	return nil, errors.Join(errs...)
+}
+
+func writeConfig(path string, cfg map[string]string) error {
+	keys := make([]string, 0, len(cfg))
+	for k := range cfg {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s=%s\n", k, cfg[k])
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o600)
+}
+
+// launch starts the java process and waits until it serves requests.
+func (s *Server) launch() error {
+	cp, err := classPath()
+	if err != nil {
+		return err
+	}
+	java, err := javaPath()
+	if err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(java,
+		"-Xmx256m", "-Xms32m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto",
+		"-Dzookeeper.log.dir="+filepath.Dir(s.logPath),
+		"-Dzookeeper.admin.enableServer=false",
+		"-Dzookeeper.forceSync=no",
+		"-Dznode.container.checkIntervalMs=1000",
+		"-cp", cp,
+		"org.apache.zookeeper.server.ZooKeeperServerMain", s.cfgPath)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		_ = logf.Close()
+		return fmt.Errorf("start java: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		_ = logf.Close()
+		close(exited)
+	}()
+	s.mu.Lock()
+	s.cmd, s.exited, s.paused = cmd, exited, false
+	s.mu.Unlock()
+	if err := s.waitReady(exited); err != nil {
+		_ = cmd.Process.Kill()
+		<-exited
+		return err
+	}
+	return nil
+}
+
+// waitReady connects and makes a real request, until it works or the server
+// died or readyTimeout passed.
+func (s *Server) waitReady(exited <-chan struct{}) error {
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		select {
+		case <-exited:
+			return fmt.Errorf("the ZooKeeper server exited while starting; its log %s ends with:\n%s", s.logPath, tail(s.logPath))
+		default:
+		}
+		if err := ping(s.Addr(), 2*time.Second); err == nil {
+			return nil
+		} else if time.Now().After(deadline) {
+			return fmt.Errorf("the ZooKeeper server at %s was not ready after %v: %v; log %s:\n%s", s.Addr(), readyTimeout, err, s.logPath, tail(s.logPath))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// ping opens a session and reads the root node.
+func ping(addr string, timeout time.Duration) error {
+	c, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return err
+	}
+	_ = c.Close()
+	conn, _, err := zk.Connect([]string{addr}, 4*time.Second, zk.WithLogger(quiet{}), zk.WithLogInfo(false))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := conn.Exists("/")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(timeout):
+		return fmt.Errorf("no reply within %v", timeout)
+	}
+}
+
+func tail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Addr returns the client address, 127.0.0.1:port.
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// LogPath returns the file the server's output goes to.
+func (s *Server) LogPath() string { return s.logPath }
+
+// Stop kills the server process (SIGKILL: no clean shutdown, no session is
+// closed) and waits for it to exit. Data written before stays in its data
+// directory; Restart brings it back on the same port.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	cmd, exited, paused := s.cmd, s.exited, s.paused
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	if paused {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+	}
+	<-exited
+}
+
+// Restart stops the server if it runs and starts it again with the same
+// configuration, data directory and port.
+func (s *Server) Restart() error {
+	s.Stop()
+	var err error
+	for attempt := 0; attempt < 20; attempt++ {
+		if err = s.launch(); err == nil {
+			return nil
+		}
+		time.Sleep(250 * time.Millisecond) // the port may linger briefly
+	}
+	return fmt.Errorf("zktest: restart: %w", err)
+}
+
+// Pause stops the server process with SIGSTOP: connections stay open but
+// nothing is answered. Resume continues it (sessions whose deadline passed
+// meanwhile may then expire, even if their clients kept trying).
+func (s *Server) Pause() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil && !s.paused {
+		_ = s.cmd.Process.Signal(syscall.SIGSTOP)
+		s.paused = true
+	}
+}
+
+// Resume continues a paused server.
+func (s *Server) Resume() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil && s.paused {
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+		s.paused = false
+	}
+}
+
+// Close stops the server and removes its directory if StartServer made it.
+func (s *Server) Close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.Stop()
+	if s.removeDir {
+		_ = os.RemoveAll(s.dir)
+	}
+}
+
+// Connect returns a client session to the server with the given session
+// timeout, connected (or failed) within 30s; tb closes it at cleanup.
+func (s *Server) Connect(tb testing.TB, sessionTimeout time.Duration) *zk.Conn {
+	tb.Helper()
+	return ConnectTo(tb, s.Addr(), sessionTimeout)
+}
+
+// ConnectTo is Connect for any address (a Proxy's, for example).
+func ConnectTo(tb testing.TB, addr string, sessionTimeout time.Duration, opts ...func(*zk.Conn)) *zk.Conn {
+	tb.Helper()
+	conn, err := dial(addr, sessionTimeout, opts...)
+	if err != nil {
+		tb.Fatalf("zktest: %v", err)
+	}
+	tb.Cleanup(conn.Close)
+	return conn
+}
+
+func dial(addr string, sessionTimeout time.Duration, opts ...func(*zk.Conn)) (*zk.Conn, error) {
+	all := func(c *zk.Conn) {
+		for _, o := range opts {
+			o(c)
+		}
+	}
+	conn, _, err := zk.Connect([]string{addr}, sessionTimeout, zk.WithLogger(quiet{}), zk.WithLogInfo(false), all)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for conn.State() != zk.StateHasSession {
+		if time.Now().After(deadline) {
+			conn.Close()
+			return nil, fmt.Errorf("no session with %s within 30s", addr)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return conn, nil
+}
+
+// Quiet is a zk.Logger that discards go-zookeeper's log lines.
+type quiet struct{}
+
+func (quiet) Printf(string, ...any) {}
+
+// Quiet returns a zk.Logger that discards everything.
+func Quiet() zk.Logger { return quiet{} }

@@ -1,0 +1,46 @@
+package zktest_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fencelock/internal/zktest"
+)
+
+func TestStartRestartProxy(t *testing.T) {
+	start := time.Now()
+	s := zktest.Start(t)
+	t.Logf("started in %v at %s", time.Since(start), s.Addr())
+	c := s.Connect(t, 4*time.Second)
+	if _, err := c.Create("/x", []byte("v"), 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	_, st, err := c.Get("/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	c2 := s.Connect(t, 4*time.Second)
+	data, st2, err := c2.Get("/x")
+	if err != nil || string(data) != "v" || st2.Czxid != st.Czxid {
+		t.Fatalf("after restart: %q %v %v", data, st2, err)
+	}
+
+	p := zktest.NewProxy(t, s.Addr())
+	pc := zktest.ConnectTo(t, p.Addr(), 4*time.Second)
+	if _, _, err := pc.Exists("/x"); err != nil {
+		t.Fatal(err)
+	}
+	p.Kill()
+	deadline := time.Now().Add(5 * time.Second)
+	for pc.State() == zk.StateHasSession {
+		if time.Now().After(deadline) {
+			t.Fatal("client did not notice the cut")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
