@@ -1,0 +1,337 @@
+package redis
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fencelock/backend"
+)
+
+// DefaultPrefix is the key prefix when Config.Prefix is empty.
+const DefaultPrefix = "fencelock"
+
+// MinTTL is the shortest TTL the adapter accepts. Redis counts PX expiries in
+// whole milliseconds; below 100ms the renewal period (TTL/3) and the drift
+// margin leave too little room for a round trip on a busy host.
+const MinTTL = 100 * time.Millisecond
+
+// DefaultWaitTimeout is how long an acquisition waits for replicas when
+// Config.WaitReplicas is set and Config.WaitTimeout is not.
+const DefaultWaitTimeout = 500 * time.Millisecond
+
+// yieldWindow is how long newcomers stand back after a release that woke
+// waiters (see the package documentation, "Waiting").
+const yieldWindow = 50 * time.Millisecond
+
+// ErrNotReplicated is returned (wrapped, together with backend.ErrNotAcquired)
+// by an acquisition that got the lock but whose grant was not acknowledged by
+// Config.WaitReplicas replicas within Config.WaitTimeout. The lock was
+// released again (or expires with its TTL if that failed too); its token is
+// never handed out.
+var ErrNotReplicated = errors.New("redis: grant not acknowledged by enough replicas")
+
+// Client is what the adapter needs of a go-redis client: running scripts and
+// subscribing. *redis.Client (also as returned by redis.NewFailoverClient
+// for Sentinel), *redis.ClusterClient and *redis.Ring satisfy it.
+type Client interface {
+	goredis.Scripter
+	Subscribe(ctx context.Context, channels ...string) *goredis.PubSub
+}
+
+// Config holds the adapter's own settings; the zero Config is the default.
+type Config struct {
+	// Prefix starts every key and channel name (default DefaultPrefix). It
+	// must not contain '{' or '}', which would move the Cluster hash tag.
+	Prefix string
+	// ClockFloor makes every token at least the server's clock in
+	// microseconds (Unix time), so that tokens keep growing when the counter
+	// is lost (a restart without persistence) or rolled back (a failover
+	// that lost the latest INCRs), provided the clock of the server that
+	// grants the next token is ahead of the one that granted the last token
+	// by the time between the two grants. Tokens are then large numbers
+	// rather than 1, 2, 3. See the package documentation.
+	ClockFloor bool
+	// WaitReplicas, when positive, makes every grant wait (WAIT) until that
+	// many replicas acknowledged it, for up to WaitTimeout; otherwise the
+	// lock is released and the acquisition fails with ErrNotReplicated.
+	WaitReplicas int
+	// WaitTimeout bounds the WAIT (default DefaultWaitTimeout). It must be
+	// positive: WAIT with 0 would block forever.
+	WaitTimeout time.Duration
+}
+
+func (c Config) check() (Config, error) {
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	if strings.ContainsAny(c.Prefix, "{}") {
+		return c, fmt.Errorf("%w: redis: prefix %q must not contain '{' or '}'", backend.ErrInvalidOption, c.Prefix)
+	}
+	if c.WaitReplicas < 0 {
+		return c, fmt.Errorf("%w: redis: WaitReplicas must not be negative, got %d", backend.ErrInvalidOption, c.WaitReplicas)
+	}
+	if c.WaitTimeout < 0 || c.WaitTimeout > 0 && c.WaitTimeout < time.Millisecond {
+		return c, fmt.Errorf("%w: redis: WaitTimeout must be at least 1ms, got %v", backend.ErrInvalidOption, c.WaitTimeout)
+	}
+	if c.WaitReplicas > 0 && c.WaitTimeout == 0 {
+		c.WaitTimeout = DefaultWaitTimeout
+	}
+	return c, nil
+}
+
+// New returns a Locker that keeps its locks in Redis through client, with
+// the default Config. opts are the Locker's defaults (see backend.Option).
+// Closing the Locker does not close client.
+func New(client Client, opts ...backend.Option) (*backend.Locker, error) {
+	return NewWithConfig(client, Config{}, opts...)
+}
+
+// NewWithConfig is New with the adapter's own settings.
+func NewWithConfig(client Client, cfg Config, opts ...backend.Option) (*backend.Locker, error) {
+	d, err := newDriver(client, cfg, nil)
+	if err != nil {
+		return nil, err
+	}
+	return backend.New(d, opts...)
+}
+
+var (
+	//go:embed scripts/acquire.lua
+	acquireSrc string
+	//go:embed scripts/refresh.lua
+	refreshSrc string
+	//go:embed scripts/release.lua
+	releaseSrc string
+
+	acquireScript = goredis.NewScript(acquireSrc)
+	refreshScript = goredis.NewScript(refreshSrc)
+	releaseScript = goredis.NewScript(releaseSrc)
+)
+
+// driver implements backend.Driver over one go-redis client.
+type driver struct {
+	c     Client
+	owned io.Closer // closed by Close when the driver opened the client
+	cfg   Config
+	id    string // this driver's random id: the first part of every owner id
+	seq   atomic.Uint64
+	hub   *hub
+
+	// Counters for tests and benchmarks.
+	attempts atomic.Int64 // acquire script calls
+	wakeups  atomic.Int64 // release notices delivered to waiting acquisitions
+
+	mu     sync.Mutex
+	closed bool
+}
+
+func newDriver(client Client, cfg Config, owned io.Closer) (*driver, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: redis: nil client", backend.ErrInvalidOption)
+	}
+	cfg, err := cfg.check()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.WaitReplicas > 0 {
+		_, isCluster := client.(masterForKey)
+		_, isPipeliner := client.(pipeliner)
+		if !isCluster && !isPipeliner {
+			return nil, fmt.Errorf("%w: redis: WaitReplicas needs a client with Pipeline or MasterForKey (%T has neither)", backend.ErrInvalidOption, client)
+		}
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	d := &driver{c: client, owned: owned, cfg: cfg, id: hex.EncodeToString(b[:])}
+	d.hub = newHub(client, &d.wakeups)
+	return d, nil
+}
+
+// MinTTL implements backend.Driver.
+func (d *driver) MinTTL() time.Duration { return MinTTL }
+
+// CheckTTL implements backend.TTLChecker: PX counts whole milliseconds.
+func (d *driver) CheckTTL(ttl time.Duration) error {
+	if ttl%time.Millisecond != 0 {
+		return fmt.Errorf("redis expiries are whole milliseconds, got %v", ttl)
+	}
+	return nil
+}
+
+// NewLease implements backend.Driver. It sends nothing: the lock key carries
+// its own expiry, which the acquire script starts.
+func (d *driver) NewLease(ctx context.Context, req backend.Request) (backend.DriverLease, time.Time, error) {
+	d.mu.Lock()
+	closed := d.closed
+	d.mu.Unlock()
+	if closed {
+		return nil, time.Time{}, fmt.Errorf("redis: %w", backend.ErrClosed)
+	}
+	owner := d.id + "." + strconv.FormatUint(d.seq.Add(1), 36)
+	return &lease{d: d, k: keysOf(d.cfg.Prefix, req.Name), owner: owner, prefix: owner + ":",
+		ttlMs: req.TTL.Milliseconds()}, time.Time{}, nil
+}
+
+// Close implements backend.Driver: it stops the shared subscription and
+// closes the client if the driver opened it.
+func (d *driver) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	d.mu.Unlock()
+	err := d.hub.close()
+	if d.owned != nil {
+		if cerr := d.owned.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("redis: close client: %w", cerr))
+		}
+	}
+	return err
+}
+
+// keys are the Redis names of one lock. All carry the hash tag {<escaped
+// name>}, so a Cluster keeps them in one slot.
+type keys struct {
+	lock, counter, yield, channel string
+}
+
+func keysOf(prefix, name string) keys {
+	base := prefix + ":{" + escapeName(name) + "}"
+	return keys{lock: base, counter: base + ":token", yield: base + ":yield", channel: base + ":released"}
+}
+
+// escapeName escapes '%', '{', '}' and ':' as %XX. The result holds no brace,
+// so it is exactly the key's hash tag, and no colon, so no name's keys are
+// another name's; escaping '%' makes the mapping one-to-one.
+func escapeName(name string) string {
+	if !strings.ContainsAny(name, "%{}:") {
+		return name
+	}
+	var b strings.Builder
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; c {
+		case '%', '{', '}', ':':
+			fmt.Fprintf(&b, "%%%02X", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// LockKey returns the Redis key that holds lock name under prefix (empty:
+// DefaultPrefix): hand it to redsync or bsm/redislock to make their holders
+// and this package's exclude each other. Its token counter is LockKey +
+// ":token".
+func LockKey(prefix, name string) string {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return keysOf(prefix, name).lock
+}
+
+type masterForKey interface {
+	MasterForKey(ctx context.Context, key string) (*goredis.Client, error)
+}
+
+type pipeliner interface {
+	Pipeline() goredis.Pipeliner
+}
+
+// acquireResult is the reply of the acquire script.
+type acquireResult struct {
+	granted bool
+	n       int64 // the token if granted, else how long to wait in ms (-1: no expiry)
+}
+
+// acquire runs the acquire script once (and WAIT after it if configured).
+func (d *driver) acquire(ctx context.Context, l *lease, respectYield bool) (acquireResult, error) {
+	d.attempts.Add(1)
+	k := []string{l.k.lock, l.k.counter, l.k.yield}
+	args := []any{l.owner, l.ttlMs, flag(respectYield), flag(d.cfg.ClockFloor)}
+	if d.cfg.WaitReplicas == 0 {
+		res, err := acquireScript.Run(ctx, d.c, k, args...).Int64Slice()
+		return parseAcquire(res, err)
+	}
+	return d.acquireWait(ctx, k, args)
+}
+
+// acquireWait sends the acquire script and WAIT in one pipeline on one
+// connection (WAIT counts the replicas that have this connection's writes).
+func (d *driver) acquireWait(ctx context.Context, k []string, args []any) (acquireResult, error) {
+	var p goredis.Pipeliner
+	if c, ok := d.c.(masterForKey); ok {
+		node, err := c.MasterForKey(ctx, k[0])
+		if err != nil {
+			return acquireResult{}, err
+		}
+		p = node.Pipeline()
+	} else {
+		p = d.c.(pipeliner).Pipeline()
+	}
+	for attempt := 0; ; attempt++ {
+		var script *goredis.Cmd
+		if attempt == 0 {
+			script = p.EvalSha(ctx, acquireScript.Hash(), k, args...)
+		} else {
+			script = p.Eval(ctx, acquireSrc, k, args...)
+		}
+		wait := p.Do(ctx, "WAIT", d.cfg.WaitReplicas, d.cfg.WaitTimeout.Milliseconds())
+		_, _ = p.Exec(ctx)
+		if attempt == 0 && isNoScript(script.Err()) {
+			continue
+		}
+		res, err := parseAcquire(script.Int64Slice())
+		if err != nil || !res.granted {
+			return res, err
+		}
+		acks, err := wait.Int64()
+		if err != nil {
+			return res, fmt.Errorf("redis: WAIT after the grant: %w", err)
+		}
+		if acks < int64(d.cfg.WaitReplicas) {
+			return res, fmt.Errorf("%w: %w: %d of %d replicas within %v", backend.ErrNotAcquired, ErrNotReplicated,
+				acks, d.cfg.WaitReplicas, d.cfg.WaitTimeout)
+		}
+		return res, nil
+	}
+}
+
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+func parseAcquire(res []int64, err error) (acquireResult, error) {
+	if err != nil {
+		return acquireResult{}, fmt.Errorf("redis: acquire script: %w", err)
+	}
+	if len(res) != 2 {
+		return acquireResult{}, fmt.Errorf("redis: acquire script returned %v", res)
+	}
+	r := acquireResult{granted: res[0] == 1, n: res[1]}
+	if r.granted && r.n <= 0 {
+		return acquireResult{}, fmt.Errorf("redis: acquire script granted token %d", r.n)
+	}
+	return r, nil
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}

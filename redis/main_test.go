@@ -1,0 +1,104 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/internal/redistest"
+)
+
+// srv is one redis-server shared by the package's tests that need nothing
+// special of it; each test works under its own key prefix.
+var srv *redistest.Server
+
+func TestMain(m *testing.M) {
+	s, err := redistest.StartServer()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	srv = s
+	code := m.Run()
+	s.Close()
+	os.Exit(code)
+}
+
+var prefixSeq atomic.Int64
+
+// testPrefix returns a key prefix of its own for t.
+func testPrefix(t testing.TB) string {
+	r := strings.NewReplacer("/", "_", "{", "_", "}", "_")
+	return fmt.Sprintf("fencelock-test:%s:%d", r.Replace(t.Name()), prefixSeq.Add(1))
+}
+
+// newClient returns a client of addr, closed at cleanup.
+func newClient(t testing.TB, addr string) *goredis.Client {
+	c := goredis.NewClient(&goredis.Options{Addr: addr})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// locker returns a Locker with its own client of addr, closed at cleanup
+// (the Locker first, then the client).
+func locker(t testing.TB, addr string, cfg Config, opts ...backend.Option) *backend.Locker {
+	t.Helper()
+	c := newClient(t, addr)
+	l, err := NewWithConfig(c, cfg, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+func tctx(t testing.TB, d time.Duration) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return c
+}
+
+type acquired struct {
+	ls  *backend.Lease
+	err error
+}
+
+func goAcquire(ctx context.Context, l *backend.Locker, name string, opts ...backend.Option) <-chan acquired {
+	ch := make(chan acquired, 1)
+	go func() {
+		ls, err := l.Acquire(ctx, name, opts...)
+		ch <- acquired{ls, err}
+	}()
+	return ch
+}
+
+func waitAcquired(t testing.TB, ch <-chan acquired, d time.Duration) acquired {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(d):
+		require.FailNowf(t, "timeout", "no Acquire result within %v", d)
+		return acquired{}
+	}
+}
+
+func requireBlocked(t testing.TB, ch <-chan acquired, d time.Duration) {
+	t.Helper()
+	select {
+	case r := <-ch:
+		require.FailNowf(t, "not blocked", "Acquire returned while it should wait: lease %v err %v", r.ls != nil, r.err)
+	case <-time.After(d):
+	}
+}
+
+func release(t testing.TB, ls *backend.Lease) {
+	t.Helper()
+	require.NoError(t, ls.Release(tctx(t, 10*time.Second)))
+}
