@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/internal/etcdtest"
+	"github.com/fencelock/fencelock/internal/lockbench"
 )
 
 // The benchmarks compare this package with etcd's concurrency.Mutex on one
@@ -101,41 +101,22 @@ func benchClient(b *testing.B, s *etcdtest.Server) *clientv3.Client {
 
 var benchSeq atomic.Int64
 
-// BenchmarkUncontended measures one acquire+release of a free lock.
+// BenchmarkUncontended measures one acquire+release of a free lock, with the
+// code fencelock bench runs (internal/lockbench).
 func BenchmarkUncontended(b *testing.B) {
 	s := benchServer(b)
 	for _, impl := range impls {
 		b.Run("impl="+impl.name, func(b *testing.B) {
 			prefix := fmt.Sprintf("bench/%d", benchSeq.Add(1))
 			lock, unlock := impl.new(b, s, prefix, "uncontended")
-			ctx := context.Background()
-			// Warm up: connections, and for fencelock the lease pool.
-			for range 10 {
-				if err := lock(ctx); err != nil {
-					b.Fatal(err)
-				}
-				if err := unlock(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-			var inLock, inUnlock time.Duration
-			n := 0
 			b.ResetTimer()
-			for b.Loop() {
-				t0 := time.Now()
-				if err := lock(ctx); err != nil {
-					b.Fatal(err)
-				}
-				t1 := time.Now()
-				if err := unlock(ctx); err != nil {
-					b.Fatal(err)
-				}
-				inLock += t1.Sub(t0)
-				inUnlock += time.Since(t1)
-				n++
+			// Warm up: connections, and for fencelock the lease pool.
+			r, err := lockbench.RunUncontended(context.Background(), lockbench.Contender{Lock: lock, Unlock: unlock}, 10, b.N, nil)
+			if err != nil {
+				b.Fatal(err)
 			}
-			b.ReportMetric(float64(inLock.Microseconds())/float64(n), "acquire-us")
-			b.ReportMetric(float64(inUnlock.Microseconds())/float64(n), "release-us")
+			b.ReportMetric(float64(lockbench.Mean(r.Acquire).Microseconds()), "acquire-us")
+			b.ReportMetric(float64(lockbench.Mean(r.Release).Microseconds()), "release-us")
 		})
 	}
 }
@@ -150,79 +131,20 @@ func BenchmarkContended8(b *testing.B) {
 	for _, impl := range impls {
 		b.Run("impl="+impl.name, func(b *testing.B) {
 			prefix := fmt.Sprintf("bench/%d", benchSeq.Add(1))
-			type pair struct{ lock, unlock func(context.Context) error }
-			ps := make([]pair, contenders)
-			for i := range ps {
-				ps[i].lock, ps[i].unlock = impl.new(b, s, prefix, "contended")
+			cs := make([]lockbench.Contender, contenders)
+			for i := range cs {
+				cs[i].Lock, cs[i].Unlock = impl.new(b, s, prefix, "contended")
 			}
-			ctx := context.Background()
-			var (
-				grants      atomic.Int64
-				releasing   atomic.Int64 // UnixNano when the last holder started releasing; 0: none
-				mu          sync.Mutex
-				handoffs    []time.Duration
-				wg          sync.WaitGroup
-				failed      atomic.Pointer[error]
-				total       = int64(b.N)
-				started     = make(chan struct{})
-				holderCount atomic.Int32
-			)
 			b.ResetTimer()
-			begin := time.Now()
-			for _, p := range ps {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-started
-					var local []time.Duration
-					defer func() {
-						mu.Lock()
-						handoffs = append(handoffs, local...)
-						mu.Unlock()
-					}()
-					for {
-						if err := p.lock(ctx); err != nil {
-							failed.CompareAndSwap(nil, &err)
-							return
-						}
-						now := time.Now()
-						if holderCount.Add(1) != 1 {
-							err := fmt.Errorf("two holders at once")
-							failed.CompareAndSwap(nil, &err)
-						}
-						if r := releasing.Load(); r != 0 {
-							local = append(local, now.Sub(time.Unix(0, r)))
-						}
-						n := grants.Add(1)
-						holderCount.Add(-1)
-						releasing.Store(time.Now().UnixNano())
-						if err := p.unlock(ctx); err != nil {
-							failed.CompareAndSwap(nil, &err)
-							return
-						}
-						if n >= total {
-							return
-						}
-					}
-				}()
-			}
-			close(started)
-			wg.Wait()
-			elapsed := time.Since(begin)
+			r, err := lockbench.RunContended(context.Background(), cs, b.N, nil)
 			b.StopTimer()
-			if e := failed.Load(); e != nil {
-				b.Fatal(*e)
+			if err != nil {
+				b.Fatal(err)
 			}
-			slices.Sort(handoffs)
-			pct := func(p float64) float64 {
-				if len(handoffs) == 0 {
-					return 0
-				}
-				return float64(handoffs[min(len(handoffs)-1, int(p*float64(len(handoffs))))]) / float64(time.Millisecond)
-			}
-			b.ReportMetric(float64(grants.Load())/elapsed.Seconds(), "grants/s")
-			b.ReportMetric(pct(0.50), "handoff-p50-ms")
-			b.ReportMetric(pct(0.99), "handoff-p99-ms")
+			ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+			b.ReportMetric(r.GrantsPerSecond(), "grants/s")
+			b.ReportMetric(ms(lockbench.Percentile(r.Handoffs, 0.50)), "handoff-p50-ms")
+			b.ReportMetric(ms(lockbench.Percentile(r.Handoffs, 0.99)), "handoff-p99-ms")
 		})
 	}
 }

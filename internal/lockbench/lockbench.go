@@ -1,0 +1,177 @@
+// Package lockbench measures lock implementations one way for both the Go
+// benchmarks beside the anchor libraries and the fencelock bench command:
+// uncontended acquire+release latency, and contended grants/s with the
+// handoff time from a release to the next grant.
+package lockbench
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Contender is one client of a lock: Lock blocks until it holds it, Unlock
+// releases it. Each contender should have its own connection.
+type Contender struct {
+	Lock   func(context.Context) error
+	Unlock func(context.Context) error
+}
+
+// Uncontended is the result of RunUncontended.
+type Uncontended struct {
+	Ops     int
+	Elapsed time.Duration
+	Acquire []time.Duration // per op, sorted
+	Release []time.Duration // per op, sorted
+	Total   []time.Duration // acquire+release per op, sorted
+}
+
+// RunUncontended acquires and releases a free lock ops times with c, after
+// warmup rounds that are not counted. progress, if not nil, is called after
+// each op with the number done.
+func RunUncontended(ctx context.Context, c Contender, warmup, ops int, progress func(done int)) (Uncontended, error) {
+	for range warmup {
+		if err := cycle(ctx, c); err != nil {
+			return Uncontended{}, err
+		}
+	}
+	r := Uncontended{Ops: ops, Acquire: make([]time.Duration, 0, ops), Release: make([]time.Duration, 0, ops), Total: make([]time.Duration, 0, ops)}
+	begin := time.Now()
+	for i := range ops {
+		t0 := time.Now()
+		if err := c.Lock(ctx); err != nil {
+			return r, err
+		}
+		t1 := time.Now()
+		if err := c.Unlock(ctx); err != nil {
+			return r, err
+		}
+		t2 := time.Now()
+		r.Acquire = append(r.Acquire, t1.Sub(t0))
+		r.Release = append(r.Release, t2.Sub(t1))
+		r.Total = append(r.Total, t2.Sub(t0))
+		if progress != nil {
+			progress(i + 1)
+		}
+	}
+	r.Elapsed = time.Since(begin)
+	slices.Sort(r.Acquire)
+	slices.Sort(r.Release)
+	slices.Sort(r.Total)
+	return r, nil
+}
+
+func cycle(ctx context.Context, c Contender) error {
+	if err := c.Lock(ctx); err != nil {
+		return err
+	}
+	return c.Unlock(ctx)
+}
+
+// Contended is the result of RunContended.
+type Contended struct {
+	Grants       int
+	Elapsed      time.Duration
+	Handoffs     []time.Duration // from a holder starting to release to the next grant, sorted
+	PerContender []int           // grants per contender
+}
+
+// GrantsPerSecond is the grant rate over the whole run.
+func (r Contended) GrantsPerSecond() float64 { return float64(r.Grants) / r.Elapsed.Seconds() }
+
+// ErrOverlap is returned when two contenders held the lock at once.
+var ErrOverlap = errors.New("lockbench: two holders at once")
+
+// RunContended runs the contenders against one lock, each acquiring and
+// releasing in a loop, until grants grants were made. It checks that no two
+// contenders hold at once. progress, if not nil, is called after each grant
+// with the number made.
+func RunContended(ctx context.Context, cs []Contender, grants int, progress func(done int)) (Contended, error) {
+	var (
+		made      atomic.Int64
+		releasing atomic.Int64 // UnixNano when the last holder started releasing; 0: none yet
+		holders   atomic.Int32
+		mu        sync.Mutex
+		handoffs  []time.Duration
+		failed    error
+		wg        sync.WaitGroup
+	)
+	fail := func(err error) {
+		mu.Lock()
+		if failed == nil {
+			failed = err
+		}
+		mu.Unlock()
+	}
+	r := Contended{PerContender: make([]int, len(cs))}
+	begin := time.Now()
+	for i, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var local []time.Duration
+			defer func() {
+				mu.Lock()
+				handoffs = append(handoffs, local...)
+				mu.Unlock()
+			}()
+			for {
+				if err := c.Lock(ctx); err != nil {
+					fail(err)
+					return
+				}
+				now := time.Now()
+				if holders.Add(1) != 1 {
+					fail(ErrOverlap)
+				}
+				if at := releasing.Load(); at != 0 {
+					local = append(local, now.Sub(time.Unix(0, at)))
+				}
+				n := made.Add(1)
+				r.PerContender[i]++
+				if progress != nil {
+					progress(int(n))
+				}
+				holders.Add(-1)
+				releasing.Store(time.Now().UnixNano())
+				if err := c.Unlock(ctx); err != nil {
+					fail(err)
+					return
+				}
+				if n >= int64(grants) {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	r.Elapsed = time.Since(begin)
+	r.Grants = int(made.Load())
+	slices.Sort(handoffs)
+	r.Handoffs = handoffs
+	return r, failed
+}
+
+// Percentile returns the p-quantile (0 <= p <= 1) of sorted, or 0 if it is
+// empty.
+func Percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, int(p*float64(len(sorted))))]
+}
+
+// Mean returns the mean of ds, or 0 if it is empty.
+func Mean(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	return sum / time.Duration(len(ds))
+}

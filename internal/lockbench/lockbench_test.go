@@ -1,0 +1,75 @@
+package lockbench_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/mem"
+	"github.com/fencelock/fencelock/internal/lockbench"
+)
+
+func memContenders(t *testing.T, n int) []lockbench.Contender {
+	srv := mem.NewServer()
+	cs := make([]lockbench.Contender, n)
+	for i := range cs {
+		l, err := mem.New(srv.Connect())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = l.Close() })
+		var ls *backend.Lease
+		cs[i] = lockbench.Contender{
+			Lock:   func(ctx context.Context) (err error) { ls, err = l.Acquire(ctx, "bench"); return err },
+			Unlock: func(ctx context.Context) error { return ls.Release(ctx) },
+		}
+	}
+	return cs
+}
+
+func TestRunUncontended(t *testing.T) {
+	done := 0
+	r, err := lockbench.RunUncontended(context.Background(), memContenders(t, 1)[0], 3, 50, func(n int) { done = n })
+	require.NoError(t, err)
+	assert.Equal(t, 50, done)
+	assert.Len(t, r.Total, 50)
+	assert.True(t, slicesSorted(r.Total))
+	assert.LessOrEqual(t, lockbench.Percentile(r.Acquire, 0.5), lockbench.Percentile(r.Acquire, 0.99))
+}
+
+func TestRunContended(t *testing.T) {
+	r, err := lockbench.RunContended(context.Background(), memContenders(t, 4), 200, nil)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, r.Grants, 200)
+	sum := 0
+	for _, n := range r.PerContender {
+		sum += n
+	}
+	assert.Equal(t, r.Grants, sum)
+	assert.NotEmpty(t, r.Handoffs)
+	assert.Positive(t, r.GrantsPerSecond())
+}
+
+// A "lock" that does not exclude must be caught.
+func TestRunContendedDetectsOverlap(t *testing.T) {
+	var mu sync.Mutex
+	broken := lockbench.Contender{
+		Lock:   func(context.Context) error { return nil },
+		Unlock: func(context.Context) error { mu.Lock(); mu.Unlock(); return nil },
+	}
+	_, err := lockbench.RunContended(context.Background(), []lockbench.Contender{broken, broken, broken, broken}, 100000, nil)
+	assert.True(t, errors.Is(err, lockbench.ErrOverlap), "%v", err)
+}
+
+func slicesSorted(ds []time.Duration) bool {
+	for i := 1; i < len(ds); i++ {
+		if ds[i] < ds[i-1] {
+			return false
+		}
+	}
+	return true
+}
