@@ -1,0 +1,245 @@
+// Package httpfence carries fencing tokens over HTTP: server middleware that
+// admits each write through a fencing.Guard, and a client RoundTripper that
+// sends the holder's token with every request.
+//
+// # Adopting it in a storage service
+//
+// Wrap the handlers that change state; the guard keeps the highest token per
+// resource (the URL path by default) where the data lives:
+//
+//	guard, _ := sqlfence.NewGuard(db, "", nil)          // or filefence.New(dir), fencing.NewMemory()
+//	h := httpfence.Middleware(guard, mux)
+//	// in a handler: sqlfence.Tx(r.Context()) is the transaction the token commits in
+//
+// A request to a fenced method (anything but GET, HEAD, OPTIONS, TRACE)
+// must carry "Fencing-Token: <decimal>". The handler runs inside Guard.Do,
+// so its effect is atomic with the check when it writes through the guard's
+// transaction (sqlfence.Tx, filefence.Writer, redisfence.Batch,
+// etcdfence.Txn). Its response is buffered and sent after Do returns: a
+// status of 400 or above counts as a failed write (the token is not
+// recorded), and a write that fails to commit becomes a 500 instead of a
+// success the client would wrongly trust.
+//
+// Answers the middleware gives itself (text/plain bodies):
+//
+//	400 Bad Request          malformed token
+//	409 Conflict             stale token; header Fencing-Token-Highest names the winner
+//	428 Precondition Required no token on a fenced request (unless WithOptionalToken)
+//
+// On the client, Transport adds the header from a held lease (Token:
+// lease.Token) and StaleError turns a 409 back into a *fencing.StaleTokenError.
+// httpfence imports no lock client.
+package httpfence
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/fencelock/fencelock/fencing"
+)
+
+// DefaultHeader is the request header carrying the token.
+const DefaultHeader = "Fencing-Token"
+
+// HighestHeader is the 409 response header naming the token that won.
+const HighestHeader = "Fencing-Token-Highest"
+
+type config struct {
+	header   string
+	resource func(*http.Request) string
+	fenced   func(*http.Request) bool
+	optional bool
+}
+
+// Option configures Middleware.
+type Option func(*config)
+
+// WithHeader sets the token header name (default DefaultHeader).
+func WithHeader(name string) Option { return func(c *config) { c.header = name } }
+
+// WithResource maps a request to the guarded resource (default: the URL path).
+func WithResource(f func(*http.Request) string) Option { return func(c *config) { c.resource = f } }
+
+// WithFenced chooses which requests are fenced (default: all but GET, HEAD,
+// OPTIONS and TRACE).
+func WithFenced(f func(*http.Request) bool) Option { return func(c *config) { c.fenced = f } }
+
+// WithOptionalToken lets fenced requests without a token through unchecked
+// (for a migration period); a token that is present is still checked.
+func WithOptionalToken() Option { return func(c *config) { c.optional = true } }
+
+type tokenKey struct{}
+
+// TokenFrom returns the admitted token of the request whose context is ctx
+// (zero outside a fenced request).
+func TokenFrom(ctx context.Context) fencing.Token {
+	t, _ := ctx.Value(tokenKey{}).(fencing.Token)
+	return t
+}
+
+// Middleware returns a handler that admits every fenced request's token
+// through guard and runs next inside the guard's Do.
+func Middleware(guard fencing.Guard, next http.Handler, opts ...Option) http.Handler {
+	c := config{header: DefaultHeader, resource: func(r *http.Request) string { return r.URL.Path }, fenced: unsafeMethod}
+	for _, o := range opts {
+		o(&c)
+	}
+	return &handler{guard: guard, next: next, c: c}
+}
+
+func unsafeMethod(r *http.Request) bool {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return false
+	}
+	return true
+}
+
+type handler struct {
+	guard fencing.Guard
+	next  http.Handler
+	c     config
+}
+
+// handlerFailed carries a handler's own error response out of Do.
+type handlerFailed struct{ rec *recorder }
+
+func (handlerFailed) Error() string { return "httpfence: handler answered with an error status" }
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !h.c.fenced(r) {
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	raw, present := r.Header[http.CanonicalHeaderKey(h.c.header)]
+	if !present {
+		if h.c.optional {
+			h.next.ServeHTTP(w, r)
+			return
+		}
+		http.Error(w, fmt.Sprintf("fencing: this request needs a %s header with the lock's fencing token", h.c.header), http.StatusPreconditionRequired)
+		return
+	}
+	tok, err := fencing.ParseToken(strings.Join(raw, ","))
+	if err != nil {
+		http.Error(w, fmt.Sprintf("%s header: %v", h.c.header, err), http.StatusBadRequest)
+		return
+	}
+	resource := h.c.resource(r)
+	var rec *recorder
+	err = h.guard.Do(r.Context(), resource, tok, func(ctx context.Context) error {
+		rec = newRecorder()
+		h.next.ServeHTTP(rec, r.WithContext(context.WithValue(ctx, tokenKey{}, tok)))
+		if rec.status >= 400 {
+			return handlerFailed{rec}
+		}
+		return nil
+	})
+	var stale *fencing.StaleTokenError
+	var failed handlerFailed
+	switch {
+	case err == nil:
+		rec.flush(w)
+	case errors.As(err, &failed):
+		failed.rec.flush(w)
+	case errors.As(err, &stale):
+		w.Header().Set(HighestHeader, stale.Highest.String())
+		http.Error(w, fmt.Sprintf("%v\nthe lock was granted to a newer holder: this writer must stop (reacquire the lock before writing again)", err), http.StatusConflict)
+	case errors.Is(err, fencing.ErrInvalidToken):
+		http.Error(w, fmt.Sprintf("%s header: %v", h.c.header, err), http.StatusBadRequest)
+	case r.Context().Err() != nil:
+		http.Error(w, "request cancelled: "+err.Error(), http.StatusServiceUnavailable)
+	default:
+		http.Error(w, "fencing: the write was not committed: "+err.Error(), http.StatusInternalServerError)
+	}
+}
+
+// recorder buffers a response until the guard's Do has returned.
+type recorder struct {
+	header http.Header
+	body   bytes.Buffer
+	status int
+}
+
+func newRecorder() *recorder { return &recorder{header: http.Header{}} }
+
+func (r *recorder) Header() http.Header { return r.header }
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.body.Write(b)
+}
+
+func (r *recorder) flush(w http.ResponseWriter) {
+	for k, v := range r.header {
+		w.Header()[k] = v
+	}
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	w.WriteHeader(r.status)
+	_, _ = w.Write(r.body.Bytes())
+}
+
+// Transport is an http.RoundTripper that sets the token header on every
+// request from Token, typically a held lease's method value (lease.Token).
+type Transport struct {
+	// Base sends the requests (nil: http.DefaultTransport).
+	Base http.RoundTripper
+	// Token returns the token to send. A zero token fails the request
+	// instead of sending it unfenced.
+	Token func() fencing.Token
+	// Header is the header name (default DefaultHeader).
+	Header string
+}
+
+// RoundTrip implements http.RoundTripper. It does not modify req.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	var tok fencing.Token
+	if t.Token != nil {
+		tok = t.Token()
+	}
+	if tok == 0 {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, fmt.Errorf("httpfence: %w: no token to send with %s %s", fencing.ErrInvalidToken, req.Method, req.URL)
+	}
+	name := t.Header
+	if name == "" {
+		name = DefaultHeader
+	}
+	req = req.Clone(req.Context())
+	req.Header.Set(name, tok.String())
+	base := t.Base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	return base.RoundTrip(req)
+}
+
+// StaleError returns a *fencing.StaleTokenError if resp is the middleware's
+// 409 for a stale token, and nil otherwise. sent is the token of the request,
+// resource the name to put in the error.
+func StaleError(resp *http.Response, resource string, sent fencing.Token) error {
+	if resp.StatusCode != http.StatusConflict {
+		return nil
+	}
+	highest, err := fencing.ParseToken(resp.Header.Get(HighestHeader))
+	if err != nil {
+		return nil
+	}
+	return &fencing.StaleTokenError{Resource: resource, Token: sent, Highest: highest}
+}
