@@ -3,6 +3,7 @@
 //	fencelock demo    play the stale-holder timeline on an embedded etcd
 //	fencelock run     run a command while holding a lock
 //	fencelock status  show who holds and who waits for a lock
+//	fencelock bench   measure a backend: latency, grants/s, handoff time
 //
 // Exit status of demo: 0 on success, 1 when the stale write was accepted, 2
 // for usage errors. fencelock run documents its own (fencelock run -h).
@@ -25,6 +26,8 @@ commands:
   run     run a command while holding a lock, with its fencing token in
           FENCELOCK_TOKEN (fencelock run -h)
   status  show who holds and who waits for a lock (fencelock status -h)
+  bench   measure a backend: uncontended latency, contended grants/s and
+          handoff time (fencelock bench -h)
 `
 
 func main() {
@@ -46,6 +49,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runCmd(args[1:], stdout, stderr)
 	case "status":
 		return statusCmd(ctx, args[1:], stdout, stderr)
+	case "bench":
+		return benchCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

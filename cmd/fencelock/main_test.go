@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -32,4 +33,24 @@ func TestDemoOnURL(t *testing.T) {
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
 	assert.Contains(t, out.String(), "rejects A's write")
 	assert.Equal(t, 1, run(context.Background(), []string{"demo", "--url", "nosuch://"}, &out, &errOut))
+}
+
+func TestBenchOnMem(t *testing.T) {
+	var out, errOut bytes.Buffer
+	require.Equal(t, 0, run(context.Background(), []string{"bench", "--url", "mem://bench", "-n", "200", "-c", "3", "--json"}, &out, &errOut), errOut.String())
+	var rep benchReport
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rep))
+	assert.Equal(t, 200, rep.Uncontended.Ops)
+	assert.Positive(t, rep.Uncontended.P50Us)
+	assert.GreaterOrEqual(t, rep.Contended.Grants, 200)
+	assert.Len(t, rep.Contended.PerContender, 3)
+	assert.Positive(t, rep.Contended.GrantsPerSec)
+	assert.Contains(t, errOut.String(), "contended x3")
+
+	out.Reset()
+	require.Equal(t, 0, run(context.Background(), []string{"bench", "--url", "mem://bench", "-n", "50", "-c", "2"}, &out, &errOut))
+	assert.Contains(t, out.String(), "grants/s")
+	assert.Contains(t, out.String(), "█")
+	assert.Equal(t, exitUsage, run(context.Background(), []string{"bench"}, &out, &errOut))
+	assert.Equal(t, exitInvalid, run(context.Background(), []string{"bench", "--url", "nosuch://"}, &out, &errOut))
 }
