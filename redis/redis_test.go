@@ -1,0 +1,346 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/internal/redistest"
+)
+
+// driverLocker returns a Locker over its own client of addr and its driver,
+// for tests that read the driver's counters.
+func driverLocker(t testing.TB, c Client, cfg Config, opts ...backend.Option) (*backend.Locker, *driver) {
+	t.Helper()
+	d, err := newDriver(c, cfg, nil)
+	require.NoError(t, err)
+	l, err := backend.New(d, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	return l, d
+}
+
+// cmdLog records the names of the commands a client sends.
+type cmdLog struct {
+	mu   sync.Mutex
+	cmds []string
+}
+
+func (r *cmdLog) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (r *cmdLog) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		r.mu.Lock()
+		r.cmds = append(r.cmds, strings.ToLower(cmd.Name()))
+		r.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+func (r *cmdLog) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+func (r *cmdLog) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.cmds
+	r.cmds = nil
+	return c
+}
+
+func TestEscapeName(t *testing.T) {
+	names := []string{"a", "a}", "{a}", "a:token", "a}:token", "a%7D", "%", "x{y}z", "a/b", "ü"}
+	seen := map[string]string{}
+	for _, n := range names {
+		k := keysOf("p", n)
+		for _, key := range []string{k.lock, k.counter, k.yield, k.channel} {
+			if other, dup := seen[key]; dup {
+				t.Fatalf("names %q and %q both produce key %q", n, other, key)
+			}
+			seen[key] = n
+			// The hash tag is the whole escaped name: the first '{' and the
+			// first '}' after it are ours.
+			open := strings.IndexByte(key, '{')
+			end := open + strings.IndexByte(key[open:], '}')
+			require.Equal(t, escapeName(n), key[open+1:end], "hash tag of %q", key)
+			require.True(t, strings.HasPrefix(key, "p:{"), key)
+		}
+	}
+	require.Equal(t, "fencelock:{a%7B%7D%3A%25}", LockKey("", "a{}:%"))
+
+	_, err := New(newClient(t, srv.Addr()))
+	require.NoError(t, err)
+	_, err = NewWithConfig(newClient(t, srv.Addr()), Config{Prefix: "a{b"})
+	require.ErrorIs(t, err, backend.ErrInvalidOption)
+	_, err = NewWithConfig(nil, Config{})
+	require.ErrorIs(t, err, backend.ErrInvalidOption)
+	_, err = New(newClient(t, srv.Addr()), backend.WithTTL(1500*time.Microsecond+100*time.Millisecond))
+	require.ErrorIs(t, err, backend.ErrInvalidOption, "sub-millisecond TTL")
+
+	// End to end: names that differ only by escaped characters are
+	// different locks.
+	prefix := testPrefix(t)
+	l := locker(t, srv.Addr(), Config{Prefix: prefix})
+	var held []*backend.Lease
+	for _, n := range names {
+		ls, err := l.TryAcquire(tctx(t, 5*time.Second), n)
+		require.NoError(t, err, n)
+		held = append(held, ls)
+	}
+	for _, ls := range held {
+		release(t, ls)
+	}
+}
+
+// TestNoScript: EVALSHA falls back to EVAL after SCRIPT FLUSH and after a
+// server restart empties the script cache, for acquire, refresh and release.
+func TestNoScript(t *testing.T) {
+	s := redistest.Start(t)
+	c := goredis.NewClient(&goredis.Options{Addr: s.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	log := &cmdLog{}
+	c.AddHook(log)
+	l, _ := driverLocker(t, c, Config{})
+	admin := s.NewClient(t)
+	ctx := tctx(t, 20*time.Second)
+
+	cycle := func(what string) fencing.Token {
+		ls, err := l.TryAcquire(ctx, "n")
+		require.NoError(t, err, what)
+		require.NoError(t, ls.Refresh(ctx), what)
+		release(t, ls)
+		return ls.Token()
+	}
+	cycle("first use")
+	log.take()
+	t1 := cycle("cached")
+	require.Equal(t, []string{"evalsha", "evalsha", "evalsha"}, log.take(), "with the scripts cached, one EVALSHA per operation")
+
+	require.NoError(t, admin.ScriptFlush(ctx).Err())
+	t1 = cycle("after SCRIPT FLUSH")
+	require.Equal(t, []string{"evalsha", "eval", "evalsha", "eval", "evalsha", "eval"}, log.take(),
+		"after SCRIPT FLUSH every script is run with EVAL after a NOSCRIPT")
+
+	require.NoError(t, s.Restart())
+	var t3 fencing.Token
+	require.Eventually(t, func() bool {
+		ls, err := l.TryAcquire(ctx, "n")
+		if err != nil {
+			return false // the client reconnects
+		}
+		release(t, ls)
+		t3 = ls.Token()
+		return true
+	}, 10*time.Second, 20*time.Millisecond)
+	cmds := log.take()
+	require.Contains(t, cmds, "eval", "after a restart the scripts are loaded again")
+	// Without persistence the counter was lost with the restart: this is the
+	// regression that Config.ClockFloor guards against (TestRestartTokens).
+	t.Logf("token before restart %d, after %d", t1, t3)
+	assert.Equal(t, fencing.Token(3), t1)
+	assert.Equal(t, fencing.Token(1), t3)
+}
+
+// TestLossSignalled: a lock key deleted or expired under its holder fires the
+// holder's loss signal at its next renewal, and the refresh never re-creates
+// the key (redsync's WithSetNXOnExtend).
+func TestLossSignalled(t *testing.T) {
+	prefix := testPrefix(t)
+	admin := newClient(t, srv.Addr())
+	l := locker(t, srv.Addr(), Config{Prefix: prefix})
+	const ttl = 900 * time.Millisecond
+	for _, how := range []string{"deleted", "expired"} {
+		t.Run(how, func(t *testing.T) {
+			name := "loss-" + how
+			ls, err := l.TryAcquire(tctx(t, 5*time.Second), name, backend.WithTTL(ttl))
+			require.NoError(t, err)
+			key := LockKey(prefix, name)
+			start := time.Now()
+			if how == "deleted" {
+				require.NoError(t, admin.Del(tctx(t, 5*time.Second), key).Err())
+			} else {
+				require.NoError(t, admin.PExpire(tctx(t, 5*time.Second), key, time.Millisecond).Err())
+			}
+			select {
+			case <-ls.Done():
+			case <-time.After(ttl + 3*time.Second):
+				t.Fatal("no loss signal")
+			}
+			require.ErrorIs(t, ls.Err(), backend.ErrLeaseLost)
+			t.Logf("loss signalled after %v", time.Since(start))
+			n, err := admin.Exists(tctx(t, 5*time.Second), key).Result()
+			require.NoError(t, err)
+			require.Zero(t, n, "the lost key must not be re-created")
+			require.ErrorIs(t, ls.Release(tctx(t, 5*time.Second)), backend.ErrLeaseLost)
+		})
+	}
+}
+
+// TestLostNotice: a release that publishes nothing (a raw DEL, or a notice
+// lost on a broken pub/sub connection) still ends in a grant, through the
+// waiter's fallback timer at the lock key's remaining TTL.
+func TestLostNotice(t *testing.T) {
+	prefix := testPrefix(t)
+	admin := newClient(t, srv.Addr())
+	la, _ := driverLocker(t, newClient(t, srv.Addr()), Config{Prefix: prefix})
+	lb, db := driverLocker(t, newClient(t, srv.Addr()), Config{Prefix: prefix})
+	ls, err := la.TryAcquire(tctx(t, 5*time.Second), "n", backend.WithTTL(time.Second), backend.WithAutoRenew(false))
+	require.NoError(t, err)
+	chB := goAcquire(tctx(t, 20*time.Second), lb, "n")
+	requireBlocked(t, chB, 200*time.Millisecond)
+	start := time.Now()
+	require.NoError(t, admin.Del(tctx(t, 5*time.Second), LockKey(prefix, "n")).Err())
+	r := waitAcquired(t, chB, 5*time.Second)
+	require.NoError(t, r.err)
+	require.Greater(t, r.ls.Token(), ls.Token())
+	require.Zero(t, db.wakeups.Load(), "nothing was published: the grant came from the fallback timer")
+	t.Logf("granted %v after the silent delete (lock TTL 1s)", time.Since(start))
+	release(t, r.ls)
+	require.ErrorIs(t, ls.Release(tctx(t, 5*time.Second)), backend.ErrLeaseLost)
+}
+
+// TestWakeups: a release wakes every waiting acquisition once (one pub/sub
+// message per Locker, fanned out to its waiters); one of them wins, the
+// others go back to waiting. The releaser's own next attempt stands back.
+func TestWakeups(t *testing.T) {
+	prefix := testPrefix(t)
+	lh, dh := driverLocker(t, newClient(t, srv.Addr()), Config{Prefix: prefix})
+	held, err := lh.TryAcquire(tctx(t, 5*time.Second), "n")
+	require.NoError(t, err)
+
+	const waiters = 5
+	var drivers []*driver
+	var chans []<-chan acquired
+	for range waiters {
+		l, d := driverLocker(t, newClient(t, srv.Addr()), Config{Prefix: prefix})
+		drivers = append(drivers, d)
+		chans = append(chans, goAcquire(tctx(t, 30*time.Second), l, "n"))
+	}
+	admin := newClient(t, srv.Addr())
+	require.Eventually(t, func() bool {
+		m, err := admin.PubSubNumSub(tctx(t, 5*time.Second), keysOf(prefix, "n").channel).Result()
+		return err == nil && m[keysOf(prefix, "n").channel] == waiters
+	}, 10*time.Second, 5*time.Millisecond, "every waiter subscribed")
+	wakeups := func() (n int64) {
+		for _, d := range drivers {
+			n += d.wakeups.Load()
+		}
+		return n
+	}
+	require.Zero(t, wakeups())
+
+	release(t, held)
+	// The releaser comes straight back: the yield marker makes it wait
+	// behind the woken waiters.
+	again := goAcquire(tctx(t, 30*time.Second), lh, "n")
+	won := -1
+	select {
+	case r := <-again:
+		t.Fatalf("the releaser re-grabbed the lock ahead of %d woken waiters (err %v)", waiters, r.err)
+	case <-time.After(2 * time.Second):
+		t.Fatal("no waiter was granted the lock after the release")
+	case r := <-merge(chans):
+		require.NoError(t, r.err)
+		won = r.i
+	}
+	require.Eventually(t, func() bool { return wakeups() == waiters }, 5*time.Second, 5*time.Millisecond)
+	t.Logf("one release: %d waiters woken, %d acquire attempts in all (waiters and the releaser)", wakeups(), totalAttempts(drivers)+dh.attempts.Load())
+	_ = won
+}
+
+type indexed struct {
+	acquired
+	i int
+}
+
+func merge(chans []<-chan acquired) <-chan indexed {
+	out := make(chan indexed, len(chans))
+	for i, ch := range chans {
+		go func() { out <- indexed{<-ch, i} }()
+	}
+	return out
+}
+
+func totalAttempts(ds []*driver) (n int64) {
+	for _, d := range ds {
+		n += d.attempts.Load()
+	}
+	return n
+}
+
+// TestNothingLeftBehind: a failed TryAcquire and a cancelled wait leave no
+// key and no subscription.
+func TestNothingLeftBehind(t *testing.T) {
+	prefix := testPrefix(t)
+	admin := newClient(t, srv.Addr())
+	la := locker(t, srv.Addr(), Config{Prefix: prefix})
+	lb := locker(t, srv.Addr(), Config{Prefix: prefix})
+	ctx := tctx(t, 10*time.Second)
+	held, err := la.TryAcquire(ctx, "n")
+	require.NoError(t, err)
+	keysNow := func() []string {
+		ks, err := admin.Keys(ctx, prefix+":*").Result()
+		require.NoError(t, err)
+		return ks
+	}
+	before := keysNow()
+	_, err = lb.TryAcquire(ctx, "n")
+	require.ErrorIs(t, err, backend.ErrNotAcquired)
+	require.ElementsMatch(t, before, keysNow())
+
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err = lb.Acquire(wctx, "n")
+	require.ErrorIs(t, err, backend.ErrNotAcquired)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ElementsMatch(t, before, keysNow())
+	ch := keysOf(prefix, "n").channel
+	require.Eventually(t, func() bool {
+		m, err := admin.PubSubNumSub(ctx, ch).Result()
+		return err == nil && m[ch] == 0
+	}, 5*time.Second, 5*time.Millisecond, "the cancelled waiter unsubscribed")
+	release(t, held)
+	require.Empty(t, filter(keysNow(), func(k string) bool { return !strings.HasSuffix(k, ":token") }),
+		"only the token counter outlives the lock")
+}
+
+func filter(ks []string, keep func(string) bool) []string {
+	var out []string
+	for _, k := range ks {
+		if keep(k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// TestClosedClientWaiter: a waiter whose client is closed under it fails at
+// once (it would otherwise wait for the holder's whole TTL).
+func TestClosedClientWaiter(t *testing.T) {
+	prefix := testPrefix(t)
+	la := locker(t, srv.Addr(), Config{Prefix: prefix})
+	held, err := la.TryAcquire(tctx(t, 5*time.Second), "n", backend.WithTTL(time.Minute))
+	require.NoError(t, err)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	lb, err := New(c)
+	require.NoError(t, err)
+	lb2, err := NewWithConfig(c, Config{Prefix: prefix})
+	require.NoError(t, err)
+	_ = lb
+	ch := goAcquire(tctx(t, 30*time.Second), lb2, "n")
+	requireBlocked(t, ch, 200*time.Millisecond)
+	require.NoError(t, c.Close())
+	r := waitAcquired(t, ch, 5*time.Second)
+	require.Error(t, r.err)
+	require.True(t, errors.Is(r.err, goredis.ErrClosed), "%v", r.err)
+	_ = lb.Close()
+	_ = lb2.Close()
+	release(t, held)
+}
