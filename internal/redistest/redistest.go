@@ -183,6 +183,8 @@ func (s *Server) args() []string {
 		"--save", "",
 		"--logfile", s.LogPath(),
 		"--enable-debug-command", "local",
+		// Replicas sync at once instead of after the default 5s delay.
+		"--repl-diskless-sync-delay", "0",
 	}
 	if s.cfg.persist {
 		a = append(a, "--appendonly", "yes", "--appendfsync", "always")
