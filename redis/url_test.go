@@ -1,0 +1,122 @@
+package redis
+
+import (
+	"context"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/backend"
+)
+
+func TestParseURL(t *testing.T) {
+	good := []struct {
+		raw  string
+		addr string
+		user string
+		db   int
+		tls  bool
+		cfg  Config
+	}{
+		{"redis://localhost:6379", "localhost:6379", "", 0, false, Config{Prefix: DefaultPrefix}},
+		{"redis://h", "h:6379", "", 0, false, Config{Prefix: DefaultPrefix}},
+		{"redis://u:p@h:6380/3?prefix=locks&ttl=10s", "h:6380", "u", 3, false, Config{Prefix: "locks"}},
+		{"rediss://h:6380/0?clock_floor=true&wait_replicas=1", "h:6380", "", 0, true,
+			Config{Prefix: DefaultPrefix, ClockFloor: true, WaitReplicas: 1, WaitTimeout: DefaultWaitTimeout}},
+		{"redis://h?wait_replicas=2&wait_timeout=50ms&dial_timeout=2s&pool_size=4", "h:6379", "", 0, false,
+			Config{Prefix: DefaultPrefix, WaitReplicas: 2, WaitTimeout: 50 * time.Millisecond}},
+	}
+	for _, g := range good {
+		u, err := url.Parse(g.raw)
+		require.NoError(t, err)
+		opt, cfg, err := parseURL(u)
+		require.NoError(t, err, g.raw)
+		require.Equal(t, g.addr, opt.Addr, g.raw)
+		require.Equal(t, g.user, opt.Username, g.raw)
+		require.Equal(t, g.db, opt.DB, g.raw)
+		require.Equal(t, g.tls, opt.TLSConfig != nil, g.raw)
+		require.Equal(t, g.cfg, cfg, g.raw)
+	}
+	u, _ := url.Parse("redis://h?dial_timeout=2s&pool_size=4")
+	opt, _, err := parseURL(u)
+	require.NoError(t, err)
+	require.Equal(t, 2*time.Second, opt.DialTimeout)
+	require.Equal(t, 4, opt.PoolSize)
+
+	bad := []string{
+		"redis://",                    // no host
+		"redis://h?prefix=",           // empty prefix
+		"redis://h?prefix=a%7Bb",      // brace in prefix
+		"redis://h?clock_floor=maybe", // not a bool
+		"redis://h?wait_replicas=-1",  // negative
+		"redis://h?wait_replicas=x",   // not a number
+		"redis://h?wait_timeout=0s",   // WAIT 0 blocks forever
+		"redis://h?wait_timeout=soon", // not a duration
+		"redis://h/notadb",            // bad database
+		"redis://h?dial_timeout=x",    // go-redis rejects it
+		"redis://h?bogus=1",           // unknown parameter (Open)
+		"redis://h?ttl=1500us",        // not whole milliseconds (Open)
+		"redis://h?ttl=50ms",          // under MinTTL (Open)
+	}
+	for _, raw := range bad {
+		l, err := backend.Open(context.Background(), raw)
+		if err == nil {
+			_ = l.Close()
+		}
+		require.Error(t, err, raw)
+		require.ErrorIs(t, err, backend.ErrInvalidURL, raw)
+	}
+}
+
+// TestOpenURL opens a Locker by URL on the test server, with an ACL user
+// allowed only the commands and keys the adapter needs.
+func TestOpenURL(t *testing.T) {
+	prefix := "fl-acl"
+	admin := newClient(t, srv.Addr())
+	ctx := tctx(t, 20*time.Second)
+	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", "fencelock", "reset", "on", ">s3cret",
+		"~"+prefix+":*", "&"+prefix+":*",
+		"+evalsha", "+eval", "+subscribe", "+unsubscribe", "+ping", "+hello",
+		// what the scripts call
+		"+get", "+set", "+pexpire", "+pttl", "+incr", "+del", "+publish", "+time").Err())
+	t.Cleanup(func() { admin.Do(context.Background(), "ACL", "DELUSER", "fencelock") })
+
+	raw := "redis://fencelock:s3cret@" + srv.Addr() + "/0?prefix=" + prefix + "&ttl=2s&clock_floor=true"
+	la, err := backend.Open(ctx, raw)
+	require.NoError(t, err)
+	defer la.Close()
+	lb, err := backend.Open(ctx, raw)
+	require.NoError(t, err)
+	defer lb.Close()
+
+	ls, err := la.TryAcquire(ctx, "n")
+	require.NoError(t, err)
+	require.Equal(t, 2*time.Second, ls.TTL())
+	ch := goAcquire(ctx, lb, "n")
+	requireBlocked(t, ch, 100*time.Millisecond)
+	require.NoError(t, ls.Refresh(ctx))
+	start := time.Now()
+	release(t, ls)
+	r := waitAcquired(t, ch, 5*time.Second)
+	require.NoError(t, r.err)
+	require.Less(t, time.Since(start), time.Second, "woken by the release notice, not the fallback timer")
+	require.Greater(t, r.ls.Token(), ls.Token())
+	release(t, r.ls)
+
+	// The user really is confined.
+	lo, err := backend.Open(ctx, "redis://fencelock:s3cret@"+srv.Addr()+"/0?prefix=other")
+	require.NoError(t, err)
+	defer lo.Close()
+	_, err = lo.TryAcquire(ctx, "n")
+	require.ErrorContains(t, err, "NOPERM")
+
+	// Open does not dial: a wrong password shows on first use.
+	lw, err := backend.Open(ctx, "redis://fencelock:wrong@"+srv.Addr()+"/0?prefix="+prefix)
+	require.NoError(t, err)
+	defer lw.Close()
+	_, err = lw.TryAcquire(ctx, "n")
+	require.Error(t, err)
+	require.NotErrorIs(t, err, backend.ErrNotAcquired)
+}
