@@ -47,3 +47,31 @@ func (l *Locker) Status(ctx context.Context, name string) (Status, error) {
 	st.Name = name
 	return st, nil
 }
+
+// Revoker is implemented by a Driver that can end an acquisition on the
+// server, for operators breaking a stuck lock and for test harnesses.
+type Revoker interface {
+	// Revoke ends the acquisition of lock name granted (or queued) with
+	// token, as an expiry would; found is false if there was none.
+	Revoke(ctx context.Context, name string, token fencing.Token) (found bool, err error)
+}
+
+// Revoke ends the acquisition of lock name that holds or waits with token,
+// on the server, as if its lease had expired: its holder's loss signal fires
+// and the next waiter is granted the lock. found is false if no acquisition
+// has that token. It returns an error matching errors.ErrUnsupported if the
+// backend cannot do it.
+func (l *Locker) Revoke(ctx context.Context, name string, token fencing.Token) (found bool, err error) {
+	if err := ValidateName(name); err != nil {
+		return false, err
+	}
+	r, ok := l.drv.(Revoker)
+	if !ok {
+		return false, fmt.Errorf("fencelock: revoke %q: %w by this backend", name, errors.ErrUnsupported)
+	}
+	found, err = r.Revoke(ctx, name, token)
+	if err != nil {
+		return false, fmt.Errorf("fencelock: revoke %q token %d: %w", name, token, err)
+	}
+	return found, nil
+}

@@ -72,3 +72,35 @@ func TestStatusUnsupported(t *testing.T) {
 	_, err = l.Status(context.Background(), "x")
 	assert.True(t, errors.Is(err, errors.ErrUnsupported), "%v", err)
 }
+
+func TestRevokeOnMem(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	srv := mem.NewServer()
+	holder, err := mem.New(srv.Connect())
+	require.NoError(t, err)
+	defer holder.Close()
+	admin, err := mem.New(srv.Connect())
+	require.NoError(t, err)
+	defer admin.Close()
+
+	ls, err := holder.Acquire(ctx, "r")
+	require.NoError(t, err)
+	found, err := admin.Revoke(ctx, "r", ls.Token()+1)
+	require.NoError(t, err)
+	assert.False(t, found, "no acquisition has that token")
+	found, err = admin.Revoke(ctx, "r", ls.Token())
+	require.NoError(t, err)
+	assert.True(t, found)
+	select {
+	case <-ls.Done():
+	case <-ctx.Done():
+		t.Fatal("the revoked holder was not told")
+	}
+	assert.ErrorIs(t, ls.Err(), backend.ErrLeaseLost)
+
+	l, err := backend.New(noInspect{})
+	require.NoError(t, err)
+	_, err = l.Revoke(ctx, "r", 1)
+	assert.ErrorIs(t, err, errors.ErrUnsupported)
+}

@@ -46,3 +46,31 @@ func (d *driver) Inspect(ctx context.Context, name string) (backend.Status, erro
 	}
 	return st, nil
 }
+
+// Revoke implements backend.Revoker: it finds the key of name created at
+// revision token and revokes its lease (which deletes the key), or deletes
+// the key if it has no lease; 2 round trips.
+func (d *driver) Revoke(ctx context.Context, name string, token fencing.Token) (bool, error) {
+	rev := int64(token)
+	resp, err := d.client.Get(ctx, nameDir(d.prefix, name), clientv3.WithPrefix(),
+		clientv3.WithMinCreateRev(rev), clientv3.WithMaxCreateRev(rev))
+	if err != nil {
+		return false, fmt.Errorf("etcd: revoke: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return false, nil
+	}
+	kv := resp.Kvs[0]
+	if kv.Lease != 0 {
+		if _, err := d.client.Revoke(ctx, clientv3.LeaseID(kv.Lease)); err != nil && !isLeaseNotFound(err) {
+			return false, fmt.Errorf("etcd: revoke lease %x: %w", kv.Lease, err)
+		}
+		return true, nil
+	}
+	del, err := d.client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", rev)).
+		Then(clientv3.OpDelete(string(kv.Key))).Commit()
+	if err != nil {
+		return false, fmt.Errorf("etcd: revoke: delete %q: %w", kv.Key, err)
+	}
+	return del.Succeeded, nil
+}

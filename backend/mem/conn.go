@@ -73,6 +73,14 @@ func (d *driver) Inspect(ctx context.Context, name string) (backend.Status, erro
 	return d.conn.srv.status(name), nil
 }
 
+// Revoke implements backend.Revoker.
+func (d *driver) Revoke(ctx context.Context, name string, token fencing.Token) (bool, error) {
+	if err := d.conn.check(); err != nil {
+		return false, err
+	}
+	return d.conn.srv.Revoke(name, token), nil
+}
+
 func (d *driver) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -1,0 +1,158 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/internal/faultproxy"
+)
+
+// URLCapabilities are the suite's settings for the networked schemes whose
+// adapters are in this module. etcd's MinTTL is what a server with default
+// election settings accepts (2s); a cluster tuned otherwise needs its own.
+var URLCapabilities = map[string]Capabilities{
+	"etcd":  {FIFO: true, TTL: 2 * time.Second, MinTTL: 2 * time.Second},
+	"etcds": {FIFO: true, TTL: 2 * time.Second, MinTTL: 2 * time.Second},
+}
+
+// URLHarness runs the suite against the backend at a URL, such as your own
+// cluster, with no code of your own: every Locker is opened from the URL
+// through its own TCP proxies on 127.0.0.1 (one per host in the URL), so
+// that Crash can cut one Locker off; Revoke and RevokeWaiters go through a
+// separate Locker's Revoke and Status. Import the adapter that registers
+// the URL's scheme. The hosts in the URL need explicit ports, and TLS
+// schemes that verify the server's name will see 127.0.0.1.
+type URLHarness struct {
+	rawURL string
+	caps   Capabilities
+
+	mu      sync.Mutex
+	proxies map[*backend.Locker][]*faultproxy.Proxy
+	admin   *backend.Locker
+}
+
+// NewURLHarness returns a harness for rawURL with caps, or, if caps is the
+// zero value, the URLCapabilities of its scheme.
+func NewURLHarness(rawURL string, caps Capabilities) (*URLHarness, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", backend.ErrInvalidURL, err)
+	}
+	if caps == (Capabilities{}) {
+		c, ok := URLCapabilities[u.Scheme]
+		if !ok {
+			return nil, fmt.Errorf("conformance: no capabilities known for scheme %q: give them", u.Scheme)
+		}
+		caps = c
+	}
+	for _, h := range strings.Split(u.Host, ",") {
+		if _, port, ok := strings.Cut(h, ":"); !ok || port == "" {
+			return nil, fmt.Errorf("%w: conformance: host %q needs an explicit port", backend.ErrInvalidURL, h)
+		}
+	}
+	return &URLHarness{rawURL: rawURL, caps: caps, proxies: make(map[*backend.Locker][]*faultproxy.Proxy)}, nil
+}
+
+// NewLocker implements Harness.
+func (h *URLHarness) NewLocker(t testing.TB, opts ...backend.Option) *backend.Locker {
+	t.Helper()
+	u, err := url.Parse(h.rawURL)
+	require.NoError(t, err)
+	var proxies []*faultproxy.Proxy
+	var hosts []string
+	for _, target := range strings.Split(u.Host, ",") {
+		p, err := faultproxy.Start(target)
+		require.NoError(t, err)
+		proxies = append(proxies, p)
+		hosts = append(hosts, p.Addr())
+	}
+	u.Host = strings.Join(hosts, ",")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := backend.Open(ctx, u.String(), opts...)
+	require.NoError(t, err)
+	h.mu.Lock()
+	h.proxies[l] = proxies
+	h.mu.Unlock()
+	t.Cleanup(func() {
+		if err := l.Close(); err != nil {
+			t.Logf("closing a Locker at the end of the test: %v", err)
+		}
+		for _, p := range proxies {
+			p.Close()
+		}
+	})
+	return l
+}
+
+// Crash implements Harness: it cuts the Locker's proxies.
+func (h *URLHarness) Crash(t testing.TB, l *backend.Locker) {
+	h.mu.Lock()
+	proxies := h.proxies[l]
+	h.mu.Unlock()
+	require.NotEmpty(t, proxies, "Crash of a Locker this harness did not make")
+	for _, p := range proxies {
+		p.Cut()
+	}
+}
+
+func (h *URLHarness) adminLocker(t testing.TB) *backend.Locker {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.admin == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		l, err := backend.Open(ctx, h.rawURL)
+		require.NoError(t, err)
+		h.admin = l
+	}
+	return h.admin
+}
+
+// Close closes the Locker the harness uses for Revoke and RevokeWaiters.
+func (h *URLHarness) Close() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.admin == nil {
+		return nil
+	}
+	return h.admin.Close()
+}
+
+// Revoke implements Harness with Locker.Revoke.
+func (h *URLHarness) Revoke(t testing.TB, ls *backend.Lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	found, err := h.adminLocker(t).Revoke(ctx, ls.Name(), ls.Token())
+	require.NoError(t, err)
+	require.True(t, found, "no acquisition of %q with token %d", ls.Name(), ls.Token())
+}
+
+// RevokeWaiters implements WaiterRevoker with Locker.Status and Revoke.
+func (h *URLHarness) RevokeWaiters(t testing.TB, name string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin := h.adminLocker(t)
+	st, err := admin.Status(ctx, name)
+	require.NoError(t, err)
+	n := 0
+	for _, w := range st.Waiters {
+		found, err := admin.Revoke(ctx, name, w.Token)
+		require.NoError(t, err)
+		if found {
+			n++
+		}
+	}
+	return n
+}
+
+// Capabilities implements Harness.
+func (h *URLHarness) Capabilities() Capabilities { return h.caps }
