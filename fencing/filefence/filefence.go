@@ -237,4 +237,3 @@ func syncDir(path string) error {
 	defer d.Close()
 	return d.Sync()
 }
-
