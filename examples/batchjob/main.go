@@ -137,4 +137,3 @@ ON CONFLICT (day) DO UPDATE SET entry = EXCLUDED.entry`, day, fmt.Sprintf("settl
 
 // isStale reports whether err is a fencing rejection.
 func isStale(err error) bool { return errors.Is(err, fencing.ErrStaleToken) }
-
