@@ -1,0 +1,222 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	rsgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/internal/lockbench"
+	"github.com/fencelock/fencelock/internal/redistest"
+)
+
+// The benchmarks compare this package with bsm/redislock v0.9.4 (which has
+// no fence-key option in that version) and redsync v4 (one pool) on one
+// redis-server of the same run:
+//
+//	go test -run '^$' -bench . -count 6 ./redis/ | tee bench.txt
+//	benchstat -col /impl -row .name bench.txt
+//
+// Round trips per acquire+release, uncontended: 2 for all three (fencelock:
+// acquire script, release script; redislock: obtain script, release script;
+// redsync: SET NX PX, release script). Only fencelock issues a token.
+// Waiting: fencelock waits for the release notice (pub/sub) with a fallback
+// timer at the lock's PTTL; redislock and redsync poll, here every 2ms
+// (redislock.LinearBackoff(2ms); redsync WithRetryDelay(2ms)), far more
+// eagerly than redsync's default 50-250ms.
+
+var (
+	benchOnce sync.Once
+	benchSrv  *redistest.Server
+	benchErr  error
+)
+
+func benchServer(b *testing.B) *redistest.Server {
+	benchOnce.Do(func() { benchSrv, benchErr = redistest.StartServer() })
+	if benchErr != nil {
+		b.Fatal(benchErr)
+	}
+	b.Cleanup(func() {}) // the server lives until the process ends
+	return benchSrv
+}
+
+func benchClient(b *testing.B, s *redistest.Server) *goredis.Client {
+	c := goredis.NewClient(&goredis.Options{Addr: s.Addr()})
+	b.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+const benchTTL = 15 * time.Second
+
+type lockImpl struct {
+	name string
+	new  func(b *testing.B, s *redistest.Server, prefix, name string) lockbench.Contender
+}
+
+// drivers collects the fencelock drivers of a benchmark, for their counters.
+var (
+	driversMu sync.Mutex
+	drivers   []*driver
+)
+
+var impls = []lockImpl{
+	{"fencelock", func(b *testing.B, s *redistest.Server, prefix, name string) lockbench.Contender {
+		d, err := newDriver(benchClient(b, s), Config{Prefix: prefix}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		l, err := backend.New(d, backend.WithTTL(benchTTL))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = l.Close() })
+		driversMu.Lock()
+		drivers = append(drivers, d)
+		driversMu.Unlock()
+		var ls *backend.Lease
+		return lockbench.Contender{
+			Lock:   func(ctx context.Context) (err error) { ls, err = l.Acquire(ctx, name); return err },
+			Unlock: func(ctx context.Context) error { return ls.Release(ctx) },
+		}
+	}},
+	{"redislock", func(b *testing.B, s *redistest.Server, prefix, name string) lockbench.Contender {
+		rl := redislock.New(benchClient(b, s))
+		opt := &redislock.Options{RetryStrategy: redislock.LinearBackoff(2 * time.Millisecond)}
+		var lk *redislock.Lock
+		return lockbench.Contender{
+			Lock: func(ctx context.Context) (err error) {
+				lk, err = rl.Obtain(ctx, LockKey(prefix, name), benchTTL, opt)
+				return err
+			},
+			Unlock: func(ctx context.Context) error { return lk.Release(ctx) },
+		}
+	}},
+	{"redsync", func(b *testing.B, s *redistest.Server, prefix, name string) lockbench.Contender {
+		rs := redsync.New(rsgoredis.NewPool(benchClient(b, s)))
+		m := rs.NewMutex(LockKey(prefix, name), redsync.WithExpiry(benchTTL),
+			redsync.WithTries(1<<30), redsync.WithRetryDelay(2*time.Millisecond))
+		return lockbench.Contender{
+			Lock: func(ctx context.Context) error { return m.LockContext(ctx) },
+			Unlock: func(ctx context.Context) error {
+				_, err := m.UnlockContext(ctx)
+				return err
+			},
+		}
+	}},
+}
+
+var benchSeq int
+
+func benchPrefix() string {
+	benchSeq++
+	return fmt.Sprintf("bench:%d", benchSeq)
+}
+
+// BenchmarkUncontended: one acquire+release of a free lock.
+func BenchmarkUncontended(b *testing.B) {
+	s := benchServer(b)
+	for _, impl := range impls {
+		b.Run("impl="+impl.name, func(b *testing.B) {
+			c := impl.new(b, s, benchPrefix(), "uncontended")
+			b.ResetTimer()
+			r, err := lockbench.RunUncontended(context.Background(), c, 20, b.N, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(lockbench.Mean(r.Acquire).Nanoseconds())/1e3, "acquire-us")
+			b.ReportMetric(float64(lockbench.Mean(r.Release).Nanoseconds())/1e3, "release-us")
+		})
+	}
+}
+
+// BenchmarkContended8: 8 contenders, each with its own client, acquire and
+// release one lock in a loop; one op is one grant. Reported: grants/s, the
+// handoff time (from a holder starting to release to the next grant) p50
+// and p99, each contender's share of the grants (min and max, in percent;
+// 12.5 is even), and for fencelock the release notices delivered to waiters
+// and the acquire scripts run, per grant.
+func BenchmarkContended8(b *testing.B) {
+	const contenders = 8
+	s := benchServer(b)
+	for _, impl := range impls {
+		b.Run("impl="+impl.name, func(b *testing.B) {
+			driversMu.Lock()
+			drivers = nil
+			driversMu.Unlock()
+			prefix := benchPrefix()
+			cs := make([]lockbench.Contender, contenders)
+			for i := range cs {
+				cs[i] = impl.new(b, s, prefix, "contended")
+			}
+			b.ResetTimer()
+			r, err := lockbench.RunContended(context.Background(), cs, b.N, nil)
+			b.StopTimer()
+			if err != nil {
+				b.Fatal(err)
+			}
+			ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+			b.ReportMetric(r.GrantsPerSecond(), "grants/s")
+			b.ReportMetric(ms(lockbench.Percentile(r.Handoffs, 0.50)), "handoff-p50-ms")
+			b.ReportMetric(ms(lockbench.Percentile(r.Handoffs, 0.99)), "handoff-p99-ms")
+			share := func(n int) float64 { return 100 * float64(n) / float64(r.Grants) }
+			b.ReportMetric(share(slices.Min(r.PerContender)), "min-share-%")
+			b.ReportMetric(share(slices.Max(r.PerContender)), "max-share-%")
+			if impl.name == "fencelock" {
+				driversMu.Lock()
+				var wakeups, attempts int64
+				for _, d := range drivers {
+					wakeups += d.wakeups.Load()
+					attempts += d.attempts.Load()
+				}
+				driversMu.Unlock()
+				b.ReportMetric(float64(wakeups)/float64(r.Grants), "wakeups/grant")
+				b.ReportMetric(float64(attempts)/float64(r.Grants), "attempts/grant")
+			}
+		})
+	}
+}
+
+// BenchmarkRoundTrip is one PING on the same server: the unit for the
+// handoff target (p99 within about 3 round trips).
+func BenchmarkRoundTrip(b *testing.B) {
+	c := benchClient(b, benchServer(b))
+	ctx := context.Background()
+	for b.Loop() {
+		if err := c.Ping(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDriverUncontended is BenchmarkUncontended on the driver alone,
+// without backend's Locker and Lease: the difference is the shared layer's
+// cost (renewal goroutine, contexts, bookkeeping).
+func BenchmarkDriverUncontended(b *testing.B) {
+	d, err := newDriver(benchClient(b, benchServer(b)), Config{Prefix: benchPrefix()}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	ctx := context.Background()
+	req := backend.Request{Name: "uncontended", TTL: benchTTL}
+	for b.Loop() {
+		dl, _, err := d.NewLease(ctx, req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, _, err := dl.Lock(ctx, true); err != nil {
+			b.Fatal(err)
+		}
+		if err := dl.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
