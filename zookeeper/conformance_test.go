@@ -1,0 +1,81 @@
+package zookeeper
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/conformance"
+	"github.com/fencelock/fencelock/internal/zktest"
+)
+
+// harness runs the shared suite over the shared server. Every Locker dials
+// its sessions through a TCP proxy of its own; Crash kills that proxy, so
+// the Locker's sessions are cut without being closed (nothing is deleted)
+// and expire on the server after their timeout. Revoke deletes a lease's
+// node (found by czxid) from a separate session.
+type harness struct {
+	prefix string
+	admin  *zk.Conn
+
+	mu      sync.Mutex
+	proxies map[*backend.Locker]*zktest.Proxy
+}
+
+// suiteTTL is the short TTL of the suite: the session timeout of its
+// expiring leases.
+const suiteTTL = 2 * time.Second
+
+func (h *harness) NewLocker(t testing.TB, opts ...backend.Option) *backend.Locker {
+	t.Helper()
+	p := zktest.NewProxy(t, srv.Addr())
+	l := dialLocker(t, p.Addr(), h.prefix, suiteTTL, opts...)
+	h.mu.Lock()
+	h.proxies[l] = p
+	h.mu.Unlock()
+	t.Cleanup(func() {
+		h.mu.Lock()
+		delete(h.proxies, l)
+		h.mu.Unlock()
+	})
+	return l
+}
+
+func (h *harness) Crash(t testing.TB, l *backend.Locker) {
+	h.mu.Lock()
+	p := h.proxies[l]
+	h.mu.Unlock()
+	require.NotNil(t, p, "Crash of a Locker this harness did not make")
+	p.Kill()
+}
+
+func (h *harness) Revoke(t testing.TB, ls *backend.Lease) {
+	t.Helper()
+	path, _ := nodeOf(t, h.admin, h.prefix, ls)
+	require.NoError(t, h.admin.Delete(path, -1))
+}
+
+// RevokeWaiters deletes every lock node of name but the oldest (the
+// holder's).
+func (h *harness) RevokeWaiters(t testing.TB, name string) int {
+	t.Helper()
+	nodes := lockNodes(t, h.admin, h.prefix, name)
+	for _, n := range nodes[min(1, len(nodes)):] {
+		require.NoError(t, h.admin.Delete(lockDir(h.prefix, name)+"/"+n, -1))
+	}
+	return max(0, len(nodes)-1)
+}
+
+var _ conformance.WaiterRevoker = (*harness)(nil)
+
+func (h *harness) Capabilities() conformance.Capabilities {
+	return conformance.Capabilities{FIFO: true, TTL: suiteTTL, MinTTL: MinTTL}
+}
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, &harness{prefix: testPrefix(t), admin: srv.Connect(t, 10*time.Second), proxies: make(map[*backend.Locker]*zktest.Proxy)})
+}

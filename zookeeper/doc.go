@@ -1,0 +1,2 @@
+// Package zookeeper is the ZooKeeper adapter of fencelock.
+package zookeeper

@@ -1,0 +1,408 @@
+package zookeeper
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fencelock/backend"
+)
+
+// DefaultPrefix is the node under which locks live when no prefix is given.
+const DefaultPrefix = "/fencelock"
+
+// DefaultSessionTimeout is the session timeout Dial asks for when
+// Config.SessionTimeout is zero.
+const DefaultSessionTimeout = 10 * time.Second
+
+// MinTTL is the shortest TTL (session timeout) the adapter asks a server
+// for. The server grants at least its minSessionTimeout (2*tickTime: 4s with
+// the default tickTime of 2s); a TTL it raises is rejected with an error
+// matching backend.ErrInvalidOption that names what it granted.
+const MinTTL = 400 * time.Millisecond
+
+// newConnWait bounds how long New waits for the given Conn's first session.
+const newConnWait = 10 * time.Second
+
+// pollInterval is how often a Locker over a caller's Conn (New) looks at the
+// Conn's state, since the Conn's events go to the caller.
+const pollInterval = 25 * time.Millisecond
+
+var errConnClosed = errors.New("zookeeper: connection closed")
+
+// Config configures Dial.
+type Config struct {
+	// Servers are the ensemble's host:port addresses (port 2181 if
+	// omitted).
+	Servers []string
+	// Prefix is the node under which lock nodes live (absolute path; ""
+	// means DefaultPrefix). go-zookeeper has no chroot: the prefix plays
+	// that part.
+	Prefix string
+	// SessionTimeout is the session timeout asked for the Locker's first
+	// session; the server's granted value becomes the Locker's default TTL.
+	// Zero means DefaultSessionTimeout.
+	SessionTimeout time.Duration
+	// User and Password, if User is set, authenticate every session with
+	// the digest scheme, and every node the Locker creates gets the ACL
+	// auth:PermAll (only clients with the same credentials can read,
+	// write, create under or delete it).
+	User, Password string
+	// Dialer, if set, opens the TCP connections (zk.WithDialer).
+	Dialer zk.Dialer
+	// Logger receives go-zookeeper's log lines; nil discards them.
+	Logger zk.Logger
+}
+
+// Dial opens a Locker that owns its ZooKeeper sessions: one per distinct
+// TTL in use, the first (cfg.SessionTimeout) opened now. The negotiated
+// timeout of that session is the Locker's default TTL (opts may override it,
+// as with backend.New). Close closes the sessions, which deletes whatever
+// ephemeral node is left.
+func Dial(ctx context.Context, cfg Config, opts ...backend.Option) (*backend.Locker, error) {
+	d, err := dialDriver(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	l, err := backend.New(d, append([]backend.Option{backend.WithTTL(d.defaultTTL)}, opts...)...)
+	if err != nil {
+		return nil, errors.Join(err, d.Close())
+	}
+	return l, nil
+}
+
+// New returns a Locker over conn, an existing connection whose session it
+// shares with the caller. The session's negotiated timeout is the only TTL
+// it can honour: it is the Locker's default TTL, and any other TTL is
+// rejected with backend.ErrInvalidOption. Nodes get the open ACL
+// (world:anyone). Closing the Locker releases its locks but does not close
+// conn.
+func New(conn *zk.Conn, prefix string, opts ...backend.Option) (*backend.Locker, error) {
+	if conn == nil {
+		return nil, fmt.Errorf("%w: zookeeper: nil conn", backend.ErrInvalidOption)
+	}
+	p, err := cleanPrefix(prefix)
+	if err != nil {
+		return nil, fmt.Errorf("%w: zookeeper: %v", backend.ErrInvalidOption, err)
+	}
+	timeout, err := NegotiatedTimeout(conn, newConnWait)
+	if err != nil {
+		return nil, err
+	}
+	s := newSession(false)
+	s.conn = conn
+	s.observe(conn.State())
+	s.stopPoll = make(chan struct{})
+	go s.poll(pollInterval)
+	d := newDriver(p, zk.WorldACL(zk.PermAll))
+	d.given, d.defaultTTL = s, timeout
+	d.sessions[timeout] = s
+	l, err := backend.New(d, append([]backend.Option{backend.WithTTL(timeout)}, opts...)...)
+	if err != nil {
+		return nil, errors.Join(err, d.Close())
+	}
+	return l, nil
+}
+
+// driver implements backend.Driver.
+type driver struct {
+	cfg        Config // Dial only
+	prefix     string
+	acl        []zk.ACL
+	given      *session // New: the caller's Conn
+	defaultTTL time.Duration
+	closing    chan struct{}
+
+	mu       sync.Mutex
+	closed   bool
+	sessions map[time.Duration]*session      // by TTL = negotiated timeout
+	dialing  map[time.Duration]chan struct{} // closed when a dial ends
+	refused  map[time.Duration]time.Duration // asked TTL -> what the server granted
+}
+
+func newDriver(prefix string, acl []zk.ACL) *driver {
+	return &driver{prefix: prefix, acl: acl, closing: make(chan struct{}),
+		sessions: make(map[time.Duration]*session), dialing: make(map[time.Duration]chan struct{}),
+		refused: make(map[time.Duration]time.Duration)}
+}
+
+func dialDriver(ctx context.Context, cfg Config) (*driver, error) {
+	if len(cfg.Servers) == 0 {
+		return nil, fmt.Errorf("%w: zookeeper: no servers", backend.ErrInvalidOption)
+	}
+	p, err := cleanPrefix(cfg.Prefix)
+	if err != nil {
+		return nil, fmt.Errorf("%w: zookeeper: %v", backend.ErrInvalidOption, err)
+	}
+	if cfg.SessionTimeout == 0 {
+		cfg.SessionTimeout = DefaultSessionTimeout
+	}
+	if err := checkTTLShape(cfg.SessionTimeout); err != nil {
+		return nil, fmt.Errorf("%w: zookeeper: session timeout: %v", backend.ErrInvalidOption, err)
+	}
+	acl := zk.WorldACL(zk.PermAll)
+	if cfg.User != "" {
+		acl = zk.AuthACL(zk.PermAll)
+	}
+	d := newDriver(p, acl)
+	d.cfg = cfg
+	s, err := d.dial(ctx, cfg.SessionTimeout, true)
+	if err != nil {
+		return nil, err
+	}
+	d.defaultTTL = s.timeout()
+	d.sessions[d.defaultTTL] = s
+	return d, nil
+}
+
+// timeout returns the negotiated timeout of the current generation.
+func (s *session) timeout() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gen == nil {
+		return 0
+	}
+	return s.gen.timeout
+}
+
+// dial opens a session asking for timeout ttl and waits for it. Unless
+// anyTimeout, a server that grants another timeout is refused.
+func (d *driver) dial(ctx context.Context, ttl time.Duration, anyTimeout bool) (*session, error) {
+	s := newSession(true)
+	logger := d.cfg.Logger
+	if logger == nil {
+		logger = quiet{}
+	}
+	setup := func(c *zk.Conn) {
+		s.conn = c
+		if d.cfg.Dialer != nil {
+			zk.WithDialer(d.cfg.Dialer)(c)
+		}
+	}
+	if _, _, err := zk.Connect(d.cfg.Servers, ttl, zk.WithLogger(logger), zk.WithLogInfo(false),
+		zk.WithEventCallback(s.onEvent), setup); err != nil {
+		return nil, fmt.Errorf("zookeeper: connect: %w", err)
+	}
+	g, err := s.current(ctx)
+	if err != nil {
+		s.close()
+		return nil, fmt.Errorf("zookeeper: no session with %v: %w", d.cfg.Servers, err)
+	}
+	if d.cfg.User != "" {
+		auth := []byte(d.cfg.User + ":" + d.cfg.Password)
+		if err := call(ctx, func() error { return s.conn.AddAuth("digest", auth) }); err != nil {
+			s.close()
+			return nil, fmt.Errorf("zookeeper: add digest auth: %w", err)
+		}
+	}
+	if g.timeout <= 0 {
+		s.close()
+		return nil, errors.New("zookeeper: cannot read the negotiated session timeout from this go-zookeeper version")
+	}
+	if !anyTimeout && g.timeout != ttl {
+		s.close()
+		d.mu.Lock()
+		d.refused[ttl] = g.timeout
+		d.mu.Unlock()
+		return nil, refusedError(ttl, g.timeout)
+	}
+	return s, nil
+}
+
+func refusedError(asked, granted time.Duration) error {
+	return fmt.Errorf("%w: zookeeper: asked for a %v session timeout (the TTL), the server granted %v (bounded by its minSessionTimeout and maxSessionTimeout); use a TTL of %v or change the server's bounds",
+		backend.ErrInvalidOption, asked, granted, granted)
+}
+
+// session returns the session that serves ttl, dialing it if needed.
+func (d *driver) session(ctx context.Context, ttl time.Duration) (*session, error) {
+	for {
+		d.mu.Lock()
+		if d.closed {
+			d.mu.Unlock()
+			return nil, fmt.Errorf("zookeeper: %w", backend.ErrClosed)
+		}
+		if s, ok := d.sessions[ttl]; ok {
+			d.mu.Unlock()
+			return s, nil
+		}
+		if granted, ok := d.refused[ttl]; ok {
+			d.mu.Unlock()
+			return nil, refusedError(ttl, granted)
+		}
+		if d.given != nil {
+			d.mu.Unlock()
+			return nil, fmt.Errorf("%w: zookeeper: the connection's session timeout is %v, so is every TTL over it (got %v)", backend.ErrInvalidOption, d.defaultTTL, ttl)
+		}
+		if wait, ok := d.dialing[ttl]; ok {
+			d.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		done := make(chan struct{})
+		d.dialing[ttl] = done
+		d.mu.Unlock()
+
+		s, err := d.dial(ctx, ttl, false)
+		d.mu.Lock()
+		delete(d.dialing, ttl)
+		close(done)
+		if err == nil {
+			if d.closed {
+				d.mu.Unlock()
+				s.close()
+				return nil, fmt.Errorf("zookeeper: %w", backend.ErrClosed)
+			}
+			d.sessions[ttl] = s
+		}
+		d.mu.Unlock()
+		return s, err
+	}
+}
+
+// checkTTLShape: ZooKeeper counts session timeouts in whole milliseconds.
+func checkTTLShape(ttl time.Duration) error {
+	if ttl%time.Millisecond != 0 {
+		return fmt.Errorf("ZooKeeper session timeouts are whole milliseconds, got %v", ttl)
+	}
+	if ttl > time.Duration(1<<31-1)*time.Millisecond {
+		return fmt.Errorf("TTL %v is too long for a ZooKeeper session timeout", ttl)
+	}
+	return nil
+}
+
+// CheckTTL implements backend.TTLChecker: the TTL is a session timeout, so
+// whole milliseconds; over a caller's Conn (New) it must be that Conn's
+// negotiated timeout; a TTL the server already refused is refused again.
+func (d *driver) CheckTTL(ttl time.Duration) error {
+	if err := checkTTLShape(ttl); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.given != nil && ttl != d.defaultTTL {
+		return fmt.Errorf("the connection's negotiated session timeout is %v: a lease over it cannot have TTL %v", d.defaultTTL, ttl)
+	}
+	if granted, ok := d.refused[ttl]; ok {
+		return fmt.Errorf("the ZooKeeper server grants %v for a %v session timeout", granted, ttl)
+	}
+	return nil
+}
+
+// MinTTL implements backend.Driver.
+func (d *driver) MinTTL() time.Duration { return MinTTL }
+
+// NewLease implements backend.Driver: it picks the session of req.TTL and
+// its current generation. started is the send time of the last request
+// answered in that session, if it is recent (within TTL/3); otherwise it
+// sends one (an Exists of the prefix) to have one.
+func (d *driver) NewLease(ctx context.Context, req backend.Request) (backend.DriverLease, time.Time, error) {
+	data, err := json.Marshal(nodeValue{Holder: req.Holder, Metadata: req.Metadata})
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("%w: zookeeper: metadata: %v", backend.ErrInvalidOption, err)
+	}
+	s, err := d.session(ctx, req.TTL)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	g, err := s.current(ctx)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	if g.timeout != req.TTL {
+		return nil, time.Time{}, refusedError(req.TTL, g.timeout)
+	}
+	started := g.lastProof()
+	if time.Since(started) > req.TTL/3 {
+		sent := time.Now()
+		if err := call(ctx, func() error { _, _, err := s.conn.Exists(d.prefix); return err }); err != nil {
+			return nil, time.Time{}, fmt.Errorf("zookeeper: %w", err)
+		}
+		if s.conn.SessionID() != g.id {
+			return nil, time.Time{}, fmt.Errorf("zookeeper: the session changed (expired) while starting")
+		}
+		g.noteAlive(sent)
+		started = sent
+	}
+	return newLease(d, s, g, lockDir(d.prefix, req.Name), data), started, nil
+}
+
+// Close implements backend.Driver: it closes the sessions the driver dialed
+// (closing a session deletes its ephemeral nodes) and stops following a
+// caller's Conn.
+func (d *driver) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	close(d.closing)
+	var all []*session
+	for _, s := range d.sessions {
+		all = append(all, s)
+	}
+	d.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, s := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.close()
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// nodeValue is the data of a lock node, for status tools.
+type nodeValue struct {
+	Holder   string            `json:"holder,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// call runs f, which blocks on a go-zookeeper request (go-zookeeper takes no
+// context), and returns its error or, if ctx ends first, ctx's error; f then
+// finishes in the background and its results must not be read.
+func call(ctx context.Context, f func() error) error {
+	if ctx.Done() == nil {
+		return f()
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// quiet discards go-zookeeper's log lines.
+type quiet struct{}
+
+func (quiet) Printf(string, ...any) {}
+
+// connDown reports errors after which the request may or may not have
+// been applied and the session may still be alive.
+func connDown(err error) bool {
+	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer)
+}
+
+// sessionGone reports errors that mean the session (and its nodes) is gone
+// or the Conn closed.
+func sessionGone(err error) bool {
+	return errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrSessionMoved)
+}

@@ -1,0 +1,680 @@
+package zookeeper
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/fencing"
+)
+
+// ownWatchDelay is how long a holder's node must have existed before the
+// lease watches it (a data watch that closes Lost when it is deleted). Most
+// uncontended holds are over sooner, and the watch would cost them a request;
+// a deletion is still seen within this delay (and by the next renewal in any
+// case). A waiter watches its node at once.
+const ownWatchDelay = 50 * time.Millisecond
+
+// createAttempts bounds the create retries (missing parents, a lost reply).
+const createAttempts = 8
+
+// cleanupRetryMax caps the backoff of a release that cannot reach the
+// server.
+const cleanupRetryMax = time.Second
+
+type state int
+
+const (
+	stIdle     state = iota // nothing created
+	stCreating              // a create was sent; its outcome may be unknown
+	stWaiting               // our node exists, queued behind older ones
+	stHeld                  // our node exists and was granted
+)
+
+// lease implements backend.DriverLease: one acquisition, one ephemeral
+// sequential node in the session g.
+type lease struct {
+	d    *driver
+	s    *session
+	g    *generation
+	dir  string
+	data []byte
+	guid string
+
+	mu         sync.Mutex
+	st         state
+	path       string // our node, once known
+	czxid      int64
+	version    int32
+	createDone chan struct{} // closed when the create's outcome is known
+	createErr  error
+	released   chan struct{} // closed when Release starts
+	cleanup    chan struct{} // closed when the release has finished
+	relErr     error
+	watching   bool
+	watchTimer *time.Timer
+
+	lost     chan struct{}
+	lostOnce sync.Once
+	stopGen  func() bool
+}
+
+func newLease(d *driver, s *session, g *generation, dir string, data []byte) *lease {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	l := &lease{d: d, s: s, g: g, dir: dir, data: data, guid: hex.EncodeToString(b[:]),
+		lost: make(chan struct{}), released: make(chan struct{})}
+	// The session ending (expired, replaced, closed) takes our node with it.
+	l.stopGen = context.AfterFunc(g.ctx, l.markLost)
+	return l
+}
+
+// Lost implements backend.DriverLease: closed when our node is seen deleted
+// or our session ends.
+func (l *lease) Lost() <-chan struct{} { return l.lost }
+
+// Suspended implements backend.Suspender: whether the connection of the
+// lease's session is down now.
+func (l *lease) Suspended() (bool, <-chan struct{}) { return l.s.suspension() }
+
+func (l *lease) markLost() { l.lostOnce.Do(func() { close(l.lost) }) }
+
+func (l *lease) isLost() bool {
+	select {
+	case <-l.lost:
+		return true
+	default:
+		return false
+	}
+}
+
+func (l *lease) lostError(why string) error {
+	l.mu.Lock()
+	path := l.path
+	l.mu.Unlock()
+	if path == "" {
+		path = l.dir + "/" + protectedPrefix + l.guid + "-" + lockMarker + "*"
+	}
+	return fmt.Errorf("%w: zookeeper: lock node %s: %s", backend.ErrLeaseLost, path, why)
+}
+
+// alive checks, after a reply, that it came from our session.
+func (l *lease) alive(sent time.Time) bool {
+	if l.s.conn.SessionID() != l.g.id || l.g.ended() {
+		return false
+	}
+	l.g.noteAlive(sent)
+	return true
+}
+
+// Lock implements backend.DriverLease.
+//
+// Round trips: TryAcquire reads the children first (1), and on a held lock
+// stops there without writing; otherwise, and for Acquire, one Multi creates
+// our node and returns its czxid (1), and one getChildren (1) tells whether
+// it is first. A waiter then sets a data watch on its immediate predecessor
+// (1) and on its own node, and reads the children again (1) each time the
+// predecessor goes.
+func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, error) {
+	l.mu.Lock()
+	if l.st != stIdle || l.createDone != nil {
+		l.mu.Unlock()
+		return 0, time.Time{}, errors.New("zookeeper: Lock called twice on one acquisition")
+	}
+	l.mu.Unlock()
+
+	if !wait {
+		kids, err := l.children(ctx)
+		if err != nil {
+			return 0, time.Time{}, err
+		}
+		if n := countLocks(kids); n > 0 {
+			return 0, time.Time{}, fmt.Errorf("%w: zookeeper: %s has %d lock node(s)", backend.ErrNotAcquired, l.dir, n)
+		}
+	}
+
+	sent := time.Now()
+	if err := l.create(ctx); err != nil {
+		return 0, time.Time{}, err
+	}
+	l.mu.Lock()
+	path, czxid := l.path, l.czxid
+	l.st = stWaiting
+	l.mu.Unlock()
+	name := path[strings.LastIndexByte(path, '/')+1:]
+	seq, ok := lockSeq(name)
+	if !ok {
+		return 0, time.Time{}, fmt.Errorf("zookeeper: created node %s has no sequence suffix", path)
+	}
+
+	for {
+		kids, err := l.children(ctx)
+		if err != nil {
+			return 0, time.Time{}, err
+		}
+		found, pred := false, ""
+		var predSeq int64 = -1
+		for _, k := range kids {
+			if k == name {
+				found = true
+				continue
+			}
+			if s, ok := lockSeq(k); ok && s < seq && s > predSeq {
+				pred, predSeq = k, s
+			}
+		}
+		if !found {
+			l.markLost()
+			return 0, time.Time{}, l.lostError("deleted while waiting")
+		}
+		if pred == "" {
+			break
+		}
+		if !wait {
+			return 0, time.Time{}, fmt.Errorf("%w: zookeeper: %s is held (%s is before us)", backend.ErrNotAcquired, l.dir, pred)
+		}
+		l.watchOwn()
+		if err := l.waitGone(ctx, l.dir+"/"+pred); err != nil {
+			return 0, time.Time{}, err
+		}
+	}
+
+	l.mu.Lock()
+	l.st = stHeld
+	if !l.watching && l.watchTimer == nil {
+		l.watchTimer = time.AfterFunc(ownWatchDelay, l.watchOwn)
+	}
+	l.mu.Unlock()
+	return fencing.Token(czxid), sent, nil
+}
+
+// waitGone waits until node is deleted (or found missing), our lease is
+// lost, or ctx ends.
+func (l *lease) waitGone(ctx context.Context, node string) error {
+	for {
+		var ch <-chan zk.Event
+		sent := time.Now()
+		err := call(ctx, func() error {
+			var err error
+			_, _, ch, err = l.s.conn.GetW(node)
+			return err
+		})
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+			if !l.alive(sent) {
+				return l.lostError("the session ended")
+			}
+			return nil
+		case err != nil:
+			return l.opError("watch predecessor", err)
+		}
+		if !l.alive(sent) {
+			return l.lostError("the session ended")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-l.lost:
+			return l.lostError("deleted or session ended while waiting")
+		case ev := <-ch:
+			switch ev.Type {
+			case zk.EventNodeDeleted:
+				return nil
+			case zk.EventNotWatching:
+				if l.g.ended() || sessionGone(ev.Err) {
+					l.markLost()
+					return l.lostError("the session ended while waiting")
+				}
+				return fmt.Errorf("zookeeper: watch on %s ended: %v", node, ev.Err)
+			}
+			// Data changed (someone wrote the node): watch again.
+		}
+	}
+}
+
+// opError maps a request's error: a gone session is a lost lease.
+func (l *lease) opError(what string, err error) error {
+	if sessionGone(err) || l.g.ended() {
+		l.markLost()
+		return l.lostError("the session ended")
+	}
+	if errors.Is(err, zk.ErrClosing) {
+		return fmt.Errorf("zookeeper: %s: %w", what, errConnClosed)
+	}
+	return fmt.Errorf("zookeeper: %s: %w", what, err)
+}
+
+// children lists the children of our lock directory (none if it does not
+// exist).
+func (l *lease) children(ctx context.Context) ([]string, error) {
+	var kids []string
+	sent := time.Now()
+	err := call(ctx, func() error {
+		var err error
+		kids, _, err = l.s.conn.Children(l.dir)
+		return err
+	})
+	if errors.Is(err, zk.ErrNoNode) {
+		err, kids = nil, nil
+	}
+	if err != nil {
+		return nil, l.opError("get children", err)
+	}
+	if !l.alive(sent) {
+		l.markLost()
+		return nil, l.lostError("the session ended")
+	}
+	return kids, nil
+}
+
+func countLocks(kids []string) int {
+	n := 0
+	for _, k := range kids {
+		if _, ok := lockSeq(k); ok {
+			n++
+		}
+	}
+	return n
+}
+
+// create creates our node in the background and waits for the outcome or
+// ctx. The background part always records the outcome, so that Release can
+// delete a node whose create outlived a cancelled Lock.
+func (l *lease) create(ctx context.Context) error {
+	done := make(chan struct{})
+	l.mu.Lock()
+	l.st, l.createDone = stCreating, done
+	l.mu.Unlock()
+	go func() {
+		path, czxid, err := l.doCreate()
+		l.mu.Lock()
+		if err == nil {
+			l.path, l.czxid, l.version = path, czxid, 0
+		}
+		l.createErr = err
+		l.mu.Unlock()
+		close(done)
+	}()
+	select {
+	case <-done:
+		l.mu.Lock()
+		err := l.createErr
+		l.mu.Unlock()
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-l.lost:
+		return l.lostError("the session ended while creating")
+	}
+}
+
+// doCreate creates our protected ephemeral sequential node with one Multi:
+// the create, and an unconditional empty setData on the lock directory in
+// the same transaction. The transaction has one zxid, so the directory's new
+// mzxid (returned by the setData) is our node's czxid: the token, without a
+// read. A missing directory is created (container nodes, top-down) and the
+// Multi retried. If the connection drops with the create in flight, our node
+// is looked up by its guid before anything else (protected mode), so there
+// is never a second one.
+func (l *lease) doCreate() (string, int64, error) {
+	conn := l.s.conn
+	nodePrefix := l.dir + "/" + protectedPrefix + l.guid + "-" + lockMarker
+	var last error
+	for attempt := 0; attempt < createAttempts; attempt++ {
+		if l.g.ended() {
+			l.markLost()
+			return "", 0, l.lostError("the session ended before the create")
+		}
+		sent := time.Now()
+		res, err := conn.Multi(
+			&zk.CreateRequest{Path: nodePrefix, Data: l.data, Acl: l.d.acl, Flags: zk.FlagEphemeralSequential},
+			&zk.SetDataRequest{Path: l.dir, Data: nil, Version: -1},
+		)
+		switch {
+		case err == nil && len(res) == 2 && res[1].Stat != nil:
+			if !l.alive(sent) {
+				// Created in a session that is no longer ours.
+				l.markLost()
+				return "", 0, l.lostError("the session changed during the create")
+			}
+			return res[0].String, res[1].Stat.Mzxid, nil
+		case err == nil:
+			return "", 0, fmt.Errorf("zookeeper: unexpected multi reply %+v", res)
+		case errors.Is(err, zk.ErrNoNode):
+			if err := l.makeDir(); err != nil {
+				return "", 0, err
+			}
+			last = err
+		case errors.Is(err, zk.ErrNoAuth) && len(res) == 2 && res[1].Error != nil && errors.Is(res[1].Error, zk.ErrNoAuth):
+			// No write permission on the directory: plain create, then
+			// read the czxid.
+			return l.createPlain(nodePrefix)
+		case connDown(err):
+			last = err
+			path, czxid, found, ferr := l.findOwn()
+			if ferr != nil {
+				return "", 0, ferr
+			}
+			if found {
+				return path, czxid, nil
+			}
+		case sessionGone(err):
+			l.markLost()
+			return "", 0, l.lostError("the session ended during the create")
+		default:
+			return "", 0, l.opError("create lock node", err)
+		}
+	}
+	return "", 0, fmt.Errorf("zookeeper: create lock node under %s: gave up after %d attempts: %w", l.dir, createAttempts, last)
+}
+
+// createPlain creates our node with a plain create and reads its czxid: 2
+// round trips (used where we may not write the lock directory).
+func (l *lease) createPlain(nodePrefix string) (string, int64, error) {
+	for attempt := 0; attempt < createAttempts; attempt++ {
+		path, err := l.s.conn.Create(nodePrefix, l.data, zk.FlagEphemeralSequential, l.d.acl)
+		if connDown(err) {
+			p, czxid, found, ferr := l.findOwn()
+			if ferr != nil {
+				return "", 0, ferr
+			}
+			if found {
+				return p, czxid, nil
+			}
+			continue
+		}
+		if err != nil {
+			return "", 0, l.opError("create lock node", err)
+		}
+		sent := time.Now()
+		_, st, err := l.s.conn.Exists(path)
+		if err == nil && l.alive(sent) && st != nil && st.Czxid != 0 {
+			return path, st.Czxid, nil
+		}
+		return path, 0, l.recordUnread(path, err)
+	}
+	return "", 0, fmt.Errorf("zookeeper: create lock node under %s: gave up", l.dir)
+}
+
+// recordUnread keeps path so that Release deletes it, and reports why the
+// create cannot complete.
+func (l *lease) recordUnread(path string, err error) error {
+	l.mu.Lock()
+	l.path = path
+	l.mu.Unlock()
+	if err == nil {
+		err = errors.New("no czxid")
+	}
+	return fmt.Errorf("zookeeper: read czxid of %s: %w", path, err)
+}
+
+// findOwn looks for our node by its guid after a create whose reply was
+// lost. The request blocks until the Conn reconnects; if it reconnected
+// with a new session, our node (if any) died with the old one.
+func (l *lease) findOwn() (path string, czxid int64, found bool, err error) {
+	for attempt := 0; ; attempt++ {
+		if l.g.ended() {
+			l.markLost()
+			return "", 0, false, l.lostError("the session ended during the create")
+		}
+		sent := time.Now()
+		kids, _, err := l.s.conn.Children(l.dir)
+		if connDown(err) && attempt < createAttempts {
+			continue
+		}
+		if errors.Is(err, zk.ErrNoNode) {
+			return "", 0, false, nil
+		}
+		if err != nil {
+			return "", 0, false, l.opError("find own node", err)
+		}
+		if !l.alive(sent) {
+			l.markLost()
+			return "", 0, false, l.lostError("the session changed during the create")
+		}
+		mark := protectedPrefix + l.guid + "-"
+		for _, k := range kids {
+			if strings.HasPrefix(k, mark) {
+				p := l.dir + "/" + k
+				sent := time.Now()
+				_, st, err := l.s.conn.Exists(p)
+				if err != nil || !l.alive(sent) || st == nil || st.Czxid == 0 {
+					return "", 0, false, l.recordUnread(p, err)
+				}
+				return p, st.Czxid, true, nil
+			}
+		}
+		return "", 0, false, nil
+	}
+}
+
+// makeDir creates the lock directory and its missing ancestors as container
+// nodes (the server deletes a container once its last child is gone).
+func (l *lease) makeDir() error {
+	for _, p := range parents(l.dir) {
+		_, err := l.s.conn.CreateContainer(p, nil, zk.FlagContainer, l.d.acl)
+		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return l.opError("create "+p, err)
+		}
+	}
+	return nil
+}
+
+// watchOwn sets a data watch on our node (once) and closes Lost when the
+// node is deleted by anyone but our Release.
+func (l *lease) watchOwn() {
+	l.mu.Lock()
+	if l.watching || l.path == "" {
+		l.mu.Unlock()
+		return
+	}
+	select {
+	case <-l.released:
+		l.mu.Unlock()
+		return
+	default:
+	}
+	l.watching = true
+	path := l.path
+	l.mu.Unlock()
+	go func() {
+		for {
+			_, _, ch, err := l.s.conn.GetW(path)
+			select {
+			case <-l.released:
+				return
+			default:
+			}
+			switch {
+			case errors.Is(err, zk.ErrNoNode):
+				l.markLost()
+				return
+			case err != nil:
+				if sessionGone(err) {
+					l.markLost()
+				}
+				return // the renewal finds out
+			}
+			select {
+			case <-l.released:
+				return
+			case <-l.d.closing:
+				return
+			case ev := <-ch:
+				switch ev.Type {
+				case zk.EventNodeDeleted:
+					select {
+					case <-l.released:
+					default:
+						l.markLost()
+					}
+					return
+				case zk.EventNotWatching:
+					if l.g.ended() || sessionGone(ev.Err) {
+						l.markLost()
+					}
+					return
+				}
+			}
+		}
+	}()
+}
+
+// KeepAlive implements backend.DriverLease with one Exists of our node (of
+// the lock directory before our node exists): it proves that the session is
+// alive (the server renews a session on every request) and that our node is
+// still there. While the connection is down it fails at once, and Locker
+// retries until the deadline.
+func (l *lease) KeepAlive(ctx context.Context) error {
+	select {
+	case <-l.released:
+		return fmt.Errorf("%w: zookeeper: keepalive after release", backend.ErrReleased)
+	default:
+	}
+	if l.g.ended() || l.isLost() {
+		l.markLost()
+		return l.lostError("the session ended or the node was deleted")
+	}
+	if st := l.s.conn.State(); st != zk.StateHasSession {
+		return fmt.Errorf("zookeeper: connection suspended (%v)", st)
+	}
+	l.mu.Lock()
+	path := l.path
+	l.mu.Unlock()
+	target := path
+	if target == "" {
+		target = l.d.prefix
+	}
+	var exists bool
+	sent := time.Now()
+	err := call(ctx, func() error {
+		var err error
+		exists, _, err = l.s.conn.Exists(target)
+		return err
+	})
+	if err != nil {
+		return l.opError("keepalive", err)
+	}
+	if !l.alive(sent) {
+		l.markLost()
+		return l.lostError("the session ended")
+	}
+	if path != "" && !exists {
+		l.markLost()
+		return l.lostError("deleted")
+	}
+	return nil
+}
+
+// Release implements backend.DriverLease: it deletes our node, with the
+// version it was created with (0), in the background, and waits for that or
+// ctx. The background part outlives a ctx that ends first: it waits for a
+// create still in flight, and retries a delete that could not reach the
+// server, until it succeeds or the session ends (which deletes the node
+// anyway), so a cancelled acquisition never leaves an orphan node
+// (go-zookeeper#229). Later calls wait for the same outcome.
+func (l *lease) Release(ctx context.Context) error {
+	l.mu.Lock()
+	if l.cleanup == nil {
+		l.cleanup = make(chan struct{})
+		close(l.released)
+		if l.watchTimer != nil {
+			l.watchTimer.Stop()
+		}
+		go l.runCleanup()
+	}
+	done := l.cleanup
+	l.mu.Unlock()
+	select {
+	case <-done:
+	default:
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return fmt.Errorf("zookeeper: release (continuing in the background): %w", ctx.Err())
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.relErr
+}
+
+func (l *lease) runCleanup() {
+	err := l.cleanupNode()
+	l.stopGen()
+	l.mu.Lock()
+	l.relErr = err
+	close(l.cleanup)
+	l.mu.Unlock()
+}
+
+func (l *lease) cleanupNode() error {
+	l.mu.Lock()
+	createDone := l.createDone
+	l.mu.Unlock()
+	if createDone != nil {
+		select {
+		case <-createDone:
+		case <-l.d.closing:
+			return nil // closing the session deletes it
+		}
+	}
+	l.mu.Lock()
+	path, version, st := l.path, l.version, l.st
+	l.mu.Unlock()
+	if path == "" {
+		return nil
+	}
+	held := st == stHeld
+	gone := func() error {
+		if held {
+			return l.lostError("already gone at release")
+		}
+		return nil
+	}
+	backoff := 10 * time.Millisecond
+	for {
+		if l.g.ended() {
+			return gone()
+		}
+		err := l.s.conn.Delete(path, version)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, zk.ErrNoNode):
+			return gone()
+		case errors.Is(err, zk.ErrBadVersion):
+			// Someone wrote our node's data; the path (guid and
+			// sequence) is still ours alone.
+			exists, stat, err := l.s.conn.Exists(path)
+			if err == nil && !exists {
+				return gone()
+			}
+			if err == nil && stat != nil && stat.Version != version {
+				version = stat.Version
+				continue
+			}
+		case sessionGone(err), errors.Is(err, zk.ErrClosing):
+			return gone()
+		case connDown(err):
+		default:
+			return fmt.Errorf("zookeeper: delete %s: %w", path, err)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-l.d.closing:
+			t.Stop()
+			return nil
+		}
+		backoff = min(2*backoff, cleanupRetryMax)
+	}
+}

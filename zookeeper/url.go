@@ -1,0 +1,171 @@
+package zookeeper
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/fencelock/fencelock/backend"
+)
+
+// DefaultPort is the client port assumed for a host given without one.
+const DefaultPort = "2181"
+
+// Params are the query parameters of zk URLs besides backend.CommonParams;
+// see the package documentation.
+var Params = []string{"session_timeout"}
+
+func init() {
+	backend.Register("zk", backend.Scheme{Params: Params, Open: open})
+}
+
+// open opens a driver for backend.Open. backend.Open takes a Locker's
+// default TTL from the ttl parameter only, so session_timeout must agree
+// with it there; Open (this package's) has no such limit.
+func open(ctx context.Context, u *url.URL) (backend.Driver, error) {
+	cfg, err := parseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	q := u.Query()
+	ttl, hasTTL, err := backend.URLDuration(q, "ttl")
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case q.Has("session_timeout") && !hasTTL && cfg.SessionTimeout != backend.DefaultTTL:
+		return nil, fmt.Errorf("%w: %s: a ZooKeeper lease's TTL is its session timeout, and backend.Open takes the default TTL from ttl: write ttl=%v instead of session_timeout=%v (or open with zookeeper.Open, which applies session_timeout)",
+			backend.ErrInvalidURL, u.Redacted(), cfg.SessionTimeout, cfg.SessionTimeout)
+	case q.Has("session_timeout") && hasTTL && ttl != cfg.SessionTimeout:
+		return nil, fmt.Errorf("%w: %s: ttl=%v and session_timeout=%v differ, but a ZooKeeper lease's TTL is its session timeout",
+			backend.ErrInvalidURL, u.Redacted(), ttl, cfg.SessionTimeout)
+	case hasTTL:
+		cfg.SessionTimeout = ttl
+	case !q.Has("session_timeout"):
+		cfg.SessionTimeout = backend.DefaultTTL
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	d, err := dialDriver(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("zookeeper: open %s: %w", u.Redacted(), err)
+	}
+	return d, nil
+}
+
+// Open opens a Locker from a zk URL like backend.Open, except that a
+// session_timeout parameter without ttl becomes the Locker's default TTL
+// (the negotiated timeout), as with Dial.
+func Open(ctx context.Context, rawURL string, opts ...backend.Option) (*backend.Locker, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", backend.ErrInvalidURL, err)
+	}
+	if u.Scheme != "zk" {
+		return nil, fmt.Errorf("%w: %s: scheme %q is not zk", backend.ErrInvalidURL, u.Redacted(), u.Scheme)
+	}
+	q := u.Query()
+	if q.Has("session_timeout") && !q.Has("ttl") {
+		cfg, err := parseURL(u)
+		if err != nil {
+			return nil, err
+		}
+		q.Set("ttl", cfg.SessionTimeout.String())
+		u.RawQuery = q.Encode()
+	}
+	return backend.Open(ctx, u.String(), opts...)
+}
+
+// parseURL turns a zk URL into a Config. Every error matches
+// backend.ErrInvalidURL.
+func parseURL(u *url.URL) (Config, error) {
+	bad := func(format string, args ...any) (Config, error) {
+		return Config{}, fmt.Errorf("%w: %s: %s", backend.ErrInvalidURL, u.Redacted(), fmt.Sprintf(format, args...))
+	}
+	if u.Scheme != "zk" {
+		return bad("scheme %q is not zk", u.Scheme)
+	}
+	if u.Opaque != "" {
+		return bad("want zk://host:port,host:port/prefix")
+	}
+	if u.Fragment != "" {
+		return bad("unexpected fragment %q", u.Fragment)
+	}
+	if u.Host == "" {
+		return bad("no host: want zk://host:port,host:port/prefix")
+	}
+	var cfg Config
+	for _, h := range strings.Split(u.Host, ",") {
+		ep, err := endpoint(h)
+		if err != nil {
+			return bad("%v", err)
+		}
+		cfg.Servers = append(cfg.Servers, ep)
+	}
+	prefix, err := cleanPrefix(u.Path)
+	if err != nil {
+		return bad("%v", err)
+	}
+	if u.Path == "" || u.Path == "/" {
+		prefix = DefaultPrefix
+	}
+	cfg.Prefix = prefix
+	if u.User != nil {
+		cfg.User = u.User.Username()
+		cfg.Password, _ = u.User.Password()
+		if cfg.User == "" {
+			return bad("empty user name")
+		}
+	}
+	cfg.SessionTimeout = DefaultSessionTimeout
+	if d, ok, err := backend.URLDuration(u.Query(), "session_timeout"); err != nil {
+		return Config{}, fmt.Errorf("%w (in %s)", err, u.Redacted())
+	} else if ok {
+		if d < MinTTL {
+			return bad("session_timeout %v is under the minimum of %v", d, MinTTL)
+		}
+		if err := checkTTLShape(d); err != nil {
+			return bad("session_timeout: %v", err)
+		}
+		cfg.SessionTimeout = d
+	}
+	return cfg, nil
+}
+
+// endpoint checks one host[:port] of a URL's host list and returns it as
+// host:port.
+func endpoint(h string) (string, error) {
+	if h == "" {
+		return "", fmt.Errorf("empty host in the host list")
+	}
+	host, port := h, DefaultPort
+	if strings.HasPrefix(h, "[") || strings.Count(h, ":") == 1 {
+		if !strings.HasPrefix(h, "[") || strings.Contains(h, "]:") {
+			var err error
+			host, port, err = net.SplitHostPort(h)
+			if err != nil {
+				return "", fmt.Errorf("host %q: %v", h, err)
+			}
+		} else {
+			host = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
+		}
+	} else if strings.Contains(h, ":") {
+		return "", fmt.Errorf("host %q: put IPv6 addresses in brackets, e.g. [::1]:2181", h)
+	}
+	if host == "" {
+		return "", fmt.Errorf("host %q: empty host name", h)
+	}
+	if strings.ContainsAny(host, "/@?# ") {
+		return "", fmt.Errorf("host %q: invalid host name", h)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 {
+		return "", fmt.Errorf("host %q: port %q is not a number from 1 to 65535", h, port)
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
