@@ -168,4 +168,3 @@ func endpoint(h string) (string, error) {
 	}
 	return net.JoinHostPort(host, port), nil
 }
-
