@@ -13,6 +13,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/fencelock/fencelock/backend"
 )
@@ -96,7 +97,9 @@ func parseURL(u *url.URL) (clientv3.Config, string, error) {
 	}
 
 	q := u.Query()
-	cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: DefaultDialTimeout}
+	// clientv3 logs every retried call at warn level, cancelled waits
+	// included; errors reach the caller anyway.
+	cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: DefaultDialTimeout, Logger: zap.NewNop()}
 	if d, ok, err := backend.URLDuration(q, "dial_timeout"); err != nil {
 		return clientv3.Config{}, "", fmt.Errorf("%w (in %s)", err, u.Redacted())
 	} else if ok {

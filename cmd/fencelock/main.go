@@ -4,6 +4,7 @@
 //	fencelock run     run a command while holding a lock
 //	fencelock status  show who holds and who waits for a lock
 //	fencelock bench   measure a backend: latency, grants/s, handoff time
+//	fencelock conformance  run the conformance suite against a backend URL
 //
 // Exit status of demo: 0 on success, 1 when the stale write was accepted, 2
 // for usage errors. fencelock run documents its own (fencelock run -h).
@@ -28,9 +29,16 @@ commands:
   status  show who holds and who waits for a lock (fencelock status -h)
   bench   measure a backend: uncontended latency, contended grants/s and
           handoff time (fencelock bench -h)
+  conformance
+          run the conformance suite against a backend URL, your own cluster
+          included, and print a table of cases (fencelock conformance -h)
 `
 
 func main() {
+	if url := os.Getenv(childEnv); url != "" {
+		runConformanceChild(url)
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
@@ -51,6 +59,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return statusCmd(ctx, args[1:], stdout, stderr)
 	case "bench":
 		return benchCmd(ctx, args[1:], stdout, stderr)
+	case "conformance":
+		return conformanceCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

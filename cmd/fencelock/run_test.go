@@ -227,3 +227,43 @@ func TestStatusShowsHolderAndWaiter(t *testing.T) {
 	assert.Equal(t, exitUsage, run(context.Background(), []string{"status", "--url", url}, &out, &errOut))
 	assert.Equal(t, exitInvalid, run(context.Background(), []string{"status", "--url", url, ""}, &out, &errOut))
 }
+
+func TestConformanceCommand(t *testing.T) {
+	srv := etcdtest.Start(t)
+	url := "etcd://" + strings.TrimPrefix(srv.Endpoints()[0], "http://") + "/conformance-cli"
+	cmd := exec.Command(fencelockBin(t), "conformance", "--run", "TryAcquire|IndependentNames", url)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	require.NoError(t, cmd.Run(), "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
+	assert.Regexp(t, `TryAcquire\s+PASS`, out.String())
+	assert.Regexp(t, `IndependentNames\s+PASS`, out.String())
+	assert.Contains(t, out.String(), "2 passed, 0 failed")
+
+	bad := exec.Command(fencelockBin(t), "conformance", "etcd://127.0.0.1/noport")
+	assert.Error(t, bad.Run())
+	assert.Equal(t, exitInvalid, bad.ProcessState.ExitCode())
+}
+
+func TestConformanceTableReportsFailures(t *testing.T) {
+	child := strings.Join([]string{
+		"=== RUN   TestConformance",
+		"=== RUN   TestConformance/TryAcquire",
+		"    --- PASS: TestConformance/TryAcquire (0.10s)",
+		"=== RUN   TestConformance/Loss",
+		"=== RUN   TestConformance/Loss/Revoked",
+		"    loss.go:80: lease not lost",
+		"        --- FAIL: TestConformance/Loss/Revoked (2.00s)",
+		"    --- FAIL: TestConformance/Loss (2.50s)",
+		"--- FAIL: TestConformance (2.60s)",
+		"FAIL",
+	}, "\n")
+	var progress, table bytes.Buffer
+	results := readResults(strings.NewReader(child), &progress, false)
+	assert.Contains(t, progress.String(), "ok   TryAcquire")
+	assert.Contains(t, progress.String(), "FAIL Loss")
+	failed := printTable(&table, results, 3*time.Second)
+	assert.Equal(t, 1, failed)
+	assert.Contains(t, table.String(), "  Loss/Revoked")
+	assert.Contains(t, table.String(), "loss.go:80: lease not lost")
+	assert.Contains(t, table.String(), "1 passed, 1 failed")
+}

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/conformance"
+)
+
+const conformanceUsage = `usage: fencelock conformance [flags] URL
+
+Runs the conformance suite against the backend at URL (your own cluster:
+give every host its port), without go test, and prints a table of cases.
+Each client reaches the backend through its own proxy on 127.0.0.1, so the
+suite can cut one off to play a crash. Exit status 0 if every case passed,
+1 if any failed, 64 for usage errors.
+
+flags:
+`
+
+// childEnv marks the process that runs the suite itself: testing.Main ends
+// with os.Exit, so the command runs it in a child and reads its -test.v
+// output.
+const childEnv = "FENCELOCK_CONFORMANCE_URL"
+
+func conformanceCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("conformance", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, conformanceUsage); fs.PrintDefaults() }
+	run := fs.String("run", "", "run only the cases matching this regular expression (as go test -run, under TestConformance/)")
+	verbose := fs.Bool("v", false, "print the suite's full output")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	url := fs.Arg(0)
+	if url == "" {
+		url = os.Getenv("FENCELOCK_URL")
+	}
+	if url == "" || fs.NArg() > 1 {
+		fs.Usage()
+		return exitUsage
+	}
+	if _, err := conformance.NewURLHarness(url, conformance.Capabilities{}); err != nil {
+		return report(stderr, "conformance", err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return report(stderr, "conformance", err)
+	}
+	childArgs := []string{"-test.v=true", "-test.timeout=30m"}
+	if *run != "" {
+		childArgs = append(childArgs, "-test.run=^TestConformance$/("+*run+")")
+	}
+	cmd := exec.CommandContext(ctx, self, childArgs...)
+	cmd.Env = append(os.Environ(), childEnv+"="+url)
+	cmd.Stderr = stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return report(stderr, "conformance", err)
+	}
+	fmt.Fprintf(stdout, "conformance suite against %s\n", url)
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return report(stderr, "conformance", err)
+	}
+	results := readResults(out, stdout, *verbose)
+	waitErr := cmd.Wait()
+	failed := printTable(stdout, results, time.Since(start))
+	if failed > 0 || waitErr != nil {
+		return 1
+	}
+	return 0
+}
+
+// caseResult is one case (or sub-case) of the suite.
+type caseResult struct {
+	name    string // below TestConformance/
+	status  string // PASS, FAIL or SKIP
+	elapsed string
+	output  []string // the lines logged by a failed case
+}
+
+var resultLine = regexp.MustCompile(`^(\s*)--- (PASS|FAIL|SKIP): TestConformance/(\S+) \(([0-9.]+s)\)`)
+
+// readResults reads the child's -test.v output, showing each top-level case
+// as it finishes.
+func readResults(r io.Reader, stdout io.Writer, verbose bool) []caseResult {
+	var results []caseResult
+	var pending []string
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		if verbose {
+			fmt.Fprintln(stdout, line)
+		}
+		m := resultLine.FindStringSubmatch(line)
+		if m == nil {
+			if !strings.HasPrefix(line, "=== ") {
+				pending = append(pending, line)
+			}
+			continue
+		}
+		res := caseResult{name: m[3], status: m[2], elapsed: m[4]}
+		if res.status == "FAIL" {
+			res.output = pending
+		}
+		pending = nil
+		results = append(results, res)
+		if !verbose && !strings.Contains(res.name, "/") {
+			mark := map[string]string{"PASS": "ok  ", "FAIL": "FAIL", "SKIP": "skip"}[res.status]
+			fmt.Fprintf(stdout, "  %s %-28s %8s\n", mark, res.name, res.elapsed)
+		}
+	}
+	return results
+}
+
+// printTable prints the cases in the order they ran, top-level cases with
+// their time, failed sub-cases with what they logged, and returns how many
+// failed.
+func printTable(w io.Writer, results []caseResult, elapsed time.Duration) int {
+	fmt.Fprintf(w, "\n%-40s %-6s %8s\n", "case", "result", "time")
+	failed, passed := 0, 0
+	for _, r := range results {
+		top := !strings.Contains(r.name, "/")
+		if !top && r.status != "FAIL" {
+			continue
+		}
+		indent := ""
+		if !top {
+			indent = "  "
+		}
+		fmt.Fprintf(w, "%-40s %-6s %8s\n", indent+r.name, r.status, r.elapsed)
+		if r.status == "FAIL" {
+			for _, l := range r.output {
+				fmt.Fprintf(w, "      %s\n", strings.TrimSpace(l))
+			}
+		}
+		if top {
+			switch r.status {
+			case "FAIL":
+				failed++
+			case "PASS":
+				passed++
+			}
+		}
+	}
+	fmt.Fprintf(w, "\n%d passed, %d failed in %v\n", passed, failed, elapsed.Round(time.Second))
+	return failed
+}
+
+// runConformanceChild runs the suite in this process as go test would and
+// exits; see childEnv.
+func runConformanceChild(url string) {
+	h, err := conformance.NewURLHarness(url, conformance.Capabilities{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(exitInvalid)
+	}
+	tests := []testing.InternalTest{{Name: "TestConformance", F: func(t *testing.T) {
+		t.Cleanup(func() { _ = h.Close() })
+		conformance.Run(t, h)
+	}}}
+	testing.Main(func(pat, str string) (bool, error) { return regexp.MatchString(pat, str) }, tests, nil, nil)
+}
