@@ -158,6 +158,9 @@ func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 	for {
 		kids, err := l.children(ctx)
 		if err != nil {
+			if l.retryLater(ctx, err) {
+				continue
+			}
 			return 0, time.Time{}, err
 		}
 		found, pred := false, ""
@@ -182,7 +185,7 @@ func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 			return 0, time.Time{}, fmt.Errorf("%w: zookeeper: %s is held (%s is before us)", backend.ErrNotAcquired, l.dir, pred)
 		}
 		l.watchOwn()
-		if err := l.waitGone(ctx, l.dir+"/"+pred); err != nil {
+		if err := l.waitGone(ctx, l.dir+"/"+pred); err != nil && !l.retryLater(ctx, err) {
 			return 0, time.Time{}, err
 		}
 	}
@@ -238,6 +241,24 @@ func (l *lease) waitGone(ctx context.Context, node string) error {
 			// Data changed (someone wrote the node): watch again.
 		}
 	}
+}
+
+// retryLater reports whether a waiter should read again after err: the
+// connection dropped but the session may live (go-zookeeper queues the next
+// request until it reconnects). It pauses briefly first.
+func (l *lease) retryLater(ctx context.Context, err error) bool {
+	if !connDown(err) || l.g.ended() || l.isLost() {
+		return false
+	}
+	t := time.NewTimer(20 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+	case <-l.lost:
+	}
+	return false
 }
 
 // opError maps a request's error: a gone session is a lost lease.

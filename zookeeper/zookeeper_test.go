@@ -1,0 +1,404 @@
+package zookeeper
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/internal/zktest"
+)
+
+// driverLocker dials a driver and a Locker over it, for tests that reach
+// into the driver's sessions.
+func driverLocker(t testing.TB, cfg Config, opts ...backend.Option) (*driver, *backend.Locker) {
+	t.Helper()
+	d, err := dialDriver(tctx(t, 30*time.Second), cfg)
+	require.NoError(t, err)
+	l, err := backend.New(d, append([]backend.Option{backend.WithTTL(d.defaultTTL)}, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	return d, l
+}
+
+// The token is the czxid of the acquisition's node, which is named like
+// Curator's and zk.Lock's protected nodes and carries the holder.
+func TestTokenIsCzxidOfProtectedNode(t *testing.T) {
+	pfx := testPrefix(t)
+	admin := srv.Connect(t, 10*time.Second)
+	l := dialLocker(t, srv.Addr(), pfx, 4*time.Second, backend.WithHolder("me"))
+	var last int64
+	for i := range 3 {
+		ls, err := l.Acquire(tctx(t, 10*time.Second), "t")
+		require.NoError(t, err)
+		path, st := nodeOf(t, admin, pfx, ls)
+		assert.Equal(t, int64(ls.Token()), st.Czxid)
+		assert.Greater(t, st.Czxid, last, "acquisition %d", i)
+		last = st.Czxid
+		assert.Regexp(t, regexp.MustCompile(`^`+regexp.QuoteMeta(pfx)+`/t/_c_[0-9a-f]{32}-lock-\d{10}$`), path)
+		assert.Equal(t, st.EphemeralOwner != 0, true, "ephemeral")
+		data, _, err := admin.Get(path)
+		require.NoError(t, err)
+		var v nodeValue
+		require.NoError(t, json.Unmarshal(data, &v))
+		assert.Equal(t, "me", v.Holder)
+		release(t, ls)
+		assert.Empty(t, lockNodes(t, admin, pfx, "t"))
+	}
+}
+
+// The default TTL is the negotiated session timeout; TTLs the server will
+// not grant as asked are refused with ErrInvalidOption, naming what it
+// grants.
+func TestTTLIsNegotiatedSessionTimeout(t *testing.T) {
+	pfx := testPrefix(t)
+	l := dialLocker(t, srv.Addr(), pfx, 3*time.Second)
+	ls, err := l.TryAcquire(tctx(t, 10*time.Second), "x")
+	require.NoError(t, err)
+	assert.Equal(t, 3*time.Second, ls.TTL())
+	release(t, ls)
+
+	_, err = l.TryAcquire(tctx(t, 10*time.Second), "x", backend.WithTTL(zktest.MaxSessionTimeout+time.Second))
+	require.ErrorIs(t, err, backend.ErrInvalidOption)
+	assert.Contains(t, err.Error(), "granted "+zktest.MaxSessionTimeout.String())
+	_, err = l.TryAcquire(tctx(t, 10*time.Second), "x", backend.WithTTL(2500*time.Microsecond*1000+time.Microsecond))
+	require.ErrorIs(t, err, backend.ErrInvalidOption, "not whole milliseconds")
+
+	// A server that raises a short timeout: Dial takes what it grants as
+	// the default TTL.
+	s := zktest.Start(t, zktest.WithConfig("minSessionTimeout", "1500"))
+	l2 := dialLocker(t, s.Addr(), pfx, time.Second)
+	ls, err = l2.TryAcquire(tctx(t, 10*time.Second), "x")
+	require.NoError(t, err)
+	assert.Equal(t, 1500*time.Millisecond, ls.TTL())
+	release(t, ls)
+	_, err = l2.TryAcquire(tctx(t, 10*time.Second), "x", backend.WithTTL(time.Second))
+	require.ErrorIs(t, err, backend.ErrInvalidOption)
+	assert.Contains(t, err.Error(), "granted 1.5s")
+}
+
+// A session that expires while holding: the loss signal fires (long before
+// the TTL would), Release reports the loss, and the next acquisition runs
+// in a new session.
+func TestSessionExpiryWhileHolding(t *testing.T) {
+	pfx := testPrefix(t)
+	admin := srv.Connect(t, 10*time.Second)
+	d, l := driverLocker(t, Config{Servers: []string{srv.Addr()}, Prefix: pfx, SessionTimeout: 30 * time.Second})
+	ls, err := l.Acquire(tctx(t, 10*time.Second), "e")
+	require.NoError(t, err)
+	conn := d.sessions[30*time.Second].conn
+	oldID := conn.SessionID()
+	waitNodes(t, admin, pfx, "e", 1)
+
+	expireSession(t, srv.Addr(), conn)
+	select {
+	case <-ls.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("no loss signal within 10s of the session expiry (TTL 30s)")
+	}
+	require.ErrorIs(t, ls.Err(), backend.ErrLeaseLost)
+	waitNodes(t, admin, pfx, "e", 0)
+	require.ErrorIs(t, ls.Release(tctx(t, 10*time.Second)), backend.ErrLeaseLost)
+
+	ls2, err := l.Acquire(tctx(t, 20*time.Second), "e")
+	require.NoError(t, err)
+	assert.NotEqual(t, oldID, conn.SessionID(), "a new session")
+	_, st := nodeOf(t, admin, pfx, ls2)
+	assert.Equal(t, conn.SessionID(), st.EphemeralOwner, "the new node belongs to the new session")
+	assert.Greater(t, ls2.Token(), ls.Token())
+	release(t, ls2)
+}
+
+// The same over a caller's Conn (New), whose events the adapter does not
+// see: it notices the session change by polling, and a waiter is told too.
+func TestSessionExpiryGivenConn(t *testing.T) {
+	pfx := testPrefix(t)
+	admin := srv.Connect(t, 10*time.Second)
+	conn := srv.Connect(t, 20*time.Second)
+	l, err := New(conn, pfx)
+	require.NoError(t, err)
+	defer l.Close()
+	other := dialLocker(t, srv.Addr(), pfx, 20*time.Second)
+
+	held, err := l.Acquire(tctx(t, 10*time.Second), "g")
+	require.NoError(t, err)
+	assert.Equal(t, 20*time.Second, held.TTL())
+	holder, err := other.Acquire(tctx(t, 10*time.Second), "w")
+	require.NoError(t, err)
+	waiting := goAcquire(tctx(t, 30*time.Second), l, "w")
+	waitNodes(t, admin, pfx, "w", 2)
+
+	expireSession(t, srv.Addr(), conn)
+	select {
+	case <-held.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("no loss signal within 10s of the session expiry")
+	}
+	require.ErrorIs(t, held.Err(), backend.ErrLeaseLost)
+	r := waitAcquired(t, waiting, 10*time.Second)
+	require.ErrorIs(t, r.err, backend.ErrLeaseLost, "a waiter of an expired session")
+	release(t, holder)
+
+	_, err = l.TryAcquire(tctx(t, 10*time.Second), "g", backend.WithTTL(5*time.Second))
+	require.ErrorIs(t, err, backend.ErrInvalidOption, "only the Conn's timeout")
+}
+
+// The connection drops while the create is in flight and its reply is lost:
+// the node is found by its guid, and there is exactly one.
+func TestConnectionDropDuringCreate(t *testing.T) {
+	pfx := testPrefix(t)
+	admin := srv.Connect(t, 10*time.Second)
+	p := zktest.NewProxy(t, srv.Addr())
+	l := dialLocker(t, p.Addr(), pfx, 6*time.Second)
+	release(t, mustTry(t, l, "d")) // a fresh proof of life: NewLease sends nothing
+
+	p.DropReplies(true)
+	ch := goAcquire(tctx(t, 30*time.Second), l, "d")
+	nodes := waitNodes(t, admin, pfx, "d", 1) // applied, reply lost
+	p.Cut()
+	p.DropReplies(false)
+	r := waitAcquired(t, ch, 20*time.Second)
+	require.NoError(t, r.err)
+	after := lockNodes(t, admin, pfx, "d")
+	require.Equal(t, nodes, after, "exactly the one node")
+	_, st := nodeOf(t, admin, pfx, r.ls)
+	assert.Equal(t, int64(r.ls.Token()), st.Czxid)
+	release(t, r.ls)
+	waitNodes(t, admin, pfx, "d", 0)
+}
+
+func mustTry(t testing.TB, l *backend.Locker, name string, opts ...backend.Option) *backend.Lease {
+	t.Helper()
+	ls, err := l.TryAcquire(tctx(t, 10*time.Second), name, opts...)
+	require.NoError(t, err)
+	return ls
+}
+
+// Tokens keep growing across a server restart, and across the lock
+// directory being deleted and re-created (when the sequence suffix restarts
+// from 0, which is why it is not the token).
+func TestTokenIncreasesAcrossRestart(t *testing.T) {
+	s := zktest.Start(t)
+	pfx := testPrefix(t)
+	l := dialLocker(t, s.Addr(), pfx, 10*time.Second)
+	ls := mustTry(t, l, "r")
+	t1 := ls.Token()
+	release(t, ls)
+
+	require.NoError(t, s.Restart())
+	ls = mustAcquire(t, l, "r", 30*time.Second) // same Locker: its session survived
+	t2 := ls.Token()
+	release(t, ls)
+	assert.Greater(t, t2, t1)
+
+	admin := s.Connect(t, 10*time.Second)
+	require.NoError(t, admin.Delete(lockDir(pfx, "r"), -1))
+	l2 := dialLocker(t, s.Addr(), pfx, 10*time.Second)
+	ls = mustTry(t, l2, "r")
+	path, _ := nodeOf(t, admin, pfx, ls)
+	assert.True(t, strings.HasSuffix(path, "-lock-0000000000"), "the sequence restarted: %s", path)
+	assert.Greater(t, ls.Token(), t2, "the token did not")
+	release(t, ls)
+}
+
+func mustAcquire(t testing.TB, l *backend.Locker, name string, d time.Duration, opts ...backend.Option) *backend.Lease {
+	t.Helper()
+	ls, err := l.Acquire(tctx(t, d), name, opts...)
+	require.NoError(t, err)
+	return ls
+}
+
+// Children of the lock directory that are not lock nodes are ignored
+// (go-zookeeper PR #44: zk.Lock fails on them).
+func TestNonLockChildrenIgnored(t *testing.T) {
+	pfx := testPrefix(t)
+	admin := srv.Connect(t, 10*time.Second)
+	l := dialLocker(t, srv.Addr(), pfx, 4*time.Second)
+	release(t, mustTry(t, l, "n")) // creates the directory
+	dir := lockDir(pfx, "n")
+	for _, c := range []string{"config", "lock-", "x-lock-abc", "lock-12a", "_c_zz-lock"} {
+		_, err := admin.Create(dir+"/"+c, []byte("x"), 0, zk.WorldACL(zk.PermAll))
+		require.NoError(t, err, c)
+	}
+	a := mustTry(t, l, "n")
+	_, err := l.TryAcquire(tctx(t, 10*time.Second), "n")
+	require.ErrorIs(t, err, backend.ErrNotAcquired)
+	ch := goAcquire(tctx(t, 20*time.Second), l, "n")
+	requireBlocked(t, ch, 300*time.Millisecond)
+	release(t, a)
+	r := waitAcquired(t, ch, 10*time.Second)
+	require.NoError(t, r.err)
+	release(t, r.ls)
+}
+
+// Holders of go-zookeeper's zk.Lock and of this package on the same path
+// exclude each other, both ways; the prefix may be several levels deep
+// (what a chroot would be for a Java client), created as needed.
+func TestInteropWithZkLock(t *testing.T) {
+	pfx := testPrefix(t) + "/chroot/app"
+	l := dialLocker(t, srv.Addr(), pfx, 4*time.Second)
+	conn := srv.Connect(t, 10*time.Second)
+	zl := zk.NewLock(conn, lockDir(pfx, "i"), zk.WorldACL(zk.PermAll))
+
+	// zk.Lock first: we wait.
+	require.NoError(t, zl.Lock())
+	_, err := l.TryAcquire(tctx(t, 10*time.Second), "i")
+	require.ErrorIs(t, err, backend.ErrNotAcquired)
+	ch := goAcquire(tctx(t, 20*time.Second), l, "i")
+	requireBlocked(t, ch, 300*time.Millisecond)
+	require.NoError(t, zl.Unlock())
+	r := waitAcquired(t, ch, 10*time.Second)
+	require.NoError(t, r.err)
+
+	// We hold: zk.Lock waits.
+	zdone := make(chan error, 1)
+	go func() { zdone <- zl.Lock() }()
+	select {
+	case err := <-zdone:
+		t.Fatalf("zk.Lock returned while we hold: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	release(t, r.ls)
+	select {
+	case err := <-zdone:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("zk.Lock not granted after our release")
+	}
+	require.NoError(t, zl.Unlock())
+}
+
+// A waiter whose context ends leaves no node, also when its create was in
+// flight.
+func TestCancelWhileWaitingLeavesNoNode(t *testing.T) {
+	pfx := testPrefix(t)
+	admin := srv.Connect(t, 10*time.Second)
+	a := dialLocker(t, srv.Addr(), pfx, 4*time.Second)
+	b := dialLocker(t, srv.Addr(), pfx, 4*time.Second)
+	held := mustTry(t, a, "c")
+	for i := range 20 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i)*time.Millisecond)
+		_, err := b.Acquire(ctx, "c")
+		cancel()
+		require.ErrorIs(t, err, backend.ErrNotAcquired)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := goAcquire(ctx, b, "c")
+	waitNodes(t, admin, pfx, "c", 2)
+	cancel()
+	r := waitAcquired(t, ch, 10*time.Second)
+	require.ErrorIs(t, r.err, context.Canceled)
+	waitNodes(t, admin, pfx, "c", 1)
+	release(t, held)
+	waitNodes(t, admin, pfx, "c", 0)
+}
+
+// With digest credentials, every node the Locker creates is auth:PermAll:
+// a client without them can neither delete a lock node (ZooKeeper checks
+// DELETE on the parent) nor read it nor queue under it; one with the same
+// credentials sees the lock held.
+func TestDigestACL(t *testing.T) {
+	pfx := testPrefix(t)
+	cfg := Config{Servers: []string{srv.Addr()}, Prefix: pfx, SessionTimeout: 4 * time.Second, User: "alice", Password: "s3cret"}
+	l, err := Dial(tctx(t, 10*time.Second), cfg)
+	require.NoError(t, err)
+	defer l.Close()
+	ls := mustTry(t, l, "a")
+
+	authed := srv.Connect(t, 10*time.Second)
+	require.NoError(t, authed.AddAuth("digest", []byte("alice:s3cret")))
+	path, _ := nodeOf(t, authed, pfx, ls)
+	acl, _, err := authed.GetACL(path)
+	require.NoError(t, err)
+	require.Equal(t, zk.DigestACL(zk.PermAll, "alice", "s3cret"), acl)
+
+	anon := srv.Connect(t, 10*time.Second)
+	require.ErrorIs(t, anon.Delete(path, -1), zk.ErrNoAuth)
+	_, _, err = anon.Get(path)
+	require.ErrorIs(t, err, zk.ErrNoAuth)
+
+	mallory, err := Dial(tctx(t, 10*time.Second), Config{Servers: []string{srv.Addr()}, Prefix: pfx, SessionTimeout: 4 * time.Second, User: "mallory", Password: "x"})
+	require.NoError(t, err)
+	defer mallory.Close()
+	_, err = mallory.Acquire(tctx(t, 10*time.Second), "a")
+	require.Error(t, err)
+	require.True(t, errors.Is(err, zk.ErrNoAuth), "%v", err)
+
+	l2, err := Dial(tctx(t, 10*time.Second), cfg)
+	require.NoError(t, err)
+	defer l2.Close()
+	_, err = l2.TryAcquire(tctx(t, 10*time.Second), "a")
+	require.ErrorIs(t, err, backend.ErrNotAcquired)
+	release(t, ls)
+	release(t, mustTry(t, l2, "a"))
+}
+
+// Names map to one escaped path segment each: nothing traverses or
+// collides, and ZooKeeper accepts them all.
+func TestNamesAreOneSegment(t *testing.T) {
+	pfx := testPrefix(t)
+	admin := srv.Connect(t, 10*time.Second)
+	l := dialLocker(t, srv.Addr(), pfx, 4*time.Second)
+	names := []string{"a/b", "a%2Fb", "%2F", "..", ".", "...", "/", "%", "a b", "zookeeper", "日本", "_c_x-lock-1", "x\u200by", "\ufff0", "a\\b"}
+	var held []*backend.Lease
+	for _, n := range names {
+		ls := mustTry(t, l, n)
+		held = append(held, ls)
+	}
+	kids, _, err := admin.Children(pfx)
+	require.NoError(t, err)
+	assert.Len(t, kids, len(names), "one directory per name, all directly under the prefix: %v", kids)
+	for _, n := range names {
+		seg := escapeName(n)
+		assert.NotContains(t, seg, "/")
+		assert.NotEqual(t, ".", seg)
+		assert.NotEqual(t, "..", seg)
+		assert.Contains(t, kids, seg)
+	}
+	assert.Equal(t, "a%2Fb", escapeName("a/b"))
+	assert.Equal(t, "a%252Fb", escapeName("a%2Fb"))
+	assert.Equal(t, "%2E%2E", escapeName(".."))
+	for _, ls := range held {
+		release(t, ls)
+	}
+}
+
+// Lease.Suspended reports a dropped connection without firing the loss
+// signal; the lease survives a reconnect within its session.
+func TestSuspendedIsNotLost(t *testing.T) {
+	pfx := testPrefix(t)
+	p := zktest.NewProxy(t, srv.Addr())
+	l := dialLocker(t, p.Addr(), pfx, 8*time.Second)
+	ls := mustTry(t, l, "s")
+	susp, changed := ls.Suspended()
+	require.False(t, susp)
+
+	p.Kill()
+	select {
+	case <-changed:
+	case <-time.After(8 * time.Second):
+		t.Fatal("no suspension noticed")
+	}
+	susp, changed = ls.Suspended()
+	require.True(t, susp)
+	require.NoError(t, ls.Err(), "suspended is not lost")
+	p.Revive()
+	select {
+	case <-changed:
+	case <-time.After(8 * time.Second):
+		t.Fatal("no reconnect noticed")
+	}
+	susp, _ = ls.Suspended()
+	require.False(t, susp)
+	require.NoError(t, ls.Refresh(tctx(t, 5*time.Second)))
+	require.NoError(t, ls.Err())
+	release(t, ls)
+}
