@@ -142,7 +142,8 @@ func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 	}
 
 	sent := time.Now()
-	if err := l.create(ctx); err != nil {
+	first, err := l.create(ctx)
+	if err != nil {
 		return 0, time.Time{}, err
 	}
 	l.mu.Lock()
@@ -156,7 +157,11 @@ func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 	}
 
 	for {
-		kids, err := l.children(ctx)
+		kids, err := first, error(nil)
+		if kids == nil {
+			kids, err = l.children(ctx)
+		}
+		first = nil
 		if err != nil {
 			if l.retryLater(ctx, err) {
 				continue
@@ -308,13 +313,19 @@ func countLocks(kids []string) int {
 
 // create creates our node in the background and waits for the outcome or
 // ctx. The background part always records the outcome, so that Release can
-// delete a node whose create outlived a cancelled Lock.
-func (l *lease) create(ctx context.Context) error {
-	done := make(chan struct{})
+// delete a node whose create outlived a cancelled Lock. Right after the
+// create it also reads the directory's children (the first check of the
+// queue), on the same goroutine, so Lock hands over to a goroutine once per
+// acquisition rather than once per request; kids is that read (nil if it
+// failed: Lock reads again).
+func (l *lease) create(ctx context.Context) (kids []string, err error) {
+	done, read := make(chan struct{}), make(chan struct{})
 	l.mu.Lock()
 	l.st, l.createDone = stCreating, done
 	l.mu.Unlock()
+	var first []string
 	go func() {
+		defer close(read)
 		path, czxid, err := l.doCreate()
 		l.mu.Lock()
 		if err == nil {
@@ -323,17 +334,25 @@ func (l *lease) create(ctx context.Context) error {
 		l.createErr = err
 		l.mu.Unlock()
 		close(done)
+		if err != nil {
+			return
+		}
+		sent := time.Now()
+		k, _, err := l.s.conn.Children(l.dir)
+		if err == nil && l.alive(sent) {
+			first = k
+		}
 	}()
 	select {
-	case <-done:
+	case <-read:
 		l.mu.Lock()
 		err := l.createErr
 		l.mu.Unlock()
-		return err
+		return first, err
 	case <-ctx.Done():
-		return ctx.Err()
+		return nil, ctx.Err()
 	case <-l.lost:
-		return l.lostError("the session ended while creating")
+		return nil, l.lostError("the session ended while creating")
 	}
 }
 

@@ -1,0 +1,101 @@
+package zookeeper
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/internal/lockbench"
+	"github.com/fencelock/fencelock/internal/zktest"
+)
+
+// Benchmarks beside go-zookeeper's zk.Lock on the same server in the same
+// run:
+//
+//	go test -run '^$' -bench . -count 6 ./zookeeper/ | tee zk.txt
+//	benchstat -col /impl -row .name zk.txt
+
+const benchSessionTimeout = 15 * time.Second
+
+var benchSeq atomic.Int64
+
+type lockImpl struct {
+	name string
+	new  func(b *testing.B, prefix, lockName string) (lock, unlock func(context.Context) error)
+}
+
+var impls = []lockImpl{
+	{"fencelock", func(b *testing.B, prefix, name string) (func(context.Context) error, func(context.Context) error) {
+		l, err := Dial(context.Background(), Config{Servers: []string{srv.Addr()}, Prefix: prefix, SessionTimeout: benchSessionTimeout})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = l.Close() })
+		var ls *backend.Lease
+		return func(ctx context.Context) (err error) {
+				ls, err = l.Acquire(ctx, name)
+				if err == nil && ls.Token() == 0 {
+					err = fmt.Errorf("no token")
+				}
+				return err
+			}, func(ctx context.Context) error {
+				return ls.Release(ctx)
+			}
+	}},
+	{"zklock", func(b *testing.B, prefix, name string) (func(context.Context) error, func(context.Context) error) {
+		conn := zktest.ConnectTo(b, srv.Addr(), benchSessionTimeout)
+		zl := zk.NewLock(conn, lockDir(prefix, name), zk.WorldACL(zk.PermAll))
+		return func(context.Context) error { return zl.Lock() },
+			func(context.Context) error { return zl.Unlock() }
+	}},
+}
+
+// BenchmarkUncontended measures one acquire+release of a free lock
+// (fencelock also returns the czxid token).
+func BenchmarkUncontended(b *testing.B) {
+	for _, impl := range impls {
+		b.Run("impl="+impl.name, func(b *testing.B) {
+			prefix := fmt.Sprintf("/bench/%d", benchSeq.Add(1))
+			lock, unlock := impl.new(b, prefix, "uncontended")
+			b.ResetTimer()
+			r, err := lockbench.RunUncontended(context.Background(), lockbench.Contender{Lock: lock, Unlock: unlock}, 10, b.N, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(lockbench.Mean(r.Acquire).Microseconds()), "acquire-us")
+			b.ReportMetric(float64(lockbench.Mean(r.Release).Microseconds()), "release-us")
+		})
+	}
+}
+
+// BenchmarkContended8 runs 8 contenders, each with its own connection, that
+// acquire and release one lock in a loop. One op is one grant. It reports
+// grants/s and the handoff time (from the moment a holder starts releasing
+// to the next grant), p50 and p99.
+func BenchmarkContended8(b *testing.B) {
+	const contenders = 8
+	for _, impl := range impls {
+		b.Run("impl="+impl.name, func(b *testing.B) {
+			prefix := fmt.Sprintf("/bench/%d", benchSeq.Add(1))
+			cs := make([]lockbench.Contender, contenders)
+			for i := range cs {
+				cs[i].Lock, cs[i].Unlock = impl.new(b, prefix, "contended")
+			}
+			b.ResetTimer()
+			r, err := lockbench.RunContended(context.Background(), cs, b.N, nil)
+			b.StopTimer()
+			if err != nil {
+				b.Fatal(err)
+			}
+			ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+			b.ReportMetric(r.GrantsPerSecond(), "grants/s")
+			b.ReportMetric(ms(lockbench.Percentile(r.Handoffs, 0.50)), "handoff-p50-ms")
+			b.ReportMetric(ms(lockbench.Percentile(r.Handoffs, 0.99)), "handoff-p99-ms")
+		})
+	}
+}
