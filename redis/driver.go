@@ -128,6 +128,7 @@ type driver struct {
 	id    string // this driver's random id: the first part of every owner id
 	seq   atomic.Uint64
 	hub   *hub
+	yield time.Duration // yield window set by releases that woke waiters
 
 	// Counters for tests and benchmarks.
 	attempts atomic.Int64 // acquire script calls
@@ -154,7 +155,7 @@ func newDriver(client Client, cfg Config, owned io.Closer) (*driver, error) {
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	d := &driver{c: client, owned: owned, cfg: cfg, id: hex.EncodeToString(b[:])}
+	d := &driver{c: client, owned: owned, cfg: cfg, id: hex.EncodeToString(b[:]), yield: yieldWindow}
 	d.hub = newHub(client, &d.wakeups)
 	return d, nil
 }

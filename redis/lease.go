@@ -189,7 +189,7 @@ func (l *lease) Release(ctx context.Context) error {
 		return nil
 	}
 	n, err := releaseScript.Run(ctx, l.d.c, []string{l.k.lock, l.k.yield},
-		l.prefix, l.k.channel, yieldWindow.Milliseconds()).Int64()
+		l.prefix, l.k.channel, l.d.yield.Milliseconds()).Int64()
 	if err != nil {
 		return fmt.Errorf("redis: release script: %w", err)
 	}

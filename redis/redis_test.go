@@ -212,6 +212,7 @@ func TestLostNotice(t *testing.T) {
 func TestWakeups(t *testing.T) {
 	prefix := testPrefix(t)
 	lh, dh := driverLocker(t, newClient(t, srv.Addr()), Config{Prefix: prefix})
+	dh.yield = 3 * time.Second // generous for a loaded machine; 50ms in use
 	held, err := lh.TryAcquire(tctx(t, 5*time.Second), "n")
 	require.NoError(t, err)
 

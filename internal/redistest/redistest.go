@@ -131,7 +131,40 @@ func StartReplica(tb testing.TB, primary *Server, opts ...Option) *Server {
 	if err := r.waitLinkUp(readyTimeout); err != nil {
 		tb.Fatalf("redistest: %v", err)
 	}
+	// After a diskless sync the primary counts the replica (for WAIT) only
+	// once it has sent its first ACK, up to a second later.
+	if err := primary.waitReplicaOnline(r, readyTimeout); err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
 	return r
+}
+
+func (s *Server) waitReplicaOnline(r *Server, d time.Duration) error {
+	c := goredis.NewClient(&goredis.Options{Addr: s.Addr(), MaxRetries: -1})
+	defer c.Close()
+	want := "port=" + strconv.Itoa(r.port) + ",state=online"
+	deadline := time.Now().Add(d)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		info, err := c.Info(ctx, "replication").Result()
+		cancel()
+		if err == nil && strings.Contains(info, want) {
+			// And it acknowledges writes: WAIT answers for it.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			n, err := c.Incr(ctx, "redistest:replica-check").Result()
+			if err == nil {
+				n, err = c.Do(ctx, "WAIT", 1, 500).Int64()
+			}
+			cancel()
+			if err == nil && n >= 1 {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("primary on port %d does not list replica %d online within %v (%v)", s.port, r.port, d, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func startIn(dir string, rm bool, opts []Option) (*Server, error) {
