@@ -39,12 +39,13 @@ var (
 	benchErr  error
 )
 
+// benchServer returns the server all benchmarks of the run share; TestMain
+// closes it.
 func benchServer(b *testing.B) *redistest.Server {
 	benchOnce.Do(func() { benchSrv, benchErr = redistest.StartServer() })
 	if benchErr != nil {
 		b.Fatal(benchErr)
 	}
-	b.Cleanup(func() {}) // the server lives until the process ends
 	return benchSrv
 }
 

@@ -29,6 +29,9 @@ func TestMain(m *testing.M) {
 	srv = s
 	code := m.Run()
 	s.Close()
+	if benchSrv != nil {
+		benchSrv.Close() // a child process: it would outlive the test binary
+	}
 	os.Exit(code)
 }
 
