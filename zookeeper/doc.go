@@ -1,2 +1,167 @@
-// Package zookeeper is the ZooKeeper adapter of fencelock.
+// Package zookeeper is the ZooKeeper adapter of fencelock: a backend.Driver
+// that queues acquisitions as ephemeral sequential nodes, grants the lock to
+// the oldest, and uses the node's czxid as the fencing token.
+//
+// Open a Locker with Dial (the adapter owns its sessions), over a Conn you
+// already have with New, or from a URL with backend.Open or Open after
+// importing this package:
+//
+//	zk://h1:2181,h2:2181/locks?ttl=10s
+//	zk://alice:s3cret@h1:2181/locks?session_timeout=10s   (with zookeeper.Open)
+//
+// # Recipe
+//
+// An acquisition of lock name N creates, under the directory
+// <prefix>/<escaped N>, a protected ephemeral sequential node
+//
+//	_c_<32 hex digits of a random guid>-lock-<10-digit sequence>
+//
+// the naming of Apache Curator's InterProcessMutex and go-zookeeper's
+// zk.Lock, so holders of either and of this package on the same directory
+// exclude each other (zk.Lock: zk.NewLock(conn, "<prefix>/<escaped N>",
+// acl); Curator: new InterProcessMutex(client, the same path)). Nodes are
+// ordered by the sequence suffix; children whose names do not end in
+// "lock-<digits>" are ignored. The oldest node holds the lock; each waiter
+// sets a data watch on its immediate predecessor only (no herd), and reads
+// the children again when the predecessor goes; a node that has existed for
+// 50ms is watched too, so that its deletion is noticed at once. Missing directories are created as container nodes, which the
+// server deletes once they are empty.
+//
+// Names are escaped to one path segment: every byte but ASCII letters,
+// digits, '-', '_', '.' and '~' becomes %XX, and the segments "." and ".."
+// (which ZooKeeper rejects) become %2E and %2E%2E, so "a/b" is a%2Fb, "%2F"
+// is %252F, and no name reaches outside its own directory or shares it.
+// For names that escaping changes, give Curator or zk.Lock the escaped
+// path.
+//
+// If the connection drops with the create in flight, the node is looked up
+// by its guid before anything else (protected mode), so there is never a
+// second one. Any error, cancellation or deadline after the create was sent
+// deletes our node: the delete (and the wait for a create still in flight)
+// continues in the background after the caller's context ends, retrying
+// while the session lives, so a cancelled Acquire never leaves an orphan
+// that would block the next one (go-zookeeper#229). Release deletes our node
+// with the version it was created with (0, never -1); the path, with its
+// guid, is ours alone, so a stale or repeated Release never touches another
+// holder's node. Release is idempotent; a node found gone after the grant
+// reports backend.ErrLeaseLost.
+//
+// # Token
+//
+// The token is the czxid of our node: a zxid, which grows with every write
+// to the ensemble and across leader changes and restarts (epoch << 32 |
+// counter). It is never the sequence suffix, a per-directory counter that
+// restarts when the directory is deleted and re-created.
+//
+// go-zookeeper's create returns no Stat (it drops the reply's zxid, and has
+// no create2), so the create is a Multi of two operations in one
+// transaction: the create, and an unconditional setData of empty data on
+// the lock directory. A transaction has one zxid, so the directory's new
+// mzxid, which the setData returns, is our node's czxid: the token costs no
+// extra round trip. The price: the directory's data is reserved (emptied,
+// its version bumped on every acquisition), and the client needs WRITE on
+// it; without it the adapter falls back to a plain create and an Exists (one
+// round trip more).
+//
+// # Round trips
+//
+//   - Acquire of a free lock: 2 (the Multi, then getChildren).
+//   - TryAcquire: 1 getChildren first; a held lock stops there, without a
+//     write. A free one then costs the 2 of Acquire.
+//   - Release: 1 delete.
+//   - Waiting: a getData watch on the predecessor (1), then 1 getChildren
+//     each time the predecessor goes. A
+//     handoff costs the release's delete, one watch event and one
+//     getChildren, as with zk.Lock.
+//   - Renewal: 1 exists of our node every TTL/3 (scheduled by the backend
+//     package): it proves the session alive (the server renews a session on
+//     every request) and our node present.
+//   - A lease's expiry clock starts at the send time of the last request
+//     answered in its session; if that is older than TTL/3 (an idle Locker)
+//     the acquisition first sends one exists of the prefix (1 more).
+//   - Our own node gets a data watch once it has existed for 50ms, waiting
+//     or held (1, off the latency path), which fires the loss signal when
+//     an operator deletes it.
+//
+// # Sessions and leases
+//
+// A lease is a ZooKeeper session: its TTL is the session timeout, which the
+// server negotiates (bounded by its minSessionTimeout and
+// maxSessionTimeout, 2 and 20 ticks by default). Dial's first session's
+// negotiated timeout is the Locker's default TTL; a TTL must be whole
+// milliseconds and exactly what the server grants: one it raises or lowers
+// is refused with an error matching backend.ErrInvalidOption that names what
+// it grants. A Locker from Dial keeps one session per distinct TTL in use
+// (opened on first use, closed by Close), shared by all its acquisitions of
+// that TTL; each acquisition still has its own node, so two acquisitions of
+// one name in one Locker exclude each other. A Locker from New has the
+// caller's Conn and its one session: only its negotiated timeout is
+// accepted. go-zookeeper does not expose the negotiated timeout; the adapter
+// reads it from the Conn (see NegotiatedTimeout).
+//
+// The local loss deadline is the send time of the last renewal (or of the
+// request that proved the session alive) plus the TTL minus the drift
+// margin: the server expires a session no sooner than its timeout after the
+// last request it received, so the holder gives up before anyone else can
+// be granted the lock.
+//
+// When the session ends (the server expired it, or the Conn was closed),
+// every lease of that session is lost: its loss signal fires and Release
+// reports backend.ErrLeaseLost. go-zookeeper replaces an expired session by
+// a new one on the same Conn without telling its callers; the adapter sees
+// the session id change (from the Conn's events when it dialed the Conn,
+// by polling its state every 25ms over a caller's Conn) and never carries a
+// holder over: new acquisitions run in the new session.
+//
+// # Suspended and lost
+//
+// A dropped connection is not a lost session: the session lives on the
+// server until its timeout, and the client cannot know whether it will
+// reconnect in time. The adapter reports it as suspended (Lease.Suspended,
+// backend.Suspender; Curator's SUSPENDED) and the loss signal as lost
+// (Curator's LOST). Default policy: suspension alone does not end the lease;
+// renewals fail while suspended and are retried, and the loss signal fires
+// at the local deadline unless the connection comes back first (with the
+// session) and a renewal succeeds. This is Curator's standard policy with
+// its session-timeout bound. A holder that must not act while in doubt
+// (Curator's SessionConnectionStateErrorPolicy) watches Suspended and pauses
+// its writes; the fencing token protects the resource either way.
+//
+// # ACLs and chroot
+//
+// Dial with Config.User (URL: user:password@) authenticates every session
+// with the digest scheme and creates every node (directories and lock
+// nodes) with the ACL auth:PermAll: only clients with the same credentials
+// can read it, write it, queue under it or delete its lock nodes
+// (ZooKeeper checks DELETE on the parent, so the directory's ACL is what
+// keeps others from deleting a lock node). Without credentials, and over a
+// caller's Conn, nodes get world:anyone PermAll. go-zookeeper has no
+// chroot; the prefix plays that part: a Java client with connect string
+// "h:2181/app" and lock path "/locks/x" uses the node that prefix
+// "/app/locks" gives to name "x".
+//
+// # URLs
+//
+// The host part lists the ensemble, comma-separated host:port (port 2181 by
+// default; give every host its port if any has one). The path is the
+// prefix ("zk://h/app/locks": "/app/locks"; none: DefaultPrefix). Userinfo
+// gives digest credentials. Query parameters, besides
+// backend.CommonParams: session_timeout (Go duration). A lease's TTL is its
+// session timeout, and backend.Open takes a Locker's default TTL from ttl
+// only, so through backend.Open write ttl=10s (session_timeout, if also
+// given, must agree); Open, this package's, applies session_timeout as the
+// default TTL. A Locker opened from a URL owns its sessions.
+//
+// # Caveats
+//
+//   - The lock directory's data is reserved: every acquisition empties it
+//     (see Token).
+//   - Sequence suffixes are int32 counters: a directory that has seen 2^31
+//     creates orders its nodes wrongly (as it does for Curator and zk.Lock).
+//     Container directories are deleted when empty, which resets it.
+//   - A server that resets its zxid (a new ensemble on empty data) restarts
+//     the tokens: keep the data directory, or bump the resource's fence.
+//   - The negotiated session timeout is read from go-zookeeper's Conn by
+//     reflection; a go-zookeeper without that field makes Dial and New fail
+//     rather than guess.
 package zookeeper

@@ -16,11 +16,11 @@ import (
 	"github.com/fencelock/fencelock/fencing"
 )
 
-// ownWatchDelay is how long a holder's node must have existed before the
-// lease watches it (a data watch that closes Lost when it is deleted). Most
-// uncontended holds are over sooner, and the watch would cost them a request;
-// a deletion is still seen within this delay (and by the next renewal in any
-// case). A waiter watches its node at once.
+// ownWatchDelay is how long our node must have existed (waiting or held)
+// before the lease watches it (a data watch that closes Lost when it is
+// deleted). Most uncontended holds and short waits are over sooner, and the
+// watch would cost them a request; a deletion is still seen within this
+// delay (and by the next renewal in any case).
 const ownWatchDelay = 50 * time.Millisecond
 
 // createAttempts bounds the create retries (missing parents, a lost reply).
@@ -189,7 +189,7 @@ func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 		if !wait {
 			return 0, time.Time{}, fmt.Errorf("%w: zookeeper: %s is held (%s is before us)", backend.ErrNotAcquired, l.dir, pred)
 		}
-		l.watchOwn()
+		l.watchOwnSoon()
 		if err := l.waitGone(ctx, l.dir+"/"+pred); err != nil && !l.retryLater(ctx, err) {
 			return 0, time.Time{}, err
 		}
@@ -197,11 +197,19 @@ func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 
 	l.mu.Lock()
 	l.st = stHeld
+	l.mu.Unlock()
+	l.watchOwnSoon()
+	return fencing.Token(czxid), sent, nil
+}
+
+// watchOwnSoon arranges for watchOwn to run once our node has existed for
+// ownWatchDelay (unless released before).
+func (l *lease) watchOwnSoon() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if !l.watching && l.watchTimer == nil {
 		l.watchTimer = time.AfterFunc(ownWatchDelay, l.watchOwn)
 	}
-	l.mu.Unlock()
-	return fencing.Token(czxid), sent, nil
 }
 
 // waitGone waits until node is deleted (or found missing), our lease is
