@@ -33,8 +33,8 @@ type Lease struct {
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	kick   chan struct{} // wakes the renewal loop after the schedule changed
-	ran    chan struct{} // closed when the renewal loop has returned
+	timer  *time.Timer // fires tick at the next renewal or the deadline
+	tickMu sync.Mutex  // held by tick; Release takes it to wait for a tick in flight
 
 	mu       sync.Mutex
 	token    fencing.Token
@@ -50,12 +50,21 @@ type Lease struct {
 
 func newLease(l *Locker, name string, s settings, drv DriverLease, started time.Time) *Lease {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	ls := &Lease{locker: l, drv: drv, name: name, s: s, ctx: ctx, cancel: cancel,
-		kick: make(chan struct{}, 1), ran: make(chan struct{})}
+	ls := &Lease{locker: l, drv: drv, name: name, s: s, ctx: ctx, cancel: cancel}
+	ls.timer = time.AfterFunc(time.Hour, ls.tick)
+	ls.timer.Stop()
 	if !started.IsZero() {
 		ls.extendLocked(started)
 	}
-	go ls.run()
+	if lost := drv.Lost(); lost != nil {
+		go func() {
+			select {
+			case <-lost:
+				ls.lose(fmt.Errorf("%w: %q: the backend reports the lease or lock key gone", ErrLeaseLost, ls.name))
+			case <-ctx.Done():
+			}
+		}()
+	}
 	return ls
 }
 
@@ -132,13 +141,14 @@ func (ls *Lease) Refresh(ctx context.Context) error {
 // and may be called again; renewal has stopped, so at worst the lock expires
 // with its TTL.
 func (ls *Lease) Release(ctx context.Context) error {
-	ls.cancel(fmt.Errorf("%w: %q", ErrReleased, ls.name))
+	ls.end(fmt.Errorf("%w: %q", ErrReleased, ls.name))
 	ls.opMu.Lock() // waits for a Refresh in flight
 	err := ls.releaseDriver(ctx)
 	ls.opMu.Unlock()
-	// The renewal loop has seen the cancel by now. Waiting for it before the
-	// driver's release would put a goroutine switch on the release's latency.
-	<-ls.ran
+	// A renewal that was in flight when the lease ended has returned by now;
+	// waiting for it before the driver's release would only add latency.
+	ls.tickMu.Lock()
+	ls.tickMu.Unlock()
 	if err == nil || errors.Is(err, ErrLeaseLost) {
 		ls.locker.forget(ls)
 		if cause := context.Cause(ls.ctx); errors.Is(cause, ErrLeaseLost) {
@@ -182,7 +192,7 @@ func (ls *Lease) granted(token fencing.Token, restarted time.Time) error {
 		return fmt.Errorf("%w: granted after the local deadline", ErrLeaseLost)
 	}
 	if !ls.s.autoRenew || ls.s.maxHold > 0 {
-		ls.wake() // the renewal schedule of a holder differs from a waiter's
+		ls.scheduleLocked() // the renewal schedule of a holder differs from a waiter's
 	}
 	return nil
 }
@@ -190,8 +200,7 @@ func (ls *Lease) granted(token fencing.Token, restarted time.Time) error {
 // abandon ends a lease whose acquisition failed and removes whatever it left
 // in the backend.
 func (ls *Lease) abandon() {
-	ls.cancel(fmt.Errorf("%w: acquisition failed", ErrReleased))
-	<-ls.ran
+	ls.end(fmt.Errorf("%w: acquisition failed", ErrReleased))
 	ctx, cancel := context.WithTimeout(context.Background(), ls.s.ttl)
 	defer cancel()
 	_ = ls.releaseDriver(ctx) // on failure the TTL removes it
@@ -203,15 +212,38 @@ func (ls *Lease) extendLocked(sent time.Time) {
 	if d := sent.Add(ls.s.ttl - ls.s.drift); d.After(ls.deadline) {
 		ls.deadline = d
 		ls.renewAt = sent.Add(ls.s.ttl / 3)
-		ls.wake()
+		ls.scheduleLocked()
 	}
 }
 
-func (ls *Lease) wake() {
-	select {
-	case ls.kick <- struct{}{}:
-	default:
+// renewingLocked reports whether the lease is to be renewed at renewAt: a
+// waiter always is (it has no handle to call Refresh on), a holder if
+// auto-renew is on, until the max hold.
+func (ls *Lease) renewingLocked() bool {
+	return !ls.deadline.IsZero() && (ls.acquired.IsZero() ||
+		ls.s.autoRenew && (ls.s.maxHold == 0 || ls.renewAt.Before(ls.acquired.Add(ls.s.maxHold))))
+}
+
+// scheduleLocked sets the timer to the next renewal or the deadline,
+// whichever comes first. ls.mu must be held.
+func (ls *Lease) scheduleLocked() {
+	if ls.deadline.IsZero() || ls.ctx.Err() != nil {
+		return
 	}
+	at := ls.deadline
+	if ls.renewingLocked() && ls.renewAt.Before(at) {
+		at = ls.renewAt
+	}
+	ls.timer.Reset(time.Until(at))
+}
+
+// end fires the loss signal with cause and stops the timer; a tick in flight
+// sees the cancel and does not set it again.
+func (ls *Lease) end(cause error) {
+	ls.cancel(cause)
+	ls.mu.Lock()
+	ls.timer.Stop()
+	ls.mu.Unlock()
 }
 
 // lose fires the loss signal and, in the background, removes the lock key if
@@ -220,13 +252,12 @@ func (ls *Lease) lose(cause error) {
 	if ls.ctx.Err() != nil {
 		return
 	}
-	ls.cancel(cause)
+	ls.end(cause)
 	if !ls.locker.begin() {
 		return // Close releases it
 	}
 	go func() {
 		defer ls.locker.pending.Done()
-		<-ls.ran
 		ctx, cancel := context.WithTimeout(context.Background(), ls.s.ttl)
 		defer cancel()
 		if err := ls.releaseDriver(ctx); err == nil || errors.Is(err, ErrLeaseLost) {
@@ -235,51 +266,32 @@ func (ls *Lease) lose(cause error) {
 	}()
 }
 
-// run renews the lease on schedule and fires the loss signal at the deadline
-// or when the driver reports the lease gone. It returns when the lease ends.
-// One timer serves both the renewal and the deadline.
-func (ls *Lease) run() {
-	defer close(ls.ran)
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		ls.mu.Lock()
-		deadline, renewAt := ls.deadline, ls.renewAt
-		// A waiter is always renewed: it has no handle to call Refresh on.
-		// A holder is renewed if auto-renew is on, until the max hold.
-		renew := !deadline.IsZero() && (ls.acquired.IsZero() ||
-			ls.s.autoRenew && (ls.s.maxHold == 0 || renewAt.Before(ls.acquired.Add(ls.s.maxHold))))
-		ls.mu.Unlock()
-
-		wakeAt := deadline
-		if renew && renewAt.Before(wakeAt) {
-			wakeAt = renewAt
-		}
-		var timerC <-chan time.Time
-		if !wakeAt.IsZero() {
-			timer.Reset(time.Until(wakeAt))
-			timerC = timer.C
-		}
-		select {
-		case <-ls.ctx.Done():
+// tick runs when the timer fires: it renews the lease if a renewal is due,
+// and fires the loss signal if the deadline has passed. It runs on the
+// timer's own goroutine, so a lease costs no goroutine while it waits.
+func (ls *Lease) tick() {
+	ls.tickMu.Lock()
+	defer ls.tickMu.Unlock()
+	if ls.ctx.Err() != nil {
+		return
+	}
+	now := time.Now()
+	ls.mu.Lock()
+	deadline, renew := ls.deadline, ls.renewingLocked() && !now.Before(ls.renewAt)
+	ls.mu.Unlock()
+	switch {
+	case !now.Before(deadline):
+		ls.lose(fmt.Errorf("%w: %q: no renewal succeeded before the local deadline", ErrLeaseLost, ls.name))
+		return
+	case renew:
+		if err := ls.renew(deadline); errors.Is(err, ErrLeaseLost) {
+			ls.lose(fmt.Errorf("%w: %q: renewal: %w", ErrLeaseLost, ls.name, err))
 			return
-		case <-ls.kick:
-		case <-ls.drv.Lost():
-			ls.lose(fmt.Errorf("%w: %q: the backend reports the lease or lock key gone", ErrLeaseLost, ls.name))
-			return
-		case now := <-timerC:
-			switch {
-			case !now.Before(ls.Deadline()):
-				ls.lose(fmt.Errorf("%w: %q: no renewal succeeded before the local deadline", ErrLeaseLost, ls.name))
-				return
-			case renew && !now.Before(renewAt):
-				if err := ls.renew(deadline); errors.Is(err, ErrLeaseLost) {
-					ls.lose(fmt.Errorf("%w: %q: renewal: %w", ErrLeaseLost, ls.name, err))
-					return
-				}
-			}
 		}
 	}
+	ls.mu.Lock()
+	ls.scheduleLocked()
+	ls.mu.Unlock()
 }
 
 // renew makes one renewal attempt bounded by the deadline. On a failure other
