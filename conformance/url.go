@@ -19,9 +19,16 @@ import (
 // adapters are in this module. etcd's MinTTL is what a server with default
 // election settings accepts (2s); a cluster tuned otherwise needs its own.
 var URLCapabilities = map[string]Capabilities{
-	"etcd":  {FIFO: true, TTL: 2 * time.Second, MinTTL: 2 * time.Second},
-	"etcds": {FIFO: true, TTL: 2 * time.Second, MinTTL: 2 * time.Second},
+	"etcd":   {FIFO: true, TTL: 2 * time.Second, MinTTL: 2 * time.Second},
+	"etcds":  {FIFO: true, TTL: 2 * time.Second, MinTTL: 2 * time.Second},
+	"redis":  {TTL: 500 * time.Millisecond, MinTTL: 100 * time.Millisecond},
+	"rediss": {TTL: 500 * time.Millisecond, MinTTL: 100 * time.Millisecond},
 }
+
+// urlListsWaiters says which schemes' Status lists waiters, so that the
+// URL harness can revoke them for the WaiterRevoked case. Redis keeps no
+// waiters on the server.
+var urlListsWaiters = map[string]bool{"etcd": true, "etcds": true}
 
 // URLHarness runs the suite against the backend at a URL, such as your own
 // cluster, with no code of your own: every Locker is opened from the URL
@@ -31,8 +38,9 @@ var URLCapabilities = map[string]Capabilities{
 // the URL's scheme. The hosts in the URL need explicit ports, and TLS
 // schemes that verify the server's name will see 127.0.0.1.
 type URLHarness struct {
-	rawURL string
-	caps   Capabilities
+	rawURL  string
+	caps    Capabilities
+	waiters bool // the backend's Status lists waiters
 
 	mu      sync.Mutex
 	proxies map[*backend.Locker][]*faultproxy.Proxy
@@ -58,8 +66,21 @@ func NewURLHarness(rawURL string, caps Capabilities) (*URLHarness, error) {
 			return nil, fmt.Errorf("%w: conformance: host %q needs an explicit port", backend.ErrInvalidURL, h)
 		}
 	}
-	return &URLHarness{rawURL: rawURL, caps: caps, proxies: make(map[*backend.Locker][]*faultproxy.Proxy)}, nil
+	return &URLHarness{rawURL: rawURL, caps: caps, waiters: urlListsWaiters[u.Scheme],
+		proxies: make(map[*backend.Locker][]*faultproxy.Proxy)}, nil
 }
+
+// Harness returns h as the suite should see it: with WaiterRevoker where the
+// backend lists its waiters.
+func (h *URLHarness) Harness() Harness {
+	if h.waiters {
+		return urlWaiterHarness{h}
+	}
+	return h
+}
+
+// urlWaiterHarness adds WaiterRevoker to a URLHarness.
+type urlWaiterHarness struct{ *URLHarness }
 
 // NewLocker implements Harness.
 func (h *URLHarness) NewLocker(t testing.TB, opts ...backend.Option) *backend.Locker {
@@ -137,7 +158,7 @@ func (h *URLHarness) Revoke(t testing.TB, ls *backend.Lease) {
 }
 
 // RevokeWaiters implements WaiterRevoker with Locker.Status and Revoke.
-func (h *URLHarness) RevokeWaiters(t testing.TB, name string) int {
+func (h urlWaiterHarness) RevokeWaiters(t testing.TB, name string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	admin := h.adminLocker(t)

@@ -11,25 +11,37 @@ import (
 	"github.com/fencelock/fencelock/conformance"
 	_ "github.com/fencelock/fencelock/etcd"
 	"github.com/fencelock/fencelock/internal/etcdtest"
+	"github.com/fencelock/fencelock/internal/redistest"
+	_ "github.com/fencelock/fencelock/redis"
 )
 
 var urlFlag = flag.String("fencelock.url", "", "run TestURL against this backend URL (default $FENCELOCK_URL, else an embedded etcd)")
 
 // TestURL runs the suite against a backend URL: -fencelock.url or
-// $FENCELOCK_URL (your own cluster), or else an embedded etcd server, so it
-// never skips.
+// $FENCELOCK_URL (your own cluster), or else against servers of its own (an
+// embedded etcd, a redis-server), so it never skips.
 func TestURL(t *testing.T) {
 	u := *urlFlag
 	if u == "" {
 		u = os.Getenv("FENCELOCK_URL")
 	}
-	if u == "" {
-		srv := etcdtest.Start(t)
-		u = "etcd://" + strings.TrimPrefix(srv.Endpoints()[0], "http://") + "/fencelock-conformance-url"
+	if u != "" {
+		runURL(t, u)
+		return
 	}
+	t.Run("etcd", func(t *testing.T) {
+		srv := etcdtest.Start(t)
+		runURL(t, "etcd://"+strings.TrimPrefix(srv.Endpoints()[0], "http://")+"/fencelock-conformance-url")
+	})
+	t.Run("redis", func(t *testing.T) {
+		runURL(t, "redis://"+redistest.Start(t).Addr()+"/0?prefix=fencelock-conformance-url")
+	})
+}
+
+func runURL(t *testing.T, u string) {
 	t.Logf("backend: %s", u)
 	h, err := conformance.NewURLHarness(u, conformance.Capabilities{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = h.Close() })
-	conformance.Run(t, h)
+	conformance.Run(t, h.Harness())
 }

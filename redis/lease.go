@@ -85,6 +85,7 @@ func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 	// respects the yield marker of a release that woke earlier waiters.
 	woken := false
 	backoff := 50 * time.Millisecond
+	var failingSince time.Time // first failed attempt of the current run of failures
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -97,8 +98,18 @@ func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 			if ctx.Err() != nil || errors.Is(err, goredis.ErrClosed) || errors.Is(err, ErrNotReplicated) {
 				return l.result(sent, res, err)
 			}
+			// A waiter cut off from the server for a whole TTL gives up,
+			// as an etcd or ZooKeeper waiter whose lease could not be
+			// renewed does, rather than wait on a dead connection.
+			if failingSince.IsZero() {
+				failingSince = sent
+			}
+			if time.Since(failingSince) >= time.Duration(l.ttlMs)*time.Millisecond {
+				return l.result(sent, res, fmt.Errorf("redis: server unreachable for a TTL while waiting: %w", err))
+			}
 			after, backoff = backoff, min(2*backoff, retryMax)
 		default:
+			failingSince = time.Time{}
 			backoff = 50 * time.Millisecond
 			after = l.fallback(res.n)
 		}
