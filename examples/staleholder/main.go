@@ -29,6 +29,8 @@ import (
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/fencing/filefence"
 	"github.com/fencelock/fencelock/fencing/sqlfence"
+	_ "github.com/fencelock/fencelock/redis"
+	_ "github.com/fencelock/fencelock/zookeeper"
 )
 
 func main() {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/fencelock/fencelock/internal/etcdtest"
 	"github.com/fencelock/fencelock/internal/pgtest"
+	"github.com/fencelock/fencelock/internal/redistest"
+	"github.com/fencelock/fencelock/internal/zktest"
 )
 
 func check(t *testing.T, url string, ttl time.Duration) {
@@ -33,4 +35,12 @@ func TestStaleHolderOnEtcd(t *testing.T) {
 	srv := etcdtest.Start(t)
 	host := strings.TrimPrefix(srv.Endpoints()[0], "http://")
 	check(t, "etcd://"+host+"/locks", 2*time.Second)
+}
+
+func TestStaleHolderOnZooKeeper(t *testing.T) {
+	check(t, "zk://"+zktest.Start(t).Addr()+"/locks?ttl=2s", 2*time.Second)
+}
+
+func TestStaleHolderOnRedis(t *testing.T) {
+	check(t, "redis://"+redistest.Start(t).Addr()+"/0", 500*time.Millisecond)
 }
