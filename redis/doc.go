@@ -103,8 +103,7 @@
 // Grants thus spread evenly over the contenders, but waiters are not served
 // in arrival order (Capabilities FIFO false): a FIFO queue would need
 // per-waiter entries with their own expiry and renewal, which this design
-// avoids. A TryAcquire within 50ms of a release that woke waiters fails
-// even though the key is free for that moment. On a Cluster, PUBLISH counts
+// avoids. TryAcquire ignores the marker: it takes any free key. On a Cluster, PUBLISH counts
 // only the subscribers of the node that runs the script, so the marker may
 // not be set; exclusion and tokens are unaffected.
 //

@@ -67,7 +67,10 @@ func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 	}
 	l.mu.Unlock()
 
-	sent, res, err := l.attempt(ctx, true)
+	// TryAcquire takes a free key even inside a yield window: the marker
+	// keeps a releaser's next wait from jumping the queue, and a TryAcquire
+	// never waits.
+	sent, res, err := l.attempt(ctx, wait)
 	if err != nil || res.granted {
 		return l.result(sent, res, err)
 	}
