@@ -18,6 +18,10 @@ import (
 // URLCapabilities are the suite's settings for the networked schemes whose
 // adapters are in this module. etcd's MinTTL is what a server with default
 // election settings accepts (2s); a cluster tuned otherwise needs its own.
+// ZooKeeper has none: a lease's TTL is its session timeout, which the
+// server bounds by its tickTime (2 to 20 ticks by default), so give
+// Capabilities that fit the ensemble (TTL and MinTTL within its bounds, and
+// the suite's 15*TTL, at least 30s, too).
 var URLCapabilities = map[string]Capabilities{
 	"etcd":   {FIFO: true, TTL: 2 * time.Second, MinTTL: 2 * time.Second},
 	"etcds":  {FIFO: true, TTL: 2 * time.Second, MinTTL: 2 * time.Second},
@@ -28,7 +32,7 @@ var URLCapabilities = map[string]Capabilities{
 // urlListsWaiters says which schemes' Status lists waiters, so that the
 // URL harness can revoke them for the WaiterRevoked case. Redis keeps no
 // waiters on the server.
-var urlListsWaiters = map[string]bool{"etcd": true, "etcds": true}
+var urlListsWaiters = map[string]bool{"etcd": true, "etcds": true, "zk": true}
 
 // URLHarness runs the suite against the backend at a URL, such as your own
 // cluster, with no code of your own: every Locker is opened from the URL

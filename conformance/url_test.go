@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -12,7 +13,9 @@ import (
 	_ "github.com/fencelock/fencelock/etcd"
 	"github.com/fencelock/fencelock/internal/etcdtest"
 	"github.com/fencelock/fencelock/internal/redistest"
+	"github.com/fencelock/fencelock/internal/zktest"
 	_ "github.com/fencelock/fencelock/redis"
+	_ "github.com/fencelock/fencelock/zookeeper"
 )
 
 var urlFlag = flag.String("fencelock.url", "", "run TestURL against this backend URL (default $FENCELOCK_URL, else an embedded etcd)")
@@ -26,21 +29,26 @@ func TestURL(t *testing.T) {
 		u = os.Getenv("FENCELOCK_URL")
 	}
 	if u != "" {
-		runURL(t, u)
+		runURL(t, u, conformance.Capabilities{})
 		return
 	}
 	t.Run("etcd", func(t *testing.T) {
 		srv := etcdtest.Start(t)
-		runURL(t, "etcd://"+strings.TrimPrefix(srv.Endpoints()[0], "http://")+"/fencelock-conformance-url")
+		runURL(t, "etcd://"+strings.TrimPrefix(srv.Endpoints()[0], "http://")+"/fencelock-conformance-url", conformance.Capabilities{})
 	})
 	t.Run("redis", func(t *testing.T) {
-		runURL(t, "redis://"+redistest.Start(t).Addr()+"/0?prefix=fencelock-conformance-url")
+		runURL(t, "redis://"+redistest.Start(t).Addr()+"/0?prefix=fencelock-conformance-url", conformance.Capabilities{})
+	})
+	t.Run("zookeeper", func(t *testing.T) {
+		// zktest's tickTime (200ms) allows sessions of 400ms to 120s.
+		caps := conformance.Capabilities{FIFO: true, TTL: 2 * time.Second, MinTTL: 400 * time.Millisecond}
+		runURL(t, "zk://"+zktest.Start(t).Addr()+"/fencelock-conformance-url", caps)
 	})
 }
 
-func runURL(t *testing.T, u string) {
+func runURL(t *testing.T, u string, caps conformance.Capabilities) {
 	t.Logf("backend: %s", u)
-	h, err := conformance.NewURLHarness(u, conformance.Capabilities{})
+	h, err := conformance.NewURLHarness(u, caps)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = h.Close() })
 	conformance.Run(t, h.Harness())

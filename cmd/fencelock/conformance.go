@@ -20,6 +20,9 @@ const conformanceUsage = `usage: fencelock conformance [flags] URL
 
 Runs the conformance suite against the backend at URL (your own cluster:
 give every host its port), without go test, and prints a table of cases.
+For ZooKeeper give -ttl, -min-ttl and -fifo to fit the ensemble's session
+timeout bounds (2 to 20 ticks by default), e.g. -ttl 4s -min-ttl 4s -fifo
+for tickTime 2s; the suite also holds leases of 15*ttl (at least 30s).
 Each client reaches the backend through its own proxy on 127.0.0.1, so the
 suite can cut one off to play a crash. Exit status 0 if every case passed,
 1 if any failed, 64 for usage errors.
@@ -32,11 +35,45 @@ flags:
 // output.
 const childEnv = "FENCELOCK_CONFORMANCE_URL"
 
+// capsEnv carries the capabilities to the child: "fifo,ttl,min-ttl", or
+// empty for the scheme's defaults.
+const capsEnv = "FENCELOCK_CONFORMANCE_CAPS"
+
+func encodeCaps(c conformance.Capabilities) string {
+	if c == (conformance.Capabilities{}) {
+		return ""
+	}
+	return fmt.Sprintf("%t,%v,%v", c.FIFO, c.TTL, c.MinTTL)
+}
+
+func decodeCaps(s string) (conformance.Capabilities, error) {
+	var c conformance.Capabilities
+	if s == "" {
+		return c, nil
+	}
+	parts := strings.Split(s, ",")
+	if len(parts) != 3 {
+		return c, fmt.Errorf("bad %s %q", capsEnv, s)
+	}
+	var err error
+	c.FIFO = parts[0] == "true"
+	if c.TTL, err = time.ParseDuration(parts[1]); err != nil {
+		return c, err
+	}
+	if c.MinTTL, err = time.ParseDuration(parts[2]); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
 func conformanceCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("conformance", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, conformanceUsage); fs.PrintDefaults() }
 	run := fs.String("run", "", "run only the cases matching this regular expression (as go test -run, under TestConformance/)")
+	ttl := fs.Duration("ttl", 0, "the short TTL the suite gives leases meant to expire (default: the scheme's; needed for zk)")
+	minTTL := fs.Duration("min-ttl", 0, "the backend's minimum TTL, which must be accepted (default: the scheme's; needed for zk)")
+	fifo := fs.Bool("fifo", false, "the backend grants in FIFO order (with -ttl; the schemes' defaults say it themselves)")
 	verbose := fs.Bool("v", false, "print the suite's full output")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
@@ -49,7 +86,12 @@ func conformanceCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 		fs.Usage()
 		return exitUsage
 	}
-	if _, err := conformance.NewURLHarness(url, conformance.Capabilities{}); err != nil {
+	caps := conformance.Capabilities{FIFO: *fifo, TTL: *ttl, MinTTL: *minTTL}
+	if *ttl == 0 && (*minTTL != 0 || *fifo) {
+		fmt.Fprintln(stderr, "fencelock conformance: -min-ttl and -fifo need -ttl")
+		return exitUsage
+	}
+	if _, err := conformance.NewURLHarness(url, caps); err != nil {
 		return report(stderr, "conformance", err)
 	}
 	self, err := os.Executable()
@@ -61,7 +103,7 @@ func conformanceCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 		childArgs = append(childArgs, "-test.run=^TestConformance$/("+*run+")")
 	}
 	cmd := exec.CommandContext(ctx, self, childArgs...)
-	cmd.Env = append(os.Environ(), childEnv+"="+url)
+	cmd.Env = append(os.Environ(), childEnv+"="+url, capsEnv+"="+encodeCaps(caps))
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -161,7 +203,12 @@ func printTable(w io.Writer, results []caseResult, elapsed time.Duration) int {
 // runConformanceChild runs the suite in this process as go test would and
 // exits; see childEnv.
 func runConformanceChild(url string) {
-	h, err := conformance.NewURLHarness(url, conformance.Capabilities{})
+	caps, err := decodeCaps(os.Getenv(capsEnv))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(exitUsage)
+	}
+	h, err := conformance.NewURLHarness(url, caps)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(exitInvalid)

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/internal/etcdtest"
 )
@@ -266,4 +267,16 @@ func TestConformanceTableReportsFailures(t *testing.T) {
 	assert.Contains(t, table.String(), "  Loss/Revoked")
 	assert.Contains(t, table.String(), "loss.go:80: lease not lost")
 	assert.Contains(t, table.String(), "1 passed, 1 failed")
+}
+
+func TestConformanceCapsRoundTrip(t *testing.T) {
+	c := conformance.Capabilities{FIFO: true, TTL: 2 * time.Second, MinTTL: 400 * time.Millisecond}
+	got, err := decodeCaps(encodeCaps(c))
+	require.NoError(t, err)
+	assert.Equal(t, c, got)
+	got, err = decodeCaps(encodeCaps(conformance.Capabilities{}))
+	require.NoError(t, err)
+	assert.Equal(t, conformance.Capabilities{}, got)
+	_, err = decodeCaps("true,2s")
+	assert.Error(t, err)
 }

@@ -1,0 +1,113 @@
+package zookeeper
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/fencing"
+)
+
+// lockNode is one lock node of a name, as Inspect and Revoke read it.
+type lockNode struct {
+	path string
+	seq  int64
+	data []byte
+	stat *zk.Stat
+}
+
+// lockNodes lists name's lock nodes in queue order (sequence suffix), each
+// with its data and Stat: getChildren plus one getData per node. Nodes that
+// vanish meanwhile and children that are not lock nodes are left out.
+func (d *driver) lockNodes(ctx context.Context, name string) ([]lockNode, error) {
+	s, err := d.session(ctx, d.defaultTTL)
+	if err != nil {
+		return nil, err
+	}
+	dir := lockDir(d.prefix, name)
+	var children []string
+	err = call(ctx, func() (err error) { children, _, err = s.conn.Children(dir); return err })
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("zookeeper: list %s: %w", dir, err)
+	}
+	var nodes []lockNode
+	for _, c := range children {
+		seq, ok := lockSeq(c)
+		if !ok {
+			continue
+		}
+		n := lockNode{path: dir + "/" + c, seq: seq}
+		err := call(ctx, func() (err error) { n.data, n.stat, err = s.conn.Get(n.path); return err })
+		if errors.Is(err, zk.ErrNoNode) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("zookeeper: read %s: %w", n.path, err)
+		}
+		nodes = append(nodes, n)
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].seq < nodes[j].seq })
+	return nodes, nil
+}
+
+// Inspect implements backend.Inspector: the holder first, then the waiters
+// in queue order, each with the holder identity stored in its node and its
+// czxid as the token. A ZooKeeper lease is its session, whose remaining time
+// the server does not tell, so TTLLeft is unknown (negative). Nodes of
+// zk.Lock or Curator holders show unnamed.
+func (d *driver) Inspect(ctx context.Context, name string) (backend.Status, error) {
+	nodes, err := d.lockNodes(ctx, name)
+	if err != nil {
+		return backend.Status{}, err
+	}
+	var st backend.Status
+	for i, n := range nodes {
+		e := backend.Entry{Token: fencing.Token(n.stat.Czxid), TTLLeft: -1}
+		var v nodeValue
+		if json.Unmarshal(n.data, &v) == nil {
+			e.Holder, e.Metadata = v.Holder, v.Metadata
+		}
+		if i == 0 {
+			st.Holder = &e
+		} else {
+			st.Waiters = append(st.Waiters, e)
+		}
+	}
+	return st, nil
+}
+
+// Revoke implements backend.Revoker: it deletes the lock node whose czxid is
+// token (version-checked), as a session expiry would; its holder's node
+// watch reports the loss.
+func (d *driver) Revoke(ctx context.Context, name string, token fencing.Token) (bool, error) {
+	nodes, err := d.lockNodes(ctx, name)
+	if err != nil {
+		return false, err
+	}
+	s, err := d.session(ctx, d.defaultTTL)
+	if err != nil {
+		return false, err
+	}
+	for _, n := range nodes {
+		if n.stat.Czxid != int64(token) {
+			continue
+		}
+		err := call(ctx, func() error { return s.conn.Delete(n.path, n.stat.Version) })
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+			return false, nil
+		case err != nil:
+			return false, fmt.Errorf("zookeeper: delete %s: %w", n.path, err)
+		}
+		return true, nil
+	}
+	return false, nil
+}
