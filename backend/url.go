@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"slices"
 	"sort"
@@ -146,4 +147,38 @@ func URLDuration(q url.Values, key string) (d time.Duration, ok bool, err error)
 		return 0, false, fmt.Errorf("%w: %s=%q is not a duration such as 10s", ErrInvalidURL, key, q.Get(key))
 	}
 	return d, true, nil
+}
+
+// HostPort checks one host[:port] of a URL's host list (IPv6 addresses in
+// brackets) and returns it as host:port, with defaultPort if it has none,
+// for adapters' URL parsers.
+func HostPort(h, defaultPort string) (string, error) {
+	if h == "" {
+		return "", fmt.Errorf("empty host in the host list")
+	}
+	host, port := h, defaultPort
+	if strings.HasPrefix(h, "[") || strings.Count(h, ":") == 1 {
+		if !strings.HasPrefix(h, "[") || strings.Contains(h, "]:") {
+			var err error
+			host, port, err = net.SplitHostPort(h)
+			if err != nil {
+				return "", fmt.Errorf("host %q: %v", h, err)
+			}
+		} else {
+			host = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
+		}
+	} else if strings.Contains(h, ":") {
+		return "", fmt.Errorf("host %q: put IPv6 addresses in brackets, e.g. [::1]:%s", h, defaultPort)
+	}
+	if host == "" {
+		return "", fmt.Errorf("host %q: empty host name", h)
+	}
+	if strings.ContainsAny(host, "/@?# ") {
+		return "", fmt.Errorf("host %q: invalid host name", h)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 {
+		return "", fmt.Errorf("host %q: port %q is not a number from 1 to 65535", h, port)
+	}
+	return net.JoinHostPort(host, port), nil
 }

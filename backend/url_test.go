@@ -64,3 +64,15 @@ func TestOpenAppliesCommonParams(t *testing.T) {
 func TestSchemesListsRegistered(t *testing.T) {
 	assert.Contains(t, backend.Schemes(), "mem")
 }
+
+func TestHostPort(t *testing.T) {
+	for in, want := range map[string]string{"h": "h:99", "h:1": "h:1", "[::1]": "[::1]:99", "[::1]:7": "[::1]:7", "10.0.0.1:65535": "10.0.0.1:65535"} {
+		got, err := backend.HostPort(in, "99")
+		require.NoErrorf(t, err, "%q", in)
+		assert.Equalf(t, want, got, "%q", in)
+	}
+	for _, bad := range []string{"", ":1", "::1", "h:0", "h:65536", "h:x", "a/b:1", "[::1]:"} {
+		_, err := backend.HostPort(bad, "99")
+		assert.Errorf(t, err, "%q", bad)
+	}
+}

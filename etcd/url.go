@@ -5,10 +5,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -89,7 +87,7 @@ func parseURL(u *url.URL) (clientv3.Config, string, error) {
 		return bad("no host: want etcd://host:port,host:port/prefix")
 	}
 	for _, h := range strings.Split(u.Host, ",") {
-		ep, err := endpoint(h)
+		ep, err := backend.HostPort(h, DefaultPort)
 		if err != nil {
 			return bad("%v", err)
 		}
@@ -157,37 +155,4 @@ func parseURL(u *url.URL) (clientv3.Config, string, error) {
 		prefix = DefaultPrefix
 	}
 	return cfg, prefix, nil
-}
-
-// endpoint checks one host[:port] of a URL's host list and returns it as
-// host:port.
-func endpoint(h string) (string, error) {
-	if h == "" {
-		return "", fmt.Errorf("empty host in the host list")
-	}
-	host, port := h, DefaultPort
-	if strings.HasPrefix(h, "[") || strings.Count(h, ":") == 1 {
-		if !strings.HasPrefix(h, "[") || strings.Contains(h, "]:") {
-			var err error
-			host, port, err = net.SplitHostPort(h)
-			if err != nil {
-				return "", fmt.Errorf("host %q: %v", h, err)
-			}
-		} else {
-			host = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
-		}
-	} else if strings.Contains(h, ":") {
-		return "", fmt.Errorf("host %q: put IPv6 addresses in brackets, e.g. [::1]:2379", h)
-	}
-	if host == "" {
-		return "", fmt.Errorf("host %q: empty host name", h)
-	}
-	if strings.ContainsAny(host, "/@?# ") {
-		return "", fmt.Errorf("host %q: invalid host name", h)
-	}
-	n, err := strconv.Atoi(port)
-	if err != nil || n < 1 || n > 65535 {
-		return "", fmt.Errorf("host %q: port %q is not a number from 1 to 65535", h, port)
-	}
-	return net.JoinHostPort(host, port), nil
 }

@@ -3,9 +3,7 @@ package zookeeper
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/url"
-	"strconv"
 	"strings"
 
 	"github.com/fencelock/fencelock/backend"
@@ -100,7 +98,7 @@ func parseURL(u *url.URL) (Config, error) {
 	}
 	var cfg Config
 	for _, h := range strings.Split(u.Host, ",") {
-		ep, err := endpoint(h)
+		ep, err := backend.HostPort(h, DefaultPort)
 		if err != nil {
 			return bad("%v", err)
 		}
@@ -134,37 +132,4 @@ func parseURL(u *url.URL) (Config, error) {
 		cfg.SessionTimeout = d
 	}
 	return cfg, nil
-}
-
-// endpoint checks one host[:port] of a URL's host list and returns it as
-// host:port.
-func endpoint(h string) (string, error) {
-	if h == "" {
-		return "", fmt.Errorf("empty host in the host list")
-	}
-	host, port := h, DefaultPort
-	if strings.HasPrefix(h, "[") || strings.Count(h, ":") == 1 {
-		if !strings.HasPrefix(h, "[") || strings.Contains(h, "]:") {
-			var err error
-			host, port, err = net.SplitHostPort(h)
-			if err != nil {
-				return "", fmt.Errorf("host %q: %v", h, err)
-			}
-		} else {
-			host = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
-		}
-	} else if strings.Contains(h, ":") {
-		return "", fmt.Errorf("host %q: put IPv6 addresses in brackets, e.g. [::1]:2181", h)
-	}
-	if host == "" {
-		return "", fmt.Errorf("host %q: empty host name", h)
-	}
-	if strings.ContainsAny(host, "/@?# ") {
-		return "", fmt.Errorf("host %q: invalid host name", h)
-	}
-	n, err := strconv.Atoi(port)
-	if err != nil || n < 1 || n > 65535 {
-		return "", fmt.Errorf("host %q: port %q is not a number from 1 to 65535", h, port)
-	}
-	return net.JoinHostPort(host, port), nil
 }
