@@ -74,10 +74,10 @@ func TestSameLockerExcludes(t *testing.T) {
 
 	release(t, a)
 	r := waitAcquired(t, ch, 10*time.Second)
-	require.NoError(t, r.err)
-	assert.Greater(t, r.ls.Token(), a.Token())
-	assert.Equal(t, kvs[1].CreateRevision, int64(r.ls.Token()))
-	release(t, r.ls)
+	require.NoError(t, r.Err)
+	assert.Greater(t, r.Lease.Token(), a.Token())
+	assert.Equal(t, kvs[1].CreateRevision, int64(r.Lease.Token()))
+	release(t, r.Lease)
 }
 
 // Waiters are granted in the order they queued.
@@ -161,8 +161,8 @@ func TestCancelWhileWaitingLeavesNoKey(t *testing.T) {
 	waitKeys(t, c, pfx, "c", 2)
 	cancel()
 	r := waitAcquired(t, ch, 5*time.Second)
-	require.ErrorIs(t, r.err, backend.ErrNotAcquired)
-	require.ErrorIs(t, r.err, context.Canceled)
+	require.ErrorIs(t, r.Err, backend.ErrNotAcquired)
+	require.ErrorIs(t, r.Err, context.Canceled)
 	kvs := keys(t, c, pfx, "c")
 	require.Len(t, kvs, 1, "only the holder's key is left")
 	assert.Equal(t, int64(h.Token()), kvs[0].CreateRevision)
@@ -176,12 +176,12 @@ func TestCancelWhileWaitingLeavesNoKey(t *testing.T) {
 	w2 := goAcquire(tctx(t, 30*time.Second), locker(t, pfx, backend.WithTTL(long)), "c")
 	waitKeys(t, c, pfx, "c", 3)
 	w1cancel()
-	require.ErrorIs(t, waitAcquired(t, w1, 5*time.Second).err, context.Canceled)
+	require.ErrorIs(t, waitAcquired(t, w1, 5*time.Second).Err, context.Canceled)
 	requireBlocked(t, w2, 300*time.Millisecond)
 	release(t, h)
 	r2 := waitAcquired(t, w2, 5*time.Second)
-	require.NoError(t, r2.err)
-	release(t, r2.ls)
+	require.NoError(t, r2.Err)
+	release(t, r2.Lease)
 	assert.Empty(t, keys(t, c, pfx, "c"))
 }
 
@@ -201,8 +201,8 @@ func TestWaiterLeaseRevoked(t *testing.T) {
 	_, err = c.Revoke(tctx(t, 10*time.Second), clientv3.LeaseID(kvs[1].Lease))
 	require.NoError(t, err)
 	r := waitAcquired(t, ch, 10*time.Second)
-	require.ErrorIs(t, r.err, backend.ErrLeaseLost)
-	require.Nil(t, r.ls)
+	require.ErrorIs(t, r.Err, backend.ErrLeaseLost)
+	require.Nil(t, r.Lease)
 	assert.Less(t, time.Since(start), 5*time.Second)
 
 	// The holder is unaffected, and the lock is handed over normally.
@@ -211,8 +211,8 @@ func TestWaiterLeaseRevoked(t *testing.T) {
 	waitKeys(t, c, pfx, "r", 2)
 	release(t, h)
 	r = waitAcquired(t, ch, 10*time.Second)
-	require.NoError(t, r.err)
-	release(t, r.ls)
+	require.NoError(t, r.Err)
+	release(t, r.Lease)
 }
 
 // A holder whose lease is revoked sees its loss signal promptly (from the
@@ -335,8 +335,8 @@ func TestInteropMutex(t *testing.T) {
 	mutexRev := keys(t, c, pfx, "jobs-1")[0].CreateRevision
 	require.NoError(t, m.Unlock(tctx(t, 10*time.Second)))
 	r := waitAcquired(t, ch, 10*time.Second)
-	require.NoError(t, r.err)
-	assert.Greater(t, int64(r.ls.Token()), mutexRev)
+	require.NoError(t, r.Err)
+	assert.Greater(t, int64(r.Lease.Token()), mutexRev)
 
 	// We hold: the Mutex cannot take it, and waits until we release.
 	require.ErrorIs(t, m.TryLock(tctx(t, 10*time.Second)), concurrency.ErrLocked)
@@ -347,7 +347,7 @@ func TestInteropMutex(t *testing.T) {
 		t.Fatalf("Mutex locked while we hold: %v", err)
 	case <-time.After(300 * time.Millisecond):
 	}
-	release(t, r.ls)
+	release(t, r.Lease)
 	select {
 	case err := <-done:
 		require.NoError(t, err)
@@ -544,13 +544,13 @@ func TestNoGoroutineLeak(t *testing.T) {
 		ch := goAcquire(wctx, l, "g")
 		waitKeys(t, c, pfx, "g", 2)
 		cancel()
-		require.ErrorIs(t, waitAcquired(t, ch, 5*time.Second).err, context.Canceled)
+		require.ErrorIs(t, waitAcquired(t, ch, 5*time.Second).Err, context.Canceled)
 		ch = goAcquire(tctx(t, 10*time.Second), l, "g")
 		waitKeys(t, c, pfx, "g", 2)
 		release(t, h)
 		r := waitAcquired(t, ch, 5*time.Second)
-		require.NoError(t, r.err)
-		release(t, r.ls)
+		require.NoError(t, r.Err)
+		release(t, r.Lease)
 	}
 	require.NoError(t, l.Close())
 	after := settle()

@@ -1,8 +1,8 @@
 package etcd
 
 import (
-	"context"
 	"fmt"
+	"github.com/fencelock/fencelock/internal/locktest"
 	"net/url"
 	"os"
 	"strings"
@@ -59,12 +59,6 @@ func locker(t testing.TB, prefix string, opts ...backend.Option) *backend.Locker
 	return l
 }
 
-func tctx(t testing.TB, d time.Duration) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return c
-}
-
 // keys lists the keys under the directory of name, oldest first.
 func keys(t testing.TB, c *clientv3.Client, prefix, name string) []*mvccpb.KeyValue {
 	t.Helper()
@@ -114,48 +108,20 @@ func keyOf(t testing.TB, c *clientv3.Client, prefix string, ls *backend.Lease) *
 	return nil
 }
 
-type acquired struct {
-	ls  *backend.Lease
-	err error
-}
-
-func goAcquire(ctx context.Context, l *backend.Locker, name string, opts ...backend.Option) <-chan acquired {
-	ch := make(chan acquired, 1)
-	go func() {
-		ls, err := l.Acquire(ctx, name, opts...)
-		ch <- acquired{ls, err}
-	}()
-	return ch
-}
-
-func waitAcquired(t testing.TB, ch <-chan acquired, d time.Duration) acquired {
-	t.Helper()
-	select {
-	case r := <-ch:
-		return r
-	case <-time.After(d):
-		require.FailNowf(t, "timeout", "no Acquire result within %v", d)
-		return acquired{}
-	}
-}
-
-func requireBlocked(t testing.TB, ch <-chan acquired, d time.Duration) {
-	t.Helper()
-	select {
-	case r := <-ch:
-		require.FailNowf(t, "not blocked", "Acquire returned while it should wait: lease %v err %v", r.ls != nil, r.err)
-	case <-time.After(d):
-	}
-}
-
-func release(t testing.TB, ls *backend.Lease) {
-	t.Helper()
-	require.NoError(t, ls.Release(tctx(t, 10*time.Second)))
-}
-
 func mustParse(t testing.TB, raw string) *url.URL {
 	t.Helper()
 	u, err := url.Parse(raw)
 	require.NoError(t, err)
 	return u
 }
+
+// The helpers the adapters' tests share, under this package's names.
+type acquired = locktest.Result
+
+var (
+	tctx           = locktest.Ctx
+	goAcquire      = locktest.Go
+	waitAcquired   = locktest.Wait
+	requireBlocked = locktest.RequireBlocked
+	release        = locktest.Release
+)

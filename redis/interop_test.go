@@ -31,11 +31,11 @@ func TestInteropRedislock(t *testing.T) {
 	requireBlocked(t, ch, 200*time.Millisecond)
 	require.NoError(t, theirs.Release(ctx))
 	r := waitAcquired(t, ch, 5*time.Second)
-	require.NoError(t, r.err)
+	require.NoError(t, r.Err)
 
 	_, err = rl.Obtain(ctx, key, time.Second, nil)
 	require.ErrorIs(t, err, redislock.ErrNotObtained, "we hold the key")
-	release(t, r.ls)
+	release(t, r.Lease)
 	theirs, err = rl.Obtain(ctx, key, time.Second, nil)
 	require.NoError(t, err, "free again after our release")
 	require.NoError(t, theirs.Release(ctx))
@@ -59,13 +59,13 @@ func TestInteropRedsync(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	r := waitAcquired(t, ch, 5*time.Second)
-	require.NoError(t, r.err)
+	require.NoError(t, r.Err)
 
 	m2 := rs.NewMutex(key, redsync.WithExpiry(time.Second), redsync.WithTries(1))
 	err = m2.LockContext(ctx)
 	var taken *redsync.ErrTaken
 	require.True(t, errors.As(err, &taken) || errors.Is(err, redsync.ErrFailed), "we hold the key: %v", err)
-	release(t, r.ls)
+	release(t, r.Lease)
 	require.NoError(t, m2.LockContext(ctx), "free again after our release")
 	_, _ = m2.UnlockContext(ctx)
 }

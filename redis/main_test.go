@@ -1,13 +1,12 @@
 package redis
 
 import (
-	"context"
 	"fmt"
+	"github.com/fencelock/fencelock/internal/locktest"
 	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -61,47 +60,13 @@ func locker(t testing.TB, addr string, cfg Config, opts ...backend.Option) *back
 	return l
 }
 
-func tctx(t testing.TB, d time.Duration) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return c
-}
+// The helpers the adapters' tests share, under this package's names.
+type acquired = locktest.Result
 
-type acquired struct {
-	ls  *backend.Lease
-	err error
-}
-
-func goAcquire(ctx context.Context, l *backend.Locker, name string, opts ...backend.Option) <-chan acquired {
-	ch := make(chan acquired, 1)
-	go func() {
-		ls, err := l.Acquire(ctx, name, opts...)
-		ch <- acquired{ls, err}
-	}()
-	return ch
-}
-
-func waitAcquired(t testing.TB, ch <-chan acquired, d time.Duration) acquired {
-	t.Helper()
-	select {
-	case r := <-ch:
-		return r
-	case <-time.After(d):
-		require.FailNowf(t, "timeout", "no Acquire result within %v", d)
-		return acquired{}
-	}
-}
-
-func requireBlocked(t testing.TB, ch <-chan acquired, d time.Duration) {
-	t.Helper()
-	select {
-	case r := <-ch:
-		require.FailNowf(t, "not blocked", "Acquire returned while it should wait: lease %v err %v", r.ls != nil, r.err)
-	case <-time.After(d):
-	}
-}
-
-func release(t testing.TB, ls *backend.Lease) {
-	t.Helper()
-	require.NoError(t, ls.Release(tctx(t, 10*time.Second)))
-}
+var (
+	tctx           = locktest.Ctx
+	goAcquire      = locktest.Go
+	waitAcquired   = locktest.Wait
+	requireBlocked = locktest.RequireBlocked
+	release        = locktest.Release
+)

@@ -198,11 +198,11 @@ func TestLostNotice(t *testing.T) {
 	start := time.Now()
 	require.NoError(t, admin.Del(tctx(t, 5*time.Second), LockKey(prefix, "n")).Err())
 	r := waitAcquired(t, chB, 5*time.Second)
-	require.NoError(t, r.err)
-	require.Greater(t, r.ls.Token(), ls.Token())
+	require.NoError(t, r.Err)
+	require.Greater(t, r.Lease.Token(), ls.Token())
 	require.Zero(t, db.wakeups.Load(), "nothing was published: the grant came from the fallback timer")
 	t.Logf("granted %v after the silent delete (lock TTL 1s)", time.Since(start))
-	release(t, r.ls)
+	release(t, r.Lease)
 	require.ErrorIs(t, ls.Release(tctx(t, 5*time.Second)), backend.ErrLeaseLost)
 }
 
@@ -244,11 +244,11 @@ func TestWakeups(t *testing.T) {
 	won := -1
 	select {
 	case r := <-again:
-		t.Fatalf("the releaser re-grabbed the lock ahead of %d woken waiters (err %v)", waiters, r.err)
+		t.Fatalf("the releaser re-grabbed the lock ahead of %d woken waiters (err %v)", waiters, r.Err)
 	case <-time.After(2 * time.Second):
 		t.Fatal("no waiter was granted the lock after the release")
 	case r := <-merge(chans):
-		require.NoError(t, r.err)
+		require.NoError(t, r.Err)
 		won = r.i
 	}
 	require.Eventually(t, func() bool { return wakeups() == waiters }, 5*time.Second, 5*time.Millisecond)
@@ -339,8 +339,8 @@ func TestClosedClientWaiter(t *testing.T) {
 	requireBlocked(t, ch, 200*time.Millisecond)
 	require.NoError(t, c.Close())
 	r := waitAcquired(t, ch, 5*time.Second)
-	require.Error(t, r.err)
-	require.True(t, errors.Is(r.err, goredis.ErrClosed), "%v", r.err)
+	require.Error(t, r.Err)
+	require.True(t, errors.Is(r.Err, goredis.ErrClosed), "%v", r.Err)
 	_ = lb.Close()
 	_ = lb2.Close()
 	release(t, held)

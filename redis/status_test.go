@@ -38,9 +38,9 @@ func TestStatusAndRevoke(t *testing.T) {
 	assert.True(t, found)
 	select {
 	case r := <-waiter: // woken by the revoke's notice, not by the TTL
-		require.NoError(t, r.err)
-		assert.Greater(t, r.ls.Token(), ls.Token())
-		require.NoError(t, r.ls.Release(ctx))
+		require.NoError(t, r.Err)
+		assert.Greater(t, r.Lease.Token(), ls.Token())
+		require.NoError(t, r.Lease.Release(ctx))
 	case <-time.After(3 * time.Second):
 		t.Fatal("the waiter was not granted the revoked lock promptly")
 	}

@@ -100,10 +100,10 @@ func TestOpenURL(t *testing.T) {
 	start := time.Now()
 	release(t, ls)
 	r := waitAcquired(t, ch, 5*time.Second)
-	require.NoError(t, r.err)
+	require.NoError(t, r.Err)
 	require.Less(t, time.Since(start), time.Second, "woken by the release notice, not the fallback timer")
-	require.Greater(t, r.ls.Token(), ls.Token())
-	release(t, r.ls)
+	require.Greater(t, r.Lease.Token(), ls.Token())
+	release(t, r.Lease)
 
 	// The user really is confined.
 	lo, err := backend.Open(ctx, "redis://fencelock:s3cret@"+srv.Addr()+"/0?prefix=other")

@@ -1,8 +1,8 @@
 package zookeeper
 
 import (
-	"context"
 	"fmt"
+	"github.com/fencelock/fencelock/internal/locktest"
 	"os"
 	"sort"
 	"strings"
@@ -38,12 +38,6 @@ var prefixSeq atomic.Int64
 // testPrefix returns a node prefix of its own for t.
 func testPrefix(t testing.TB) string {
 	return fmt.Sprintf("/fencelock-test/%s-%d", strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()), prefixSeq.Add(1))
-}
-
-func tctx(t testing.TB, d time.Duration) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return c
 }
 
 // dialLocker returns a Locker with its own sessions to addr, closed at
@@ -109,41 +103,13 @@ func nodeOf(t testing.TB, c *zk.Conn, prefix string, ls *backend.Lease) (string,
 	return "", nil
 }
 
-type acquired struct {
-	ls  *backend.Lease
-	err error
-}
+// The helpers the adapters' tests share, under this package's names.
+type acquired = locktest.Result
 
-func goAcquire(ctx context.Context, l *backend.Locker, name string, opts ...backend.Option) <-chan acquired {
-	ch := make(chan acquired, 1)
-	go func() {
-		ls, err := l.Acquire(ctx, name, opts...)
-		ch <- acquired{ls, err}
-	}()
-	return ch
-}
-
-func waitAcquired(t testing.TB, ch <-chan acquired, d time.Duration) acquired {
-	t.Helper()
-	select {
-	case r := <-ch:
-		return r
-	case <-time.After(d):
-		require.FailNowf(t, "timeout", "no Acquire result within %v", d)
-		return acquired{}
-	}
-}
-
-func requireBlocked(t testing.TB, ch <-chan acquired, d time.Duration) {
-	t.Helper()
-	select {
-	case r := <-ch:
-		require.FailNowf(t, "not blocked", "Acquire returned while it should wait: lease %v err %v", r.ls != nil, r.err)
-	case <-time.After(d):
-	}
-}
-
-func release(t testing.TB, ls *backend.Lease) {
-	t.Helper()
-	require.NoError(t, ls.Release(tctx(t, 10*time.Second)))
-}
+var (
+	tctx           = locktest.Ctx
+	goAcquire      = locktest.Go
+	waitAcquired   = locktest.Wait
+	requireBlocked = locktest.RequireBlocked
+	release        = locktest.Release
+)

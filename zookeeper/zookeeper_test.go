@@ -144,7 +144,7 @@ func TestSessionExpiryGivenConn(t *testing.T) {
 	}
 	require.ErrorIs(t, held.Err(), backend.ErrLeaseLost)
 	r := waitAcquired(t, waiting, 10*time.Second)
-	require.ErrorIs(t, r.err, backend.ErrLeaseLost, "a waiter of an expired session")
+	require.ErrorIs(t, r.Err, backend.ErrLeaseLost, "a waiter of an expired session")
 	release(t, holder)
 
 	_, err = l.TryAcquire(tctx(t, 10*time.Second), "g", backend.WithTTL(5*time.Second))
@@ -166,12 +166,12 @@ func TestConnectionDropDuringCreate(t *testing.T) {
 	p.Cut()
 	p.DropReplies(false)
 	r := waitAcquired(t, ch, 20*time.Second)
-	require.NoError(t, r.err)
+	require.NoError(t, r.Err)
 	after := lockNodes(t, admin, pfx, "d")
 	require.Equal(t, nodes, after, "exactly the one node")
-	_, st := nodeOf(t, admin, pfx, r.ls)
-	assert.Equal(t, int64(r.ls.Token()), st.Czxid)
-	release(t, r.ls)
+	_, st := nodeOf(t, admin, pfx, r.Lease)
+	assert.Equal(t, int64(r.Lease.Token()), st.Czxid)
+	release(t, r.Lease)
 	waitNodes(t, admin, pfx, "d", 0)
 }
 
@@ -235,8 +235,8 @@ func TestNonLockChildrenIgnored(t *testing.T) {
 	requireBlocked(t, ch, 300*time.Millisecond)
 	release(t, a)
 	r := waitAcquired(t, ch, 10*time.Second)
-	require.NoError(t, r.err)
-	release(t, r.ls)
+	require.NoError(t, r.Err)
+	release(t, r.Lease)
 }
 
 // Holders of go-zookeeper's zk.Lock and of this package on the same path
@@ -256,7 +256,7 @@ func TestInteropWithZkLock(t *testing.T) {
 	requireBlocked(t, ch, 300*time.Millisecond)
 	require.NoError(t, zl.Unlock())
 	r := waitAcquired(t, ch, 10*time.Second)
-	require.NoError(t, r.err)
+	require.NoError(t, r.Err)
 
 	// We hold: zk.Lock waits.
 	zdone := make(chan error, 1)
@@ -266,7 +266,7 @@ func TestInteropWithZkLock(t *testing.T) {
 		t.Fatalf("zk.Lock returned while we hold: %v", err)
 	case <-time.After(300 * time.Millisecond):
 	}
-	release(t, r.ls)
+	release(t, r.Lease)
 	select {
 	case err := <-zdone:
 		require.NoError(t, err)
@@ -295,7 +295,7 @@ func TestCancelWhileWaitingLeavesNoNode(t *testing.T) {
 	waitNodes(t, admin, pfx, "c", 2)
 	cancel()
 	r := waitAcquired(t, ch, 10*time.Second)
-	require.ErrorIs(t, r.err, context.Canceled)
+	require.ErrorIs(t, r.Err, context.Canceled)
 	waitNodes(t, admin, pfx, "c", 1)
 	release(t, held)
 	waitNodes(t, admin, pfx, "c", 0)

@@ -1,0 +1,64 @@
+// Package locktest holds the small helpers the adapters' tests share:
+// acquiring in the background, waiting for the result, and bounded contexts.
+package locktest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/backend"
+)
+
+// Result is what a background Acquire returned.
+type Result struct {
+	Lease *backend.Lease
+	Err   error
+}
+
+// Go runs l.Acquire in the background; its result arrives on the channel.
+func Go(ctx context.Context, l *backend.Locker, name string, opts ...backend.Option) <-chan Result {
+	ch := make(chan Result, 1)
+	go func() {
+		ls, err := l.Acquire(ctx, name, opts...)
+		ch <- Result{ls, err}
+	}()
+	return ch
+}
+
+// Wait returns the result from ch, failing t if none arrives within d.
+func Wait(t testing.TB, ch <-chan Result, d time.Duration) Result {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(d):
+		require.FailNowf(t, "timeout", "no Acquire result within %v", d)
+		return Result{}
+	}
+}
+
+// RequireBlocked fails t if a result arrives on ch within d.
+func RequireBlocked(t testing.TB, ch <-chan Result, d time.Duration) {
+	t.Helper()
+	select {
+	case r := <-ch:
+		require.FailNowf(t, "not blocked", "Acquire returned while it should wait: lease %v err %v", r.Lease != nil, r.Err)
+	case <-time.After(d):
+	}
+}
+
+// Release releases ls within 10s and fails t on an error.
+func Release(t testing.TB, ls *backend.Lease) {
+	t.Helper()
+	require.NoError(t, ls.Release(Ctx(t, 10*time.Second)))
+}
+
+// Ctx returns a context that ends after d or with the test.
+func Ctx(t testing.TB, d time.Duration) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return c
+}
