@@ -25,8 +25,8 @@ import (
 var URLCapabilities = map[string]Capabilities{
 	"etcd":   {FIFO: true, TTL: 2 * time.Second, MinTTL: 2 * time.Second},
 	"etcds":  {FIFO: true, TTL: 2 * time.Second, MinTTL: 2 * time.Second},
-	"redis":  {TTL: 500 * time.Millisecond, MinTTL: 100 * time.Millisecond},
-	"rediss": {TTL: 500 * time.Millisecond, MinTTL: 100 * time.Millisecond},
+	"redis":  {FIFO: true, TTL: 500 * time.Millisecond, MinTTL: 100 * time.Millisecond},
+	"rediss": {FIFO: true, TTL: 500 * time.Millisecond, MinTTL: 100 * time.Millisecond},
 }
 
 // urlListsWaiters says which schemes' Status lists waiters, so that the

@@ -62,7 +62,7 @@ func (h *harness) Revoke(t testing.TB, ls *backend.Lease) {
 }
 
 func (h *harness) Capabilities() conformance.Capabilities {
-	return conformance.Capabilities{FIFO: false, TTL: 500 * time.Millisecond, MinTTL: MinTTL}
+	return conformance.Capabilities{FIFO: true, TTL: 500 * time.Millisecond, MinTTL: MinTTL}
 }
 
 func TestConformance(t *testing.T) {

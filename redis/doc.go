@@ -45,20 +45,21 @@
 // Lock name N (with '%', '{', '}' and ':' escaped as %XX, so that no name
 // reaches another name's keys or breaks the hash tag) under prefix P uses:
 //
-//	P:{N}           the lock key: "<owner>:<token>", with a PX expiry
-//	P:{N}:token     the token counter (INCR); it never expires
-//	P:{N}:yield     a short-lived marker set by a release that woke waiters
-//	P:{N}:released  the pub/sub channel a release publishes on
+//	P:{N}               the lock key: "<owner>:<token>", with a PX expiry
+//	P:{N}:token         the token counter (INCR); it never expires
+//	P:{N}:queue         the waiters in arrival order (sorted set: owner -> arrival number)
+//	P:{N}:queue:expiry  when each waiter's entry lapses (sorted set: owner -> server time in ms)
+//	P:wake:<locker id>  the pub/sub channel of one Locker's waiters
 //
 // All keys of a name share the hash tag {N}, so a Cluster keeps them in one
 // slot and the scripts may touch them together. The owner is unique to one
-// acquisition (a random per-Locker id and a sequence number), so two
-// acquisitions of one name, even in one Locker, exclude each other and get
-// different tokens; refresh and release compare it, so a stale or repeated
-// release never removes a newer holder's key.
+// acquisition ("<locker id>.<sequence number>"), so two acquisitions of one
+// name, even in one Locker, exclude each other and get different tokens;
+// refresh and release compare it, so a stale or repeated release never
+// removes a newer holder's key.
 //
-// The acquire script: if the lock key exists it returns the key's PTTL;
-// otherwise it INCRs the counter and sets the lock key with PX TTL, as one
+// The acquire script: if the lock key is free and no earlier waiter is in
+// the queue, it INCRs the counter and sets the lock key with PX TTL, as one
 // atomic step, and returns the counter's value as the token. The token is
 // thus strictly greater than every token granted before on the same data:
 // see "Failover and lost counters" for when the data itself goes back.
@@ -69,43 +70,55 @@
 //     and once more as EVAL after a NOSCRIPT when the script cache was
 //     emptied by a restart, failover or SCRIPT FLUSH). A failed TryAcquire
 //     writes nothing.
-//   - Release: 1 (the release script: delete if ours, PUBLISH).
+//   - Release: 1 (the release script: delete if ours, PUBLISH to the next
+//     waiter's Locker).
 //   - Renewal: 1 every TTL/3 (the refresh script: PEXPIRE if ours; a key
 //     that is gone or someone else's is reported lost, never re-created).
-//   - Waiting: 1 SUBSCRIBE when a Locker's first waiter for a lock arrives
-//     (one pub/sub connection per Locker, shared by all its waiters), 1
-//     acquire script after it, and 1 per wake-up.
+//   - Waiting: 1 acquire script that joins the queue, 1 per wake-up (one per
+//     grant: the release names the next waiter), and 1 refresh script every
+//     TTL/3 for the waiter's queue entry. A Locker's first wait also
+//     subscribes to its wake channel (1 SUBSCRIBE, and 1 acquire script
+//     before it); the subscription stays until the Locker closes.
+//   - Handoff: the release script, one message, one acquire script.
 //   - With WaitReplicas: the acquire script and WAIT go in one pipeline, so
 //     still 1 round trip, plus the replication delay.
 //
-// NewLease sends nothing: the lock key carries its own expiry, which the
-// acquire script starts, so a waiter has no lease to renew and the local
-// deadline counts from the send time of the acquire script that succeeded.
+// # Waiting: a FIFO queue
 //
-// # Waiting
+// Waiters queue in arrival order and are granted in that order
+// (conformance Capabilities FIFO). A free lock with waiters is promised to
+// the first of them: a newcomer, the releaser coming straight back
+// included, queues behind them, and a TryAcquire is refused ("promised to
+// an earlier waiter"). This spreads grants evenly over contenders, which
+// polling libraries do not (the releaser re-grabs).
 //
-// A waiter subscribes to the lock's channel (and waits for the server's
-// confirmation), tries again, and then tries once more on each release
-// notice, or when the lock key's remaining TTL (returned by the failed
-// attempt) plus 1-10% jitter has passed, in case a notice was lost (a
-// holder that crashed, a release by another tool or a raw DEL, a broken
-// pub/sub connection). There is no fixed-interval polling.
+// A release (or revoke) publishes one message, naming the next waiter, on
+// the wake channel of that waiter's Locker; each Locker has one pub/sub
+// subscription for all its waiters, so one release wakes exactly one
+// waiter, whatever the number of waiters or Lockers (measured: 1.00
+// wake-ups and 2 acquire scripts per grant in BenchmarkContended8).
 //
-// Every release wakes every waiter of the lock: all of them retry, one
-// wins, the rest wait again (N waiters: N wake-ups and N acquire scripts
-// per release; measured, see BenchmarkContended8). Handoff is therefore
-// one notice plus one script. Because a releaser that comes straight back
-// would otherwise win that race (its script reaches the server before the
-// waiters have heard the notice, as with polling libraries), a release that
-// reached at least one subscriber sets a 50ms yield marker: a newcomer (an
-// acquisition that has not yet been woken once, the releaser's next one
-// included) is refused while it exists, and the next grant deletes it.
-// Grants thus spread evenly over the contenders, but waiters are not served
-// in arrival order (Capabilities FIFO false): a FIFO queue would need
-// per-waiter entries with their own expiry and renewal, which this design
-// avoids. TryAcquire ignores the marker: it takes any free key. On a Cluster, PUBLISH counts
-// only the subscribers of the node that runs the script, so the marker may
-// not be set; exclusion and tokens are unaffected.
+// A waiter's queue entry lives one TTL (of its acquisition) unless renewed;
+// the waiter renews it every TTL/3 like a holder's lease, so an entry left
+// by a crashed waiter lapses within a TTL and is purged by the next script
+// that touches the queue. Until then the lock stays promised to it: a
+// crashed waiter delays the others by at most its TTL, as a crashed holder
+// does. A waiter whose entry lapsed (it could not renew it in time) fails
+// with backend.ErrLeaseLost, as an etcd or ZooKeeper waiter whose lease
+// expired does.
+//
+// Notices can be lost (a pub/sub connection that broke, a holder that
+// crashed, a release by another tool or a raw DEL publish nothing), so a
+// waiter also tries again when the lock key's remaining TTL has passed (if
+// it is next) or when the entry ahead of all may have lapsed (if not), plus
+// 1-10% of jitter; and a renewal that finds the waiter next with the lock
+// free wakes it. There is no fixed-interval polling.
+//
+// Queue entries carry server times, so, like key expiry, they follow the
+// server's wall clock. An ACL user needs, besides EVALSHA, EVAL, SUBSCRIBE
+// and UNSUBSCRIBE, the commands the scripts call: GET, SET, DEL, PEXPIRE,
+// PTTL, INCR, TIME, PUBLISH, ZADD, ZREM, ZRANGE, ZRANGEBYSCORE,
+// ZREMRANGEBYSCORE and ZSCORE, on keys and channels P:*.
 //
 // # Loss
 //
@@ -118,9 +131,11 @@
 //
 // The lock key is the plain SET key value NX PX shape of redsync and
 // bsm/redislock: give them LockKey(prefix, name) and their holders and this
-// package's exclude each other. Their releases publish nothing, so a waiter
-// of ours is granted after their release through its fallback timer (the
-// key's PTTL at its last attempt). bsm/redislock v0.9.4 has no fence key.
+// package's exclude each other. They do not queue: they take a free key
+// even when waiters of ours are queued for it. Their releases publish
+// nothing, so a waiter of ours is granted after their release through its
+// fallback timer (the key's PTTL at its last attempt). bsm/redislock v0.9.4
+// has no fence key.
 //
 // # Failover and lost counters
 //

@@ -31,10 +31,6 @@ const MinTTL = 100 * time.Millisecond
 // Config.WaitReplicas is set and Config.WaitTimeout is not.
 const DefaultWaitTimeout = 500 * time.Millisecond
 
-// yieldWindow is how long newcomers stand back after a release that woke
-// waiters (see the package documentation, "Waiting").
-const yieldWindow = 50 * time.Millisecond
-
 // ErrNotReplicated is returned (wrapped, together with backend.ErrNotAcquired)
 // by an acquisition that got the lock but whose grant was not acknowledged by
 // Config.WaitReplicas replicas within Config.WaitTimeout. The lock was
@@ -108,16 +104,21 @@ func NewWithConfig(client Client, cfg Config, opts ...backend.Option) (*backend.
 }
 
 var (
+	//go:embed scripts/queue.lua
+	queueLua string
 	//go:embed scripts/acquire.lua
-	acquireSrc string
+	acquireLua string
 	//go:embed scripts/refresh.lua
-	refreshSrc string
+	refreshLua string
 	//go:embed scripts/release.lua
-	releaseSrc string
+	releaseLua string
 
+	// acquireSrc is the acquire script as sent: every script that touches
+	// the queue starts with the queue's functions.
+	acquireSrc    = queueLua + acquireLua
 	acquireScript = goredis.NewScript(acquireSrc)
-	refreshScript = goredis.NewScript(refreshSrc)
-	releaseScript = goredis.NewScript(releaseSrc)
+	refreshScript = goredis.NewScript(queueLua + refreshLua)
+	releaseScript = goredis.NewScript(queueLua + releaseLua)
 )
 
 // driver implements backend.Driver over one go-redis client.
@@ -128,7 +129,6 @@ type driver struct {
 	id    string // this driver's random id: the first part of every owner id
 	seq   atomic.Uint64
 	hub   *hub
-	yield time.Duration // yield window set by releases that woke waiters
 
 	// Counters for tests and benchmarks.
 	attempts atomic.Int64 // acquire script calls
@@ -155,8 +155,8 @@ func newDriver(client Client, cfg Config, owned io.Closer) (*driver, error) {
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	d := &driver{c: client, owned: owned, cfg: cfg, id: hex.EncodeToString(b[:]), yield: yieldWindow}
-	d.hub = newHub(client, &d.wakeups)
+	d := &driver{c: client, owned: owned, cfg: cfg, id: hex.EncodeToString(b[:])}
+	d.hub = newHub(client, wakeChannel(cfg.Prefix, d.id), &d.wakeups)
 	return d, nil
 }
 
@@ -171,8 +171,10 @@ func (d *driver) CheckTTL(ttl time.Duration) error {
 	return nil
 }
 
-// NewLease implements backend.Driver. It sends nothing: the lock key carries
-// its own expiry, which the acquire script starts.
+// NewLease implements backend.Driver. It sends nothing: the lease starts
+// now, so that a waiter renews its queue entry (or learns that it cannot)
+// from the start; the lock key carries its own expiry, which the acquire
+// script starts.
 func (d *driver) NewLease(ctx context.Context, req backend.Request) (backend.DriverLease, time.Time, error) {
 	d.mu.Lock()
 	closed := d.closed
@@ -181,8 +183,9 @@ func (d *driver) NewLease(ctx context.Context, req backend.Request) (backend.Dri
 		return nil, time.Time{}, fmt.Errorf("redis: %w", backend.ErrClosed)
 	}
 	owner := d.id + "." + strconv.FormatUint(d.seq.Add(1), 36)
-	return &lease{d: d, k: keysOf(d.cfg.Prefix, req.Name), owner: owner, prefix: owner + ":",
-		ttlMs: req.TTL.Milliseconds()}, time.Time{}, nil
+	started := time.Now()
+	return &lease{d: d, k: keysOf(d.cfg.Prefix, req.Name), owner: owner,
+		ttlMs: req.TTL.Milliseconds()}, started, nil
 }
 
 // Close implements backend.Driver: it stops the shared subscription and
@@ -207,12 +210,19 @@ func (d *driver) Close() error {
 // keys are the Redis names of one lock. All carry the hash tag {<escaped
 // name>}, so a Cluster keeps them in one slot.
 type keys struct {
-	lock, counter, yield, channel string
+	lock, counter, queue, expiry string
 }
 
 func keysOf(prefix, name string) keys {
 	base := prefix + ":{" + escapeName(name) + "}"
-	return keys{lock: base, counter: base + ":token", yield: base + ":yield", channel: base + ":released"}
+	return keys{lock: base, counter: base + ":token", queue: base + ":queue", expiry: base + ":queue:expiry"}
+}
+
+// wakeChannel is the pub/sub channel of the driver with id under prefix:
+// releases publish there when the next waiter is one of its acquisitions.
+// The scripts derive it from a waiter's owner id ("<driver id>.<seq>").
+func wakeChannel(prefix, id string) string {
+	return prefix + ":wake:" + id
 }
 
 // escapeName escapes '%', '{', '}' and ':' as %XX. The result holds no brace,
@@ -256,14 +266,21 @@ type pipeliner interface {
 // acquireResult is the reply of the acquire script.
 type acquireResult struct {
 	granted bool
-	n       int64 // the token if granted, else how long to wait in ms (-1: no expiry)
+	token   int64 // if granted
+	// If not granted: whether the acquisition is next in line (no earlier
+	// waiter), and how long in ms until its turn may have come: the lock
+	// key's remaining TTL if it is next (-1: the key has no expiry), else
+	// the time left to the first waiter's queue entry.
+	next bool
+	wait int64
 }
 
-// acquire runs the acquire script once (and WAIT after it if configured).
-func (d *driver) acquire(ctx context.Context, l *lease, respectYield bool) (acquireResult, error) {
+// acquire runs the acquire script once (and WAIT after it if configured);
+// with queue, an acquisition that is not granted joins the lock's queue.
+func (d *driver) acquire(ctx context.Context, l *lease, queue bool) (acquireResult, error) {
 	d.attempts.Add(1)
-	k := []string{l.k.lock, l.k.counter, l.k.yield}
-	args := []any{l.owner, l.ttlMs, flag(respectYield), flag(d.cfg.ClockFloor)}
+	k := []string{l.k.lock, l.k.counter, l.k.queue, l.k.expiry}
+	args := []any{l.owner, l.ttlMs, flag(queue), flag(d.cfg.ClockFloor), wakeChannel(d.cfg.Prefix, "")}
 	if d.cfg.WaitReplicas == 0 {
 		res, err := acquireScript.Run(ctx, d.c, k, args...).Int64Slice()
 		return parseAcquire(res, err)
@@ -320,14 +337,13 @@ func parseAcquire(res []int64, err error) (acquireResult, error) {
 	if err != nil {
 		return acquireResult{}, fmt.Errorf("redis: acquire script: %w", err)
 	}
-	if len(res) != 2 {
-		return acquireResult{}, fmt.Errorf("redis: acquire script returned %v", res)
+	switch {
+	case len(res) == 2 && res[0] == 1 && res[1] > 0:
+		return acquireResult{granted: true, token: res[1]}, nil
+	case len(res) == 3 && res[0] == 0:
+		return acquireResult{next: res[2] == 1, wait: res[1]}, nil
 	}
-	r := acquireResult{granted: res[0] == 1, n: res[1]}
-	if r.granted && r.n <= 0 {
-		return acquireResult{}, fmt.Errorf("redis: acquire script granted token %d", r.n)
-	}
-	return r, nil
+	return acquireResult{}, fmt.Errorf("redis: acquire script returned %v", res)
 }
 
 func flag(b bool) string {

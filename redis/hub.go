@@ -11,78 +11,72 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// hub shares one pub/sub connection among all waiting acquisitions of a
-// driver: it subscribes to a lock's release channel while anyone waits for
-// that lock and wakes every waiter of the lock on each message.
+// hub is a driver's wake-up channel: one pub/sub subscription, opened when
+// the driver's first acquisition waits and kept until the driver closes, on
+// the channel that releases publish to when the next waiter in a queue is
+// one of this driver's. A message names the waiting acquisition (its owner
+// id) and wakes only it. After the subscription broke, when messages may
+// have been lost, every waiter is woken to try again.
 type hub struct {
 	c       Client
+	channel string
 	wakeups *atomic.Int64
 
 	mu      sync.Mutex
 	ps      *goredis.PubSub
-	chans   map[string]*channelSubs
-	pending map[string]int // SUBSCRIBEs sent and not yet confirmed, by channel
+	waiters map[string]*sub // by owner id
+	ready   chan struct{}   // closed once the server confirmed the subscription
 	closed  bool
 	err     error         // why the hub stopped (client closed)
 	done    chan struct{} // closed when the receive loop has returned
 	stopped chan struct{} // closed when the hub stops
 }
 
-type channelSubs struct {
-	waiters   map[*sub]struct{}
-	confirmed chan struct{} // closed once the server confirmed the SUBSCRIBE
-	ok        bool
-}
-
-// sub is one waiter's subscription.
+// sub is one waiting acquisition's registration.
 type sub struct {
 	h      *hub
-	ch     string
+	owner  string
 	notify chan struct{} // one pending wake-up at most
 }
 
-func newHub(c Client, wakeups *atomic.Int64) *hub {
-	return &hub{c: c, wakeups: wakeups, chans: make(map[string]*channelSubs), pending: make(map[string]int),
-		stopped: make(chan struct{})}
+func newHub(c Client, channel string, wakeups *atomic.Int64) *hub {
+	return &hub{c: c, channel: channel, wakeups: wakeups, waiters: make(map[string]*sub),
+		ready: make(chan struct{}), stopped: make(chan struct{})}
 }
 
-// subscribe registers a waiter on channel and returns once the server has
-// confirmed the subscription, so that every release published from then on
-// reaches it.
-func (h *hub) subscribe(ctx context.Context, channel string) (*sub, error) {
+// subscribed reports whether the subscription is confirmed, so that a
+// message published from now on reaches the hub.
+func (h *hub) subscribed() bool {
+	select {
+	case <-h.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// register adds the waiter owner and returns once the subscription is
+// confirmed (subscribing first if nobody has).
+func (h *hub) register(ctx context.Context, owner string) (*sub, error) {
 	h.mu.Lock()
 	if h.closed {
-		err := h.err
 		h.mu.Unlock()
-		if err == nil {
-			err = errors.New("redis: locker closed")
-		}
-		return nil, err
+		return nil, h.stopErr()
 	}
 	if h.ps == nil {
-		h.ps = h.c.Subscribe(context.Background())
+		// If sending SUBSCRIBE fails, the receive loop's reconnection sends
+		// it again (go-redis keeps the channel), and register waits for the
+		// confirmation or ctx.
+		h.ps = h.c.Subscribe(ctx, h.channel)
 		h.done = make(chan struct{})
 		go h.loop(h.ps, h.done)
 	}
-	s := &sub{h: h, ch: channel, notify: make(chan struct{}, 1)}
-	cs := h.chans[channel]
-	if cs == nil {
-		cs = &channelSubs{waiters: make(map[*sub]struct{}), confirmed: make(chan struct{})}
-		h.chans[channel] = cs
-		h.pending[channel]++
-		if err := h.ps.Subscribe(ctx, channel); err != nil {
-			h.pending[channel]--
-			delete(h.chans, channel)
-			h.mu.Unlock()
-			return nil, fmt.Errorf("redis: subscribe: %w", err)
-		}
-	}
-	cs.waiters[s] = struct{}{}
-	confirmed := cs.confirmed
+	s := &sub{h: h, owner: owner, notify: make(chan struct{}, 1)}
+	h.waiters[owner] = s
 	h.mu.Unlock()
 
 	select {
-	case <-confirmed:
+	case <-h.ready:
 		return s, nil
 	case <-h.stopped:
 		s.close()
@@ -94,33 +88,19 @@ func (h *hub) subscribe(ctx context.Context, channel string) (*sub, error) {
 }
 
 func (h *hub) stopErr() error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	if h.err != nil {
 		return h.err
 	}
 	return errors.New("redis: locker closed")
 }
 
-// close unsubscribes the waiter; the channel is unsubscribed when its last
-// waiter leaves.
+// close removes the waiter.
 func (s *sub) close() {
-	h := s.h
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	cs := h.chans[s.ch]
-	if cs == nil {
-		return
+	s.h.mu.Lock()
+	if s.h.waiters[s.owner] == s {
+		delete(s.h.waiters, s.owner)
 	}
-	delete(cs.waiters, s)
-	if len(cs.waiters) == 0 {
-		delete(h.chans, s.ch)
-		if !h.closed {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_ = h.ps.Unsubscribe(ctx, s.ch) // on failure, a spare subscription is harmless
-			cancel()
-		}
-	}
+	s.h.mu.Unlock()
 }
 
 func (s *sub) wake() {
@@ -130,8 +110,8 @@ func (s *sub) wake() {
 	}
 }
 
-// loop receives messages and subscription confirmations until the pub/sub
-// connection is closed.
+// loop receives messages and the subscription's confirmation until the
+// pub/sub connection is closed.
 func (h *hub) loop(ps *goredis.PubSub, done chan struct{}) {
 	defer close(done)
 	backoff := 50 * time.Millisecond
@@ -158,28 +138,18 @@ func (h *hub) loop(ps *goredis.PubSub, done chan struct{}) {
 		backoff = 50 * time.Millisecond
 		switch m := msg.(type) {
 		case *goredis.Subscription:
-			if m.Kind != "subscribe" {
-				continue
-			}
-			h.mu.Lock()
-			if h.pending[m.Channel] > 0 {
-				h.pending[m.Channel]--
-			}
-			if h.pending[m.Channel] == 0 {
-				delete(h.pending, m.Channel)
-				if cs := h.chans[m.Channel]; cs != nil && !cs.ok {
-					cs.ok = true
-					close(cs.confirmed)
+			if m.Kind == "subscribe" && m.Channel == h.channel {
+				h.mu.Lock()
+				if !h.subscribed() {
+					close(h.ready)
 				}
+				h.mu.Unlock()
 			}
-			h.mu.Unlock()
 		case *goredis.Message:
 			h.mu.Lock()
-			if cs := h.chans[m.Channel]; cs != nil {
-				for s := range cs.waiters {
-					h.wakeups.Add(1)
-					s.wake()
-				}
+			if s := h.waiters[m.Payload]; s != nil {
+				h.wakeups.Add(1)
+				s.wake()
 			}
 			h.mu.Unlock()
 		}
@@ -187,14 +157,12 @@ func (h *hub) loop(ps *goredis.PubSub, done chan struct{}) {
 }
 
 func (h *hub) wakeAllLocked() {
-	for _, cs := range h.chans {
-		for s := range cs.waiters {
-			s.wake()
-		}
+	for _, s := range h.waiters {
+		s.wake()
 	}
 }
 
-// close stops the hub: waiters still subscribed are woken and fail.
+// close stops the hub: waiters still registered are woken and fail.
 func (h *hub) close() error {
 	h.mu.Lock()
 	if !h.closed {

@@ -18,7 +18,7 @@ import (
 type state int
 
 const (
-	stIdle     state = iota // nothing of ours in Redis
+	stIdle     state = iota // no lock key of ours (maybe a queue entry: see lease.queued)
 	stUnknown               // an acquire was sent; whether it applied is unknown
 	stHeld                  // granted: the lock key holds our value
 	stReleased              // Release finished
@@ -29,18 +29,21 @@ const (
 const retryMax = time.Second
 
 // lease implements backend.DriverLease: one acquisition. Its value in the
-// lock key is "<owner>:<token>", owner being unique to this acquisition.
+// lock key is "<owner>:<token>", owner being unique to this acquisition;
+// while it waits, owner is its entry in the lock's queue.
 type lease struct {
-	d      *driver
-	k      keys
-	owner  string
-	prefix string // owner + ":"
-	ttlMs  int64
+	d     *driver
+	k     keys
+	owner string
+	ttlMs int64
 
-	mu     sync.Mutex
-	st     state
-	token  fencing.Token
-	relErr error
+	mu      sync.Mutex
+	st      state
+	queued  bool  // an attempt put (or kept) an entry of ours in the queue
+	failing error // the last attempt's error while no entry is known to be queued
+	sub     *sub  // the waiter's subscription, while Lock waits
+	token   fencing.Token
+	relErr  error
 }
 
 // Lost implements backend.DriverLease. Redis tells nobody when a key expires
@@ -49,50 +52,49 @@ type lease struct {
 // local deadline: the channel is nil.
 func (l *lease) Lost() <-chan struct{} { return nil }
 
-func (l *lease) setState(st state) {
-	l.mu.Lock()
-	l.st = st
-	l.mu.Unlock()
-}
-
-// Lock implements backend.DriverLease. The first attempt is the acquire
-// script alone; a waiter then subscribes to the lock's release channel and
-// tries again whenever a release is published, or when the lock key's
-// remaining TTL (plus jitter) has passed in case a notice was lost.
+// Lock implements backend.DriverLease. An acquisition takes a free lock
+// that nobody waits for with one acquire script. A waiter joins the lock's
+// queue (with its first attempt if its driver's wake channel is already
+// subscribed, else with the attempt after subscribing) and tries again when
+// a release names it, or, in case the notice was lost or never sent (a
+// crashed holder or waiter), when the time the failed attempt returned has
+// passed. Its renewals (KeepAlive, every TTL/3) keep its queue entry and
+// wake it if it is next and the lock is free.
 func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, error) {
 	l.mu.Lock()
-	if l.st != stIdle {
+	if l.st != stIdle || l.queued {
 		l.mu.Unlock()
 		return 0, time.Time{}, errors.New("redis: Lock called twice on one acquisition")
 	}
 	l.mu.Unlock()
 
-	// TryAcquire takes a free key even inside a yield window: the marker
-	// keeps a releaser's next wait from jumping the queue, and a TryAcquire
-	// never waits.
-	sent, res, err := l.attempt(ctx, wait)
-	if err != nil || res.granted {
-		return l.result(sent, res, err)
+	if !wait || !l.d.hub.subscribed() {
+		sent, res, err := l.attempt(ctx, false)
+		if err != nil || res.granted {
+			return l.result(sent, res, err)
+		}
+		if !wait {
+			if !res.next {
+				return 0, time.Time{}, fmt.Errorf("%w: free, but promised to an earlier waiter", backend.ErrNotAcquired)
+			}
+			return 0, time.Time{}, fmt.Errorf("%w: held by another holder", backend.ErrNotAcquired)
+		}
 	}
-	if !wait {
-		return 0, time.Time{}, fmt.Errorf("%w: held by another holder", backend.ErrNotAcquired)
-	}
-
-	s, err := l.d.hub.subscribe(ctx, l.k.channel)
+	s, err := l.d.hub.register(ctx, l.owner)
 	if err != nil {
 		return 0, time.Time{}, err
 	}
-	defer s.close()
+	l.setSub(s)
+	defer func() {
+		l.setSub(nil)
+		s.close()
+	}()
 
-	// Until this waiter has been woken once it counts as a newcomer and
-	// respects the yield marker of a release that woke earlier waiters.
-	woken := false
 	backoff := 50 * time.Millisecond
-	var failingSince time.Time // first failed attempt of the current run of failures
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		sent, res, err := l.attempt(ctx, !woken)
+		sent, res, err := l.attempt(ctx, true)
 		var after time.Duration
 		switch {
 		case err == nil && res.granted:
@@ -101,20 +103,13 @@ func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 			if ctx.Err() != nil || errors.Is(err, goredis.ErrClosed) || errors.Is(err, ErrNotReplicated) {
 				return l.result(sent, res, err)
 			}
-			// A waiter cut off from the server for a whole TTL gives up,
-			// as an etcd or ZooKeeper waiter whose lease could not be
-			// renewed does, rather than wait on a dead connection.
-			if failingSince.IsZero() {
-				failingSince = sent
-			}
-			if time.Since(failingSince) >= time.Duration(l.ttlMs)*time.Millisecond {
-				return l.result(sent, res, fmt.Errorf("redis: server unreachable for a TTL while waiting: %w", err))
-			}
+			// Try again; if the server stays unreachable, renewals fail
+			// too and the lease's deadline ends the wait with
+			// ErrLeaseLost, as for a holder.
 			after, backoff = backoff, min(2*backoff, retryMax)
 		default:
-			failingSince = time.Time{}
 			backoff = 50 * time.Millisecond
-			after = l.fallback(res.n)
+			after = l.fallback(res.wait)
 		}
 		timer.Reset(after)
 		select {
@@ -123,33 +118,55 @@ func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 		case <-s.notify:
 		case <-timer.C:
 		}
-		woken = true
 	}
 }
 
+func (l *lease) setSub(s *sub) {
+	l.mu.Lock()
+	l.sub = s
+	l.mu.Unlock()
+}
+
 // fallback is how long a waiter waits for a release notice before it tries
-// again anyway: the lock key's remaining TTL plus up to 10% (at least 5ms,
-// at most 100ms) of jitter, so that waiters whose notice was lost do not all
-// retry at once. A key without expiry (written by another tool) is checked
+// again anyway, in case the notice was lost or never sent (a holder or an
+// earlier waiter crashed): ms, the lock key's remaining TTL if the waiter is
+// next in line, else the time left to the entry of the waiter ahead of all
+// (in case it crashed), plus up to 10% (at least 5ms, at most 100ms) of
+// jitter. A key without expiry (ms -1, written by another tool) is checked
 // again after this acquisition's TTL.
-func (l *lease) fallback(pttl int64) time.Duration {
-	d := time.Duration(pttl) * time.Millisecond
-	if pttl < 0 {
+func (l *lease) fallback(ms int64) time.Duration {
+	d := time.Duration(ms) * time.Millisecond
+	if ms < 0 {
 		d = time.Duration(l.ttlMs) * time.Millisecond
 	}
 	j := min(max(d/10, 5*time.Millisecond), 100*time.Millisecond)
 	return d + rand.N(j) + time.Millisecond
 }
 
-// attempt runs the acquire script once; sent is when it was sent.
-func (l *lease) attempt(ctx context.Context, respectYield bool) (time.Time, acquireResult, error) {
+// attempt runs the acquire script once; sent is when it was sent. With
+// queue, a refused acquisition is in the queue afterwards.
+func (l *lease) attempt(ctx context.Context, queue bool) (time.Time, acquireResult, error) {
 	l.setState(stUnknown)
 	sent := time.Now()
-	res, err := l.d.acquire(ctx, l, respectYield)
-	if err == nil && !res.granted {
-		l.setState(stIdle) // a refusal writes nothing
+	res, err := l.d.acquire(ctx, l, queue)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case err != nil:
+		l.failing = err
+	case !res.granted:
+		l.st, l.failing = stIdle, nil // a refusal takes no lock key
+		l.queued = l.queued || queue
+	default:
+		l.failing = nil
 	}
 	return sent, res, err
+}
+
+func (l *lease) setState(st state) {
+	l.mu.Lock()
+	l.st = st
+	l.mu.Unlock()
 }
 
 // result ends Lock: a grant moves the lease to held. After an error the
@@ -161,49 +178,62 @@ func (l *lease) result(sent time.Time, res acquireResult, err error) (fencing.To
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.st, l.token = stHeld, fencing.Token(res.n)
+	l.st, l.token = stHeld, fencing.Token(res.token)
 	return l.token, sent, nil
 }
 
-// KeepAlive implements backend.DriverLease: the refresh script extends the
-// lock key only if it still holds this acquisition's value; it never
-// re-creates a vanished key.
+// KeepAlive implements backend.DriverLease with the refresh script: a
+// holder's lock key is extended only if it still holds this acquisition's
+// value (a vanished key is never re-created); a waiter's queue entry is
+// renewed, and the waiter woken if it is next and the lock is free.
 func (l *lease) KeepAlive(ctx context.Context) error {
 	l.mu.Lock()
-	st := l.st
+	st, queued, failing := l.st, l.queued, l.failing
 	l.mu.Unlock()
-	switch st {
-	case stReleased:
+	switch {
+	case st == stReleased:
 		return fmt.Errorf("%w: redis: renewal after release", backend.ErrLeaseLost)
-	case stHeld:
-	default:
-		return nil // nothing held yet: the lock key carries the expiry
+	case st != stHeld && !queued:
+		// Nothing of ours in Redis yet. A waiter whose attempts fail
+		// reports it, so that the deadline ends a wait on a dead server.
+		return failing
 	}
-	n, err := refreshScript.Run(ctx, l.d.c, []string{l.k.lock}, l.prefix, l.ttlMs).Int64()
+	n, err := refreshScript.Run(ctx, l.d.c, []string{l.k.lock, l.k.queue, l.k.expiry}, l.owner, l.ttlMs).Int64()
 	if err != nil {
 		return fmt.Errorf("redis: refresh script: %w", err)
 	}
-	if n != 1 {
-		return fmt.Errorf("%w: redis: lock key %q is gone or no longer this acquisition's", backend.ErrLeaseLost, l.k.lock)
+	switch n {
+	case 0:
+		if st == stHeld {
+			return fmt.Errorf("%w: redis: lock key %q is gone or no longer this acquisition's", backend.ErrLeaseLost, l.k.lock)
+		}
+		return fmt.Errorf("%w: redis: queue entry for %q lapsed or was removed", backend.ErrLeaseLost, l.k.lock)
+	case 3:
+		l.mu.Lock()
+		if l.sub != nil {
+			l.sub.wake()
+		}
+		l.mu.Unlock()
 	}
 	return nil
 }
 
 // Release implements backend.DriverLease: the release script deletes the
-// lock key only if it holds this acquisition's value, and publishes on the
-// lock's channel. It is idempotent once it has succeeded.
+// lock key only if it holds this acquisition's value, drops its queue entry,
+// and names the next waiter on the lock's channel. It is idempotent once it
+// has succeeded.
 func (l *lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	switch l.st {
-	case stReleased:
+	switch {
+	case l.st == stReleased:
 		return l.relErr
-	case stIdle:
+	case l.st == stIdle && !l.queued:
 		l.st = stReleased
 		return nil
 	}
-	n, err := releaseScript.Run(ctx, l.d.c, []string{l.k.lock, l.k.yield},
-		l.prefix, l.k.channel, l.d.yield.Milliseconds()).Int64()
+	n, err := releaseScript.Run(ctx, l.d.c, []string{l.k.lock, l.k.queue, l.k.expiry}, l.owner,
+		wakeChannel(l.d.cfg.Prefix, "")).Int64()
 	if err != nil {
 		return fmt.Errorf("redis: release script: %w", err)
 	}

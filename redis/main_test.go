@@ -2,7 +2,6 @@ package redis
 
 import (
 	"fmt"
-	"github.com/fencelock/fencelock/internal/locktest"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -12,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/internal/locktest"
 	"github.com/fencelock/fencelock/internal/redistest"
 )
 

@@ -60,7 +60,7 @@ func TestEscapeName(t *testing.T) {
 	seen := map[string]string{}
 	for _, n := range names {
 		k := keysOf("p", n)
-		for _, key := range []string{k.lock, k.counter, k.yield, k.channel} {
+		for _, key := range []string{k.lock, k.counter, k.queue, k.expiry} {
 			if other, dup := seen[key]; dup {
 				t.Fatalf("names %q and %q both produce key %q", n, other, key)
 			}
@@ -206,29 +206,28 @@ func TestLostNotice(t *testing.T) {
 	require.ErrorIs(t, ls.Release(tctx(t, 5*time.Second)), backend.ErrLeaseLost)
 }
 
-// TestWakeups: a release wakes every waiting acquisition once (one pub/sub
-// message per Locker, fanned out to its waiters); one of them wins, the
-// others go back to waiting. The releaser's own next attempt stands back.
-func TestWakeups(t *testing.T) {
+// TestQueue: waiters are granted in arrival order, each release wakes only
+// the next waiter (one wake-up per grant, whatever the number of waiters),
+// and a releaser that comes straight back joins the tail.
+func TestQueue(t *testing.T) {
 	prefix := testPrefix(t)
 	lh, dh := driverLocker(t, newClient(t, srv.Addr()), Config{Prefix: prefix})
-	dh.yield = 3 * time.Second // generous for a loaded machine; 50ms in use
-	held, err := lh.TryAcquire(tctx(t, 5*time.Second), "n")
+	ctx := tctx(t, 60*time.Second)
+	held, err := lh.TryAcquire(ctx, "n")
 	require.NoError(t, err)
 
 	const waiters = 5
-	var drivers []*driver
+	drivers := []*driver{dh}
 	var chans []<-chan acquired
-	for range waiters {
+	for i := range waiters {
 		l, d := driverLocker(t, newClient(t, srv.Addr()), Config{Prefix: prefix})
 		drivers = append(drivers, d)
-		chans = append(chans, goAcquire(tctx(t, 30*time.Second), l, "n"))
+		chans = append(chans, goAcquire(ctx, l, "n"))
+		require.Eventually(t, func() bool {
+			st, err := lh.Status(ctx, "n")
+			return err == nil && len(st.Waiters) == i+1
+		}, 10*time.Second, 5*time.Millisecond, "waiter %d queued", i)
 	}
-	admin := newClient(t, srv.Addr())
-	require.Eventually(t, func() bool {
-		m, err := admin.PubSubNumSub(tctx(t, 5*time.Second), keysOf(prefix, "n").channel).Result()
-		return err == nil && m[keysOf(prefix, "n").channel] == waiters
-	}, 10*time.Second, 5*time.Millisecond, "every waiter subscribed")
 	wakeups := func() (n int64) {
 		for _, d := range drivers {
 			n += d.wakeups.Load()
@@ -238,22 +237,62 @@ func TestWakeups(t *testing.T) {
 	require.Zero(t, wakeups())
 
 	release(t, held)
-	// The releaser comes straight back: the yield marker makes it wait
-	// behind the woken waiters.
-	again := goAcquire(tctx(t, 30*time.Second), lh, "n")
-	won := -1
-	select {
-	case r := <-again:
-		t.Fatalf("the releaser re-grabbed the lock ahead of %d woken waiters (err %v)", waiters, r.Err)
-	case <-time.After(2 * time.Second):
-		t.Fatal("no waiter was granted the lock after the release")
-	case r := <-merge(chans):
-		require.NoError(t, r.Err)
-		won = r.i
+	again := goAcquire(ctx, lh, "n")
+	chans = append(chans, again)
+	prev := held.Token()
+	for i := range chans {
+		select {
+		case r := <-merge(chans[i : i+1]):
+			require.NoError(t, r.Err, "waiter %d", i)
+			assert.Greater(t, r.Lease.Token(), prev)
+			prev = r.Lease.Token()
+			for j := i + 1; j < len(chans); j++ {
+				requireBlocked(t, chans[j], 0)
+			}
+			release(t, r.Lease)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("waiter %d (in arrival order) not granted; the releaser came back as waiter %d", i, waiters)
+		}
 	}
-	require.Eventually(t, func() bool { return wakeups() == waiters }, 5*time.Second, 5*time.Millisecond)
-	t.Logf("one release: %d waiters woken, %d acquire attempts in all (waiters and the releaser)", wakeups(), totalAttempts(drivers)+dh.attempts.Load())
-	_ = won
+	// Each release named the next waiter only (the releaser's comeback
+	// queued behind the others, so it was woken too).
+	require.Eventually(t, func() bool { return wakeups() == int64(len(chans)) }, 5*time.Second, 5*time.Millisecond)
+	require.Equal(t, int64(len(chans)), wakeups(), "wake-ups for %d grants", len(chans))
+	t.Logf("%d grants: %d wake-ups, %d acquire attempts", len(chans), wakeups(), totalAttempts(drivers))
+}
+
+// TestPromisedToWaiter: between a release and the next waiter's attempt,
+// the free lock is the waiter's: a TryAcquire is refused and an Acquire
+// queues behind it.
+func TestPromisedToWaiter(t *testing.T) {
+	prefix := testPrefix(t)
+	l := locker(t, srv.Addr(), Config{Prefix: prefix})
+	ctx := tctx(t, 20*time.Second)
+	k := keysOf(prefix, "n")
+	raw := newClient(t, srv.Addr())
+	// A waiter that is queued but slow to take its turn: an entry put there
+	// by hand, with 2s to live and no subscription.
+	require.NoError(t, raw.ZAdd(ctx, k.queue, goredis.Z{Score: 1, Member: "slow"}).Err())
+	require.NoError(t, raw.ZAdd(ctx, k.expiry, goredis.Z{Score: float64(serverMillis(t, raw) + 2000), Member: "slow"}).Err())
+	_, err := l.TryAcquire(ctx, "n")
+	require.ErrorIs(t, err, backend.ErrNotAcquired)
+	require.ErrorContains(t, err, "promised to an earlier waiter")
+	// Its entry lapses after 2s; the Acquire queued behind it is then
+	// woken (by its own renewal or the purge) and granted.
+	start := time.Now()
+	ls, err := l.Acquire(ctx, "n", backend.WithTTL(time.Second))
+	require.NoError(t, err)
+	t.Logf("granted %v after the slow waiter's entry (2s) lapsed", time.Since(start))
+	release(t, ls)
+	n, err := raw.Exists(ctx, k.queue, k.expiry).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "the queue keys go when the queue is empty")
+}
+
+func serverMillis(t testing.TB, c *goredis.Client) int64 {
+	tm, err := c.Time(tctx(t, 5*time.Second)).Result()
+	require.NoError(t, err)
+	return tm.UnixMilli()
 }
 
 type indexed struct {
@@ -277,12 +316,12 @@ func totalAttempts(ds []*driver) (n int64) {
 }
 
 // TestNothingLeftBehind: a failed TryAcquire and a cancelled wait leave no
-// key and no subscription.
+// key; a Locker keeps one subscription (its wake channel) until it closes.
 func TestNothingLeftBehind(t *testing.T) {
 	prefix := testPrefix(t)
 	admin := newClient(t, srv.Addr())
 	la := locker(t, srv.Addr(), Config{Prefix: prefix})
-	lb := locker(t, srv.Addr(), Config{Prefix: prefix})
+	lb, db := driverLocker(t, newClient(t, srv.Addr()), Config{Prefix: prefix})
 	ctx := tctx(t, 10*time.Second)
 	held, err := la.TryAcquire(ctx, "n")
 	require.NoError(t, err)
@@ -302,12 +341,17 @@ func TestNothingLeftBehind(t *testing.T) {
 	require.ErrorIs(t, err, backend.ErrNotAcquired)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.ElementsMatch(t, before, keysNow())
-	ch := keysOf(prefix, "n").channel
-	require.Eventually(t, func() bool {
+	subscribers := func() int64 {
+		ch := wakeChannel(prefix, db.id)
 		m, err := admin.PubSubNumSub(ctx, ch).Result()
-		return err == nil && m[ch] == 0
-	}, 5*time.Second, 5*time.Millisecond, "the cancelled waiter unsubscribed")
+		require.NoError(t, err)
+		return m[ch]
+	}
+	require.Equal(t, int64(1), subscribers(), "the Locker's wake channel")
 	release(t, held)
+	require.NoError(t, lb.Close())
+	require.Eventually(t, func() bool { return subscribers() == 0 }, 5*time.Second, 5*time.Millisecond,
+		"the closed Locker's subscription")
 	require.Empty(t, filter(keysNow(), func(k string) bool { return !strings.HasSuffix(k, ":token") }),
 		"only the token counter outlives the lock")
 }

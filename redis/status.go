@@ -15,45 +15,56 @@ import (
 
 var (
 	//go:embed scripts/inspect.lua
-	inspectSrc string
+	inspectLua string
 	//go:embed scripts/revoke.lua
-	revokeSrc string
+	revokeLua string
 
-	inspectScript = goredis.NewScript(inspectSrc)
-	revokeScript  = goredis.NewScript(revokeSrc)
+	inspectScript = goredis.NewScript(queueLua + inspectLua)
+	revokeScript  = goredis.NewScript(queueLua + revokeLua)
 )
 
 // Inspect implements backend.Inspector with one script call: the holder's
-// token and TTL left. Waiters leave nothing in Redis, so none are listed, and
-// the holder identity is not stored (the value is "<owner id>:<token>").
-// A key written by another library (redsync, bsm/redislock) shows with a
-// zero token.
+// token and TTL left, and the queue in the order of grants, each waiter
+// with the time left before its entry lapses unless renewed. Holder
+// identities and metadata are not stored (the lock value is "<owner
+// id>:<token>"), and a waiter has no token before its grant. A key written
+// by another library (redsync, bsm/redislock) shows with a zero token.
 func (d *driver) Inspect(ctx context.Context, name string) (backend.Status, error) {
-	res, err := inspectScript.Run(ctx, d.c, []string{keysOf(d.cfg.Prefix, name).lock}).Slice()
+	k := keysOf(d.cfg.Prefix, name)
+	res, err := inspectScript.Run(ctx, d.c, []string{k.lock, k.queue, k.expiry}).Slice()
 	if err != nil {
 		return backend.Status{}, fmt.Errorf("redis: status: %w", err)
 	}
-	value, ok := res[0].(string)
-	if !ok {
-		return backend.Status{}, nil
+	if len(res) != 3 {
+		return backend.Status{}, fmt.Errorf("redis: status script returned %v", res)
 	}
-	e := backend.Entry{TTLLeft: -1}
-	if i := strings.LastIndexByte(value, ':'); i >= 0 {
-		if tok, err := fencing.ParseToken(value[i+1:]); err == nil {
-			e.Token = tok
+	var st backend.Status
+	if value, ok := res[0].(string); ok {
+		e := backend.Entry{TTLLeft: -1}
+		if i := strings.LastIndexByte(value, ':'); i >= 0 {
+			if tok, err := fencing.ParseToken(value[i+1:]); err == nil {
+				e.Token = tok
+			}
 		}
+		if ms, ok := res[1].(int64); ok && ms >= 0 {
+			e.TTLLeft = time.Duration(ms) * time.Millisecond
+		}
+		st.Holder = &e
 	}
-	if ms, ok := res[1].(int64); ok && ms >= 0 {
-		e.TTLLeft = time.Duration(ms) * time.Millisecond
+	waiters, _ := res[2].([]any)
+	for i := 1; i < len(waiters); i += 2 {
+		ms, _ := waiters[i].(int64)
+		st.Waiters = append(st.Waiters, backend.Entry{TTLLeft: time.Duration(ms) * time.Millisecond})
 	}
-	return backend.Status{Holder: &e}, nil
+	return st, nil
 }
 
 // Revoke implements backend.Revoker with one script call: it deletes the
-// lock key if it holds token and wakes the waiters.
+// lock key if it holds token and wakes the next waiter.
 func (d *driver) Revoke(ctx context.Context, name string, token fencing.Token) (bool, error) {
 	k := keysOf(d.cfg.Prefix, name)
-	n, err := revokeScript.Run(ctx, d.c, []string{k.lock}, ":"+token.String(), k.channel).Int()
+	n, err := revokeScript.Run(ctx, d.c, []string{k.lock, k.queue, k.expiry}, ":"+token.String(),
+		wakeChannel(d.cfg.Prefix, "")).Int()
 	if err != nil {
 		return false, fmt.Errorf("redis: revoke: %w", err)
 	}

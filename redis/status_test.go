@@ -51,16 +51,3 @@ func TestStatusAndRevoke(t *testing.T) {
 	}
 	assert.ErrorIs(t, ls.Release(ctx), backend.ErrLeaseLost)
 }
-
-// The yield marker keeps a releaser's next wait from jumping ahead of woken
-// waiters; a TryAcquire of a free key must still succeed inside it.
-func TestTryAcquireIgnoresYieldMarker(t *testing.T) {
-	cfg := Config{Prefix: testPrefix(t)}
-	l := locker(t, srv.Addr(), cfg)
-	ctx := tctx(t, 10*time.Second)
-	raw := newClient(t, srv.Addr())
-	require.NoError(t, raw.Set(ctx, keysOf(cfg.Prefix, "y").yield, "1", 5*time.Second).Err())
-	ls, err := l.TryAcquire(ctx, "y")
-	require.NoError(t, err, "TryAcquire of a free lock inside a yield window")
-	require.NoError(t, ls.Release(ctx))
-}

@@ -80,7 +80,8 @@ func TestOpenURL(t *testing.T) {
 		"~"+prefix+":*", "&"+prefix+":*",
 		"+evalsha", "+eval", "+subscribe", "+unsubscribe", "+ping", "+hello",
 		// what the scripts call
-		"+get", "+set", "+pexpire", "+pttl", "+incr", "+del", "+publish", "+time").Err())
+		"+get", "+set", "+pexpire", "+pttl", "+incr", "+del", "+publish", "+time",
+		"+zadd", "+zrem", "+zrange", "+zrangebyscore", "+zremrangebyscore", "+zscore").Err())
 	t.Cleanup(func() { admin.Do(context.Background(), "ACL", "DELUSER", "fencelock") })
 
 	raw := "redis://fencelock:s3cret@" + srv.Addr() + "/0?prefix=" + prefix + "&ttl=2s&clock_floor=true"

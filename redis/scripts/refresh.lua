@@ -1,9 +1,25 @@
--- fencelock refresh: extend the lock key only if it is this acquisition's.
--- KEYS[1] lock key; ARGV[1] "<owner>:" (the value's prefix), ARGV[2] TTL in ms.
--- Returns 1 if extended, 0 if the key is gone or someone else's (never
--- re-creates it).
+-- fencelock refresh: renew this acquisition, held or waiting.
+-- KEYS[1] lock key, KEYS[2] queue, KEYS[3] queue expiries; ARGV[1] owner,
+-- ARGV[2] TTL in ms.
+-- Returns 1 if the lock key is this acquisition's (its expiry moved to TTL
+-- from now), 2 if it waits in the queue (its entry renewed), 3 if it waits,
+-- is next and the lock is free (it should try now), 0 if it is neither: the
+-- lock key is gone or someone else's and no entry of it waits. It never
+-- re-creates a vanished key.
+local owner, ttl = ARGV[1], tonumber(ARGV[2])
 local v = redis.call('GET', KEYS[1])
-if v and string.sub(v, 1, #ARGV[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local p = owner .. ':'
+if v and string.sub(v, 1, #p) == p then
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  return 1
 end
-return 0
+local now = now_ms()
+purge(KEYS[2], KEYS[3], now)
+if not redis.call('ZSCORE', KEYS[2], owner) then
+  return 0
+end
+enqueue(KEYS[2], KEYS[3], owner, ttl, now)
+if not v and head(KEYS[2]) == owner then
+  return 3
+end
+return 2

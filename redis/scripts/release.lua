@@ -1,16 +1,22 @@
--- fencelock release: delete the lock key only if it is this acquisition's,
--- and tell the waiters.
--- KEYS[1] lock key, KEYS[2] yield marker; ARGV[1] "<owner>:" (the value's
--- prefix), ARGV[2] release channel, ARGV[3] yield window in ms.
--- Returns 1 if deleted, 0 if the key was gone or someone else's.
+-- fencelock release: delete the lock key if it is this acquisition's, drop
+-- its queue entry if any, and tell the next waiter when the lock is free.
+-- KEYS[1] lock key, KEYS[2] queue, KEYS[3] queue expiries; ARGV[1] owner,
+-- ARGV[2] the wake channels' prefix.
+-- Returns 1 if the lock key was deleted, 0 if it was gone or someone else's.
+local owner = ARGV[1]
 local v = redis.call('GET', KEYS[1])
-if not v or string.sub(v, 1, #ARGV[1]) ~= ARGV[1] then
-  return 0
+local p = owner .. ':'
+if v and string.sub(v, 1, #p) == p then
+  redis.call('DEL', KEYS[1])
+  purge(KEYS[2], KEYS[3], now_ms())
+  wake_next(KEYS[2], ARGV[2])
+  return 1
 end
-redis.call('DEL', KEYS[1])
-if redis.call('PUBLISH', ARGV[2], '') > 0 then
-  -- Someone is listening: newcomers (the releaser's next attempt included)
-  -- stand back for a moment so that a woken waiter gets the lock.
-  redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
+local was_next = head(KEYS[2]) == owner
+dequeue(KEYS[2], KEYS[3], owner)
+if not v and (purge(KEYS[2], KEYS[3], now_ms()) > 0 or was_next) then
+  -- A free lock that was promised to us (or to waiters that lapsed): the
+  -- next waiter may not know.
+  wake_next(KEYS[2], ARGV[2])
 end
-return 1
+return 0

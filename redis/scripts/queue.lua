@@ -1,0 +1,80 @@
+-- fencelock waiting queue: functions the acquire, refresh, release, revoke
+-- and inspect scripts share (this file is prepended to each of them).
+-- A lock's queue is two sorted sets under its hash tag: Q maps each waiting
+-- acquisition's owner id to its arrival number (the order of grants), E to
+-- the server time in ms at which the entry lapses unless renewed (a waiter
+-- renews it every TTL/3, so a crashed waiter's entry goes after one TTL).
+
+-- now_ms is the server's clock in milliseconds.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- purge removes the entries that lapsed by now and returns how many.
+local function purge(q, e, now)
+  local dead = redis.call('ZRANGEBYSCORE', e, '-inf', now)
+  for _, owner in ipairs(dead) do
+    redis.call('ZREM', q, owner)
+  end
+  if #dead > 0 then
+    redis.call('ZREMRANGEBYSCORE', e, '-inf', now)
+  end
+  return #dead
+end
+
+-- head returns the owner next in line, or nil.
+local function head(q)
+  return redis.call('ZRANGE', q, 0, 0)[1]
+end
+
+-- left returns the ms left to owner's entry in expiries e.
+local function left(e, owner, now)
+  return tonumber(redis.call('ZSCORE', e, owner)) - now
+end
+
+-- keep makes key k live at least ms more, so that the queue keys vanish
+-- once every entry in them has lapsed.
+local function keep(k, ms)
+  if redis.call('PTTL', k) < ms then
+    redis.call('PEXPIRE', k, ms)
+  end
+end
+
+-- enqueue puts owner at the tail, or leaves it where it is, and renews its
+-- entry for ms.
+local function enqueue(q, e, owner, ms, now)
+  if not redis.call('ZSCORE', q, owner) then
+    local last = redis.call('ZRANGE', q, -1, -1, 'WITHSCORES')
+    local n = 1
+    if last[2] then
+      n = tonumber(last[2]) + 1
+    end
+    redis.call('ZADD', q, n, owner)
+  end
+  redis.call('ZADD', e, now + ms, owner)
+  keep(q, ms)
+  keep(e, ms)
+end
+
+-- dequeue removes owner's entry, if any.
+local function dequeue(q, e, owner)
+  redis.call('ZREM', q, owner)
+  redis.call('ZREM', e, owner)
+end
+
+-- wake tells waiter owner that the lock is free: the message goes to the
+-- wake channel of its driver (wake_prefix followed by the driver id, the
+-- owner id up to its '.') and names it, so only that waiter tries again.
+local function wake(wake_prefix, owner)
+  redis.call('PUBLISH', wake_prefix .. string.match(owner, '^[^.]*'), owner)
+end
+
+-- wake_next wakes the next waiter, if any.
+local function wake_next(q, wake_prefix)
+  local h = head(q)
+  if h then
+    wake(wake_prefix, h)
+  end
+end
+
