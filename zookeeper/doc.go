@@ -58,16 +58,21 @@
 // transaction: the create, and an unconditional setData of empty data on
 // the lock directory. A transaction has one zxid, so the directory's new
 // mzxid, which the setData returns, is our node's czxid: the token costs no
-// extra round trip. The price: the directory's data is reserved (emptied,
+// extra round trip. The same Stat holds the directory's child count after
+// the transaction: when it is 1, our node is alone, so it holds the lock
+// and the getChildren that zk.Lock and Curator send after their create is
+// not needed. The price: the directory's data is reserved (emptied,
 // its version bumped on every acquisition), and the client needs WRITE on
 // it; without it the adapter falls back to a plain create and an Exists (one
 // round trip more).
 //
 // # Round trips
 //
-//   - Acquire of a free lock: 2 (the Multi, then getChildren).
+//   - Acquire of a free lock: 1 (the Multi), where zk.Lock and Curator
+//     take 2 (create, getChildren). When the directory holds other nodes
+//     (waiters, or nodes that are not locks), 1 getChildren more.
 //   - TryAcquire: 1 getChildren first; a held lock stops there, without a
-//     write. A free one then costs the 2 of Acquire.
+//     write. A free one then costs the 1 of Acquire.
 //   - Release: 1 delete.
 //   - Waiting: a getData watch on the predecessor (1), then 1 getChildren
 //     each time the predecessor goes. A

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -117,6 +118,7 @@ type driver struct {
 	given      *session // New: the caller's Conn
 	defaultTTL time.Duration
 	closing    chan struct{}
+	childReads atomic.Int64 // getChildren requests of acquisitions, for tests
 
 	mu       sync.Mutex
 	closed   bool

@@ -119,8 +119,8 @@ func (l *lease) alive(sent time.Time) bool {
 //
 // Round trips: TryAcquire reads the children first (1), and on a held lock
 // stops there without writing; otherwise, and for Acquire, one Multi creates
-// our node and returns its czxid (1), and one getChildren (1) tells whether
-// it is first. A waiter then sets a data watch on its immediate predecessor
+// our node and returns its czxid (1) and whether it is alone in the
+// directory; if not, one getChildren (1) tells whether it is first. A waiter then sets a data watch on its immediate predecessor
 // (1) and on its own node, and reads the children again (1) each time the
 // predecessor goes.
 func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, error) {
@@ -291,6 +291,7 @@ func (l *lease) opError(what string, err error) error {
 func (l *lease) children(ctx context.Context) ([]string, error) {
 	var kids []string
 	sent := time.Now()
+	l.d.childReads.Add(1)
 	err := call(ctx, func() error {
 		var err error
 		kids, _, err = l.s.conn.Children(l.dir)
@@ -321,11 +322,12 @@ func countLocks(kids []string) int {
 
 // create creates our node in the background and waits for the outcome or
 // ctx. The background part always records the outcome, so that Release can
-// delete a node whose create outlived a cancelled Lock. Right after the
-// create it also reads the directory's children (the first check of the
-// queue), on the same goroutine, so Lock hands over to a goroutine once per
-// acquisition rather than once per request; kids is that read (nil if it
-// failed: Lock reads again).
+// delete a node whose create outlived a cancelled Lock. Unless the create
+// showed that our node is the directory's only child, it then reads the
+// directory's children (the first check of the queue), on the same
+// goroutine, so Lock hands over to a goroutine once per acquisition rather
+// than once per request; kids is that check (nil if the read failed: Lock
+// reads again).
 func (l *lease) create(ctx context.Context) (kids []string, err error) {
 	done, read := make(chan struct{}), make(chan struct{})
 	l.mu.Lock()
@@ -334,7 +336,7 @@ func (l *lease) create(ctx context.Context) (kids []string, err error) {
 	var first []string
 	go func() {
 		defer close(read)
-		path, czxid, err := l.doCreate()
+		path, czxid, alone, err := l.doCreate()
 		l.mu.Lock()
 		if err == nil {
 			l.path, l.czxid, l.version = path, czxid, 0
@@ -345,7 +347,12 @@ func (l *lease) create(ctx context.Context) (kids []string, err error) {
 		if err != nil {
 			return
 		}
+		if alone {
+			first = []string{path[strings.LastIndexByte(path, '/')+1:]}
+			return
+		}
 		sent := time.Now()
+		l.d.childReads.Add(1)
 		k, _, err := l.s.conn.Children(l.dir)
 		if err == nil && l.alive(sent) {
 			first = k
@@ -368,18 +375,20 @@ func (l *lease) create(ctx context.Context) (kids []string, err error) {
 // the create, and an unconditional empty setData on the lock directory in
 // the same transaction. The transaction has one zxid, so the directory's new
 // mzxid (returned by the setData) is our node's czxid: the token, without a
-// read. A missing directory is created (container nodes, top-down) and the
+// read; and its child count, in the same Stat, tells whether our node is
+// alone in it, in which case it holds the lock without a getChildren
+// (alone is false when that is not known). A missing directory is created (container nodes, top-down) and the
 // Multi retried. If the connection drops with the create in flight, our node
 // is looked up by its guid before anything else (protected mode), so there
 // is never a second one.
-func (l *lease) doCreate() (string, int64, error) {
+func (l *lease) doCreate() (path string, czxid int64, alone bool, err error) {
 	conn := l.s.conn
 	nodePrefix := l.dir + "/" + protectedPrefix + l.guid + "-" + lockMarker
 	var last error
 	for attempt := 0; attempt < createAttempts; attempt++ {
 		if l.g.ended() {
 			l.markLost()
-			return "", 0, l.lostError("the session ended before the create")
+			return "", 0, false, l.lostError("the session ended before the create")
 		}
 		sent := time.Now()
 		res, err := conn.Multi(
@@ -391,37 +400,38 @@ func (l *lease) doCreate() (string, int64, error) {
 			if !l.alive(sent) {
 				// Created in a session that is no longer ours.
 				l.markLost()
-				return "", 0, l.lostError("the session changed during the create")
+				return "", 0, false, l.lostError("the session changed during the create")
 			}
-			return res[0].String, res[1].Stat.Mzxid, nil
+			return res[0].String, res[1].Stat.Mzxid, res[1].Stat.NumChildren == 1, nil
 		case err == nil:
-			return "", 0, fmt.Errorf("zookeeper: unexpected multi reply %+v", res)
+			return "", 0, false, fmt.Errorf("zookeeper: unexpected multi reply %+v", res)
 		case errors.Is(err, zk.ErrNoNode):
 			if err := l.makeDir(); err != nil {
-				return "", 0, err
+				return "", 0, false, err
 			}
 			last = err
 		case errors.Is(err, zk.ErrNoAuth) && len(res) == 2 && res[1].Error != nil && errors.Is(res[1].Error, zk.ErrNoAuth):
 			// No write permission on the directory: plain create, then
 			// read the czxid.
-			return l.createPlain(nodePrefix)
+			path, czxid, err := l.createPlain(nodePrefix)
+			return path, czxid, false, err
 		case connDown(err):
 			last = err
 			path, czxid, found, ferr := l.findOwn()
 			if ferr != nil {
-				return "", 0, ferr
+				return "", 0, false, ferr
 			}
 			if found {
-				return path, czxid, nil
+				return path, czxid, false, nil
 			}
 		case sessionGone(err):
 			l.markLost()
-			return "", 0, l.lostError("the session ended during the create")
+			return "", 0, false, l.lostError("the session ended during the create")
 		default:
-			return "", 0, l.opError("create lock node", err)
+			return "", 0, false, l.opError("create lock node", err)
 		}
 	}
-	return "", 0, fmt.Errorf("zookeeper: create lock node under %s: gave up after %d attempts: %w", l.dir, createAttempts, last)
+	return "", 0, false, fmt.Errorf("zookeeper: create lock node under %s: gave up after %d attempts: %w", l.dir, createAttempts, last)
 }
 
 // createPlain creates our node with a plain create and reads its czxid: 2

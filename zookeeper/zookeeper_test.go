@@ -239,6 +239,30 @@ func TestNonLockChildrenIgnored(t *testing.T) {
 	release(t, r.Lease)
 }
 
+// An Acquire of a free lock is one request, the Multi: its Stat shows our
+// node alone in the directory, so no getChildren follows. With another
+// child there (a waiter, or a node that is not a lock) it reads the
+// children.
+func TestFreeLockIsOneRequest(t *testing.T) {
+	pfx := testPrefix(t)
+	admin := srv.Connect(t, 10*time.Second)
+	d, l := driverLocker(t, Config{Servers: []string{srv.Addr()}, Prefix: pfx, SessionTimeout: 4 * time.Second})
+	for i := range 2 {
+		before := d.childReads.Load()
+		ls, err := l.Acquire(tctx(t, 10*time.Second), "n")
+		require.NoError(t, err)
+		assert.Equal(t, before, d.childReads.Load(), "getChildren requests of acquisition %d of a free lock", i)
+		release(t, ls)
+	}
+	_, err := admin.Create(lockDir(pfx, "n")+"/config", nil, 0, zk.WorldACL(zk.PermAll))
+	require.NoError(t, err)
+	before := d.childReads.Load()
+	ls, err := l.Acquire(tctx(t, 10*time.Second), "n")
+	require.NoError(t, err)
+	release(t, ls)
+	assert.Equal(t, before+1, d.childReads.Load(), "getChildren requests with another child in the directory")
+}
+
 // Holders of go-zookeeper's zk.Lock and of this package on the same path
 // exclude each other, both ways; the prefix may be several levels deep
 // (what a chroot would be for a Java client), created as needed.
