@@ -74,10 +74,13 @@
 //   - TryAcquire: 1 getChildren first; a held lock stops there, without a
 //     write. A free one then costs the 1 of Acquire.
 //   - Release: 1 delete.
-//   - Waiting: a getData watch on the predecessor (1), then 1 getChildren
-//     each time the predecessor goes. A
-//     handoff costs the release's delete, one watch event and one
-//     getChildren, as with zk.Lock.
+//   - Waiting: a getData watch on the predecessor (1). When it goes, a
+//     waiter whose predecessor was the only node ahead (the holder) holds
+//     the lock: sequence numbers only grow, so no node can appear ahead of
+//     it. Otherwise (a waiter ahead left) it reads the children (1) and
+//     watches its new predecessor. A handoff thus costs the release's
+//     delete and one watch event, where zk.Lock and Curator add a
+//     getChildren.
 //   - Renewal: 1 exists of our node every TTL/3 (scheduled by the backend
 //     package): it proves the session alive (the server renews a session on
 //     every request) and our node present.

@@ -120,9 +120,10 @@ func (l *lease) alive(sent time.Time) bool {
 // Round trips: TryAcquire reads the children first (1), and on a held lock
 // stops there without writing; otherwise, and for Acquire, one Multi creates
 // our node and returns its czxid (1) and whether it is alone in the
-// directory; if not, one getChildren (1) tells whether it is first. A waiter then sets a data watch on its immediate predecessor
-// (1) and on its own node, and reads the children again (1) each time the
-// predecessor goes.
+// directory; if not, one getChildren (1) tells whether it is first. A
+// waiter then sets a data watch on its immediate predecessor (1) and on its
+// own node; when the predecessor goes it holds the lock if that was the only
+// node ahead of it, and otherwise reads the children again (1).
 func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, error) {
 	l.mu.Lock()
 	if l.st != stIdle || l.createDone != nil {
@@ -168,15 +169,18 @@ func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 			}
 			return 0, time.Time{}, err
 		}
-		found, pred := false, ""
+		found, pred, ahead := false, "", 0
 		var predSeq int64 = -1
 		for _, k := range kids {
 			if k == name {
 				found = true
 				continue
 			}
-			if s, ok := lockSeq(k); ok && s < seq && s > predSeq {
-				pred, predSeq = k, s
+			if s, ok := lockSeq(k); ok && s < seq {
+				ahead++
+				if s > predSeq {
+					pred, predSeq = k, s
+				}
 			}
 		}
 		if !found {
@@ -190,7 +194,18 @@ func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 			return 0, time.Time{}, fmt.Errorf("%w: zookeeper: %s is held (%s is before us)", backend.ErrNotAcquired, l.dir, pred)
 		}
 		l.watchOwnSoon()
-		if err := l.waitGone(ctx, l.dir+"/"+pred); err != nil && !l.retryLater(ctx, err) {
+		err = l.waitGone(ctx, l.dir+"/"+pred)
+		if err == nil && ahead == 1 {
+			// The predecessor was the only node ahead of ours, and new
+			// nodes get higher sequence numbers: ours is now first,
+			// without reading the children again.
+			if l.isLost() || l.g.ended() {
+				l.markLost()
+				return 0, time.Time{}, l.lostError("the session ended while waiting")
+			}
+			break
+		}
+		if err != nil && !l.retryLater(ctx, err) {
 			return 0, time.Time{}, err
 		}
 	}

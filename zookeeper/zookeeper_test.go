@@ -263,6 +263,39 @@ func TestFreeLockIsOneRequest(t *testing.T) {
 	assert.Equal(t, before+1, d.childReads.Load(), "getChildren requests with another child in the directory")
 }
 
+// A waiter whose predecessor was the holder takes over when the
+// predecessor's node goes, without reading the children again; one whose
+// predecessor was a waiter that left reads them and waits on.
+func TestHandoffWithoutReread(t *testing.T) {
+	pfx := testPrefix(t)
+	cfg := Config{Servers: []string{srv.Addr()}, Prefix: pfx, SessionTimeout: 4 * time.Second}
+	_, la := driverLocker(t, cfg)
+	_, lb := driverLocker(t, cfg)
+	dc, lc := driverLocker(t, cfg)
+	ctx := tctx(t, 20*time.Second)
+	held := mustTry(t, la, "n")
+	bctx, cancelB := context.WithCancel(ctx)
+	defer cancelB()
+	chB := goAcquire(bctx, lb, "n")
+	requireBlocked(t, chB, 200*time.Millisecond)
+	chC := goAcquire(ctx, lc, "n")
+	requireBlocked(t, chC, 200*time.Millisecond)
+	reads := dc.childReads.Load()
+	require.Equal(t, int64(1), reads, "C's first check of the queue")
+
+	cancelB() // C's predecessor goes, but the holder is still ahead
+	r := waitAcquired(t, chB, 5*time.Second)
+	require.Error(t, r.Err)
+	requireBlocked(t, chC, 300*time.Millisecond)
+	require.Equal(t, reads+1, dc.childReads.Load(), "C read the children after its predecessor, a waiter, left")
+
+	release(t, held) // now the holder, the only node ahead of C, goes
+	r = waitAcquired(t, chC, 5*time.Second)
+	require.NoError(t, r.Err)
+	require.Equal(t, reads+1, dc.childReads.Load(), "C took over from the holder without reading the children")
+	release(t, r.Lease)
+}
+
 // Holders of go-zookeeper's zk.Lock and of this package on the same path
 // exclude each other, both ways; the prefix may be several levels deep
 // (what a chroot would be for a Java client), created as needed.
