@@ -69,19 +69,24 @@
 //   - Uncontended Acquire or TryAcquire: 1 (the acquire script; EVALSHA,
 //     and once more as EVAL after a NOSCRIPT when the script cache was
 //     emptied by a restart, failover or SCRIPT FLUSH). A failed TryAcquire
-//     writes nothing.
-//   - Release: 1 (the release script: delete if ours, PUBLISH to the next
-//     waiter's Locker).
+//     writes nothing of its own (it may hand a free lock over to the waiter
+//     whose turn it is).
+//   - Release: 1 (the release script: delete if ours, grant the lock to the
+//     next waiter and PUBLISH its token to that waiter's Locker).
 //   - Renewal: 1 every TTL/3 (the refresh script: PEXPIRE if ours; a key
 //     that is gone or someone else's is reported lost, never re-created).
-//   - Waiting: 1 acquire script that joins the queue, 1 per wake-up (one per
-//     grant: the release names the next waiter), and 1 refresh script every
-//     TTL/3 for the waiter's queue entry. A Locker's first wait also
-//     subscribes to its wake channel (1 SUBSCRIBE, and 1 acquire script
-//     before it); the subscription stays until the Locker closes.
-//   - Handoff: the release script, one message, one acquire script.
+//   - Waiting: 1 acquire script that joins the queue, and 1 refresh script
+//     every TTL/3 for the waiter's queue entry; the grant arrives as a
+//     message. A Locker's first wait also subscribes to its wake channel (1
+//     SUBSCRIBE, and 1 acquire script before it); the subscription stays
+//     until the Locker closes.
+//   - Handoff: the release script and one message, which is the physical
+//     minimum: the releaser's request reaches the server, and the grant
+//     reaches the waiter.
 //   - With WaitReplicas: the acquire script and WAIT go in one pipeline, so
-//     still 1 round trip, plus the replication delay.
+//     still 1 round trip, plus the replication delay. A release then only
+//     wakes the next waiter, which takes the lock with its own acquire
+//     script and WAIT (handoff: one round trip more).
 //
 // # Waiting: a FIFO queue
 //
@@ -92,11 +97,18 @@
 // an earlier waiter"). This spreads grants evenly over contenders, which
 // polling libraries do not (the releaser re-grabs).
 //
-// A release (or revoke) publishes one message, naming the next waiter, on
-// the wake channel of that waiter's Locker; each Locker has one pub/sub
-// subscription for all its waiters, so one release wakes exactly one
-// waiter, whatever the number of waiters or Lockers (measured: 1.00
-// wake-ups and 2 acquire scripts per grant in BenchmarkContended8).
+// A release (or revoke) hands the lock over in the same script: it takes
+// the first waiter off the queue, issues its token, sets the lock key to
+// its value with its TTL (carried in its owner id), and publishes
+// "<owner>:<token>" on the wake channel of that waiter's Locker. Each
+// Locker has one pub/sub subscription for all its waiters, so one release
+// wakes exactly one waiter, whatever the number of waiters or Lockers, and
+// the waiter holds the lock when the message arrives (measured in
+// BenchmarkContended8: 1.00 wake-ups and 1.00 acquire scripts per grant).
+// The waiter's local deadline counts from the send time of its last
+// attempt, which queued it before the grant: earlier than the grant, so
+// on the safe side. If the message is lost, the waiter's next attempt or
+// renewal finds the lock key holding its value.
 //
 // A waiter's queue entry lives one TTL (of its acquisition) unless renewed;
 // the waiter renews it every TTL/3 like a holder's lease, so an entry left

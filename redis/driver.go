@@ -182,7 +182,9 @@ func (d *driver) NewLease(ctx context.Context, req backend.Request) (backend.Dri
 	if closed {
 		return nil, time.Time{}, fmt.Errorf("redis: %w", backend.ErrClosed)
 	}
-	owner := d.id + "." + strconv.FormatUint(d.seq.Add(1), 36)
+	// The owner id carries the TTL, so that a release can grant the lock
+	// to this acquisition while it waits.
+	owner := d.id + "." + strconv.FormatUint(d.seq.Add(1), 36) + "." + strconv.FormatInt(req.TTL.Milliseconds(), 10)
 	started := time.Now()
 	return &lease{d: d, k: keysOf(d.cfg.Prefix, req.Name), owner: owner,
 		ttlMs: req.TTL.Milliseconds()}, started, nil
@@ -217,6 +219,13 @@ func keysOf(prefix, name string) keys {
 	base := prefix + ":{" + escapeName(name) + "}"
 	return keys{lock: base, counter: base + ":token", queue: base + ":queue", expiry: base + ":queue:expiry"}
 }
+
+// direct reports whether a release grants the lock to the next waiter
+// itself (one message, no round trip of the waiter's), or only wakes it:
+// with WaitReplicas, each grant must be followed by a WAIT on the
+// connection that made it, so the waiter takes the lock with its own
+// acquire script and WAIT.
+func (d *driver) direct() bool { return d.cfg.WaitReplicas == 0 }
 
 // wakeChannel is the pub/sub channel of the driver with id under prefix:
 // releases publish there when the next waiter is one of its acquisitions.
@@ -280,7 +289,7 @@ type acquireResult struct {
 func (d *driver) acquire(ctx context.Context, l *lease, queue bool) (acquireResult, error) {
 	d.attempts.Add(1)
 	k := []string{l.k.lock, l.k.counter, l.k.queue, l.k.expiry}
-	args := []any{l.owner, l.ttlMs, flag(queue), flag(d.cfg.ClockFloor), wakeChannel(d.cfg.Prefix, "")}
+	args := []any{l.owner, l.ttlMs, flag(queue), flag(d.cfg.ClockFloor), wakeChannel(d.cfg.Prefix, ""), flag(d.direct())}
 	if d.cfg.WaitReplicas == 0 {
 		res, err := acquireScript.Run(ctx, d.c, k, args...).Int64Slice()
 		return parseAcquire(res, err)

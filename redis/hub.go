@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,7 +17,7 @@ import (
 // the driver's first acquisition waits and kept until the driver closes, on
 // the channel that releases publish to when the next waiter in a queue is
 // one of this driver's. A message names the waiting acquisition (its owner
-// id) and wakes only it. After the subscription broke, when messages may
+// id), and the token if the release granted it the lock, and wakes only it. After the subscription broke, when messages may
 // have been lost, every waiter is woken to try again.
 type hub struct {
 	c       Client
@@ -37,7 +39,11 @@ type sub struct {
 	h      *hub
 	owner  string
 	notify chan struct{} // one pending wake-up at most
+	token  atomic.Int64  // set by a message that granted the lock
 }
+
+// granted returns the token of a grant announced to the waiter, or 0.
+func (s *sub) granted() int64 { return s.token.Load() }
 
 func newHub(c Client, channel string, wakeups *atomic.Int64) *hub {
 	return &hub{c: c, channel: channel, wakeups: wakeups, waiters: make(map[string]*sub),
@@ -146,8 +152,15 @@ func (h *hub) loop(ps *goredis.PubSub, done chan struct{}) {
 				h.mu.Unlock()
 			}
 		case *goredis.Message:
+			// "<owner>" (try again) or "<owner>:<token>" (granted).
+			owner, tok, grant := strings.Cut(m.Payload, ":")
 			h.mu.Lock()
-			if s := h.waiters[m.Payload]; s != nil {
+			if s := h.waiters[owner]; s != nil {
+				if grant {
+					if t, err := strconv.ParseInt(tok, 10, 64); err == nil && t > 0 {
+						s.token.Store(t)
+					}
+				}
 				h.wakeups.Add(1)
 				s.wake()
 			}

@@ -93,8 +93,12 @@ func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 	backoff := 50 * time.Millisecond
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	var lastSent time.Time // of the last attempt that reached the server
 	for {
 		sent, res, err := l.attempt(ctx, true)
+		if err == nil {
+			lastSent = sent
+		}
 		var after time.Duration
 		switch {
 		case err == nil && res.granted:
@@ -116,9 +120,25 @@ func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 		case <-ctx.Done():
 			return 0, time.Time{}, ctx.Err()
 		case <-s.notify:
+			if token := s.granted(); token != 0 {
+				// A release granted the lock to us. Its expiry started when
+				// that release ran, after our last attempt queued us: that
+				// attempt's send time is an earlier start, so the local
+				// deadline counted from it comes first.
+				return l.result(lastSent, acquireResult{granted: true, token: token}, nil)
+			}
 		case <-timer.C:
 		}
 	}
+}
+
+// wakeWaiter makes Lock try again now, if it waits.
+func (l *lease) wakeWaiter() {
+	l.mu.Lock()
+	if l.sub != nil {
+		l.sub.wake()
+	}
+	l.mu.Unlock()
 }
 
 func (l *lease) setSub(s *sub) {
@@ -208,12 +228,14 @@ func (l *lease) KeepAlive(ctx context.Context) error {
 			return fmt.Errorf("%w: redis: lock key %q is gone or no longer this acquisition's", backend.ErrLeaseLost, l.k.lock)
 		}
 		return fmt.Errorf("%w: redis: queue entry for %q lapsed or was removed", backend.ErrLeaseLost, l.k.lock)
-	case 3:
-		l.mu.Lock()
-		if l.sub != nil {
-			l.sub.wake()
+	case 1:
+		if st != stHeld {
+			// Granted by a release while waiting, and the message has not
+			// arrived (or was lost): the waiter's next attempt finds it.
+			l.wakeWaiter()
 		}
-		l.mu.Unlock()
+	case 3:
+		l.wakeWaiter()
 	}
 	return nil
 }
@@ -232,8 +254,8 @@ func (l *lease) Release(ctx context.Context) error {
 		l.st = stReleased
 		return nil
 	}
-	n, err := releaseScript.Run(ctx, l.d.c, []string{l.k.lock, l.k.queue, l.k.expiry}, l.owner,
-		wakeChannel(l.d.cfg.Prefix, "")).Int64()
+	n, err := releaseScript.Run(ctx, l.d.c, []string{l.k.lock, l.k.counter, l.k.queue, l.k.expiry}, l.owner,
+		wakeChannel(l.d.cfg.Prefix, ""), flag(l.d.cfg.ClockFloor), flag(l.d.direct())).Int64()
 	if err != nil {
 		return fmt.Errorf("redis: release script: %w", err)
 	}

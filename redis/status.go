@@ -60,11 +60,11 @@ func (d *driver) Inspect(ctx context.Context, name string) (backend.Status, erro
 }
 
 // Revoke implements backend.Revoker with one script call: it deletes the
-// lock key if it holds token and wakes the next waiter.
+// lock key if it holds token and hands the lock over to the next waiter.
 func (d *driver) Revoke(ctx context.Context, name string, token fencing.Token) (bool, error) {
 	k := keysOf(d.cfg.Prefix, name)
-	n, err := revokeScript.Run(ctx, d.c, []string{k.lock, k.queue, k.expiry}, ":"+token.String(),
-		wakeChannel(d.cfg.Prefix, "")).Int()
+	n, err := revokeScript.Run(ctx, d.c, []string{k.lock, k.counter, k.queue, k.expiry}, ":"+token.String(),
+		wakeChannel(d.cfg.Prefix, ""), flag(d.cfg.ClockFloor), flag(d.direct())).Int()
 	if err != nil {
 		return false, fmt.Errorf("redis: revoke: %w", err)
 	}

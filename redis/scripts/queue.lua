@@ -63,18 +63,45 @@ local function dequeue(q, e, owner)
   redis.call('ZREM', e, owner)
 end
 
--- wake tells waiter owner that the lock is free: the message goes to the
--- wake channel of its driver (wake_prefix followed by the driver id, the
--- owner id up to its '.') and names it, so only that waiter tries again.
-local function wake(wake_prefix, owner)
-  redis.call('PUBLISH', wake_prefix .. string.match(owner, '^[^.]*'), owner)
+-- wake publishes msg to the wake channel of owner's Locker (wake_prefix
+-- followed by the Locker id, the owner id up to its first '.').
+local function wake(wake_prefix, owner, msg)
+  redis.call('PUBLISH', wake_prefix .. string.match(owner, '^[^.]*'), msg)
 end
 
--- wake_next wakes the next waiter, if any.
-local function wake_next(q, wake_prefix)
-  local h = head(q)
-  if h then
-    wake(wake_prefix, h)
+-- issue sets the lock key to owner with a new token and returns the token:
+-- the counter's next value, or with floor == '1' at least the server's
+-- clock in microseconds (the counter raised to it).
+local function issue(lock, counter, owner, ms, floor)
+  local t = redis.call('INCR', counter)
+  if floor == '1' then
+    local tm = redis.call('TIME')
+    local us = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+    if t < us then
+      t = us
+      redis.call('SET', counter, string.format('%d', us))
+    end
   end
+  redis.call('SET', lock, owner .. ':' .. string.format('%d', t), 'PX', ms)
+  return t
 end
 
+-- hand_over gives the free lock to the next waiter, if any: with direct ==
+-- '1' it grants it (the TTL is the one in the owner id,
+-- "<locker>.<seq>.<ttl ms>") and sends "<owner>:<token>"; otherwise (or
+-- for an owner id without a TTL) it only sends "<owner>", and the waiter
+-- takes the lock with its own script.
+local function hand_over(lock, counter, q, e, wake_prefix, floor, direct)
+  local h = head(q)
+  if not h then
+    return
+  end
+  local ms = tonumber(string.match(h, '%.(%d+)$'))
+  if direct ~= '1' or not ms or ms <= 0 then
+    wake(wake_prefix, h, h)
+    return
+  end
+  dequeue(q, e, h)
+  local t = issue(lock, counter, h, ms, floor)
+  wake(wake_prefix, h, h .. ':' .. string.format('%d', t))
+end

@@ -2,10 +2,11 @@
 -- KEYS[1] lock key, KEYS[2] queue, KEYS[3] queue expiries; ARGV[1] owner,
 -- ARGV[2] TTL in ms.
 -- Returns 1 if the lock key is this acquisition's (its expiry moved to TTL
--- from now), 2 if it waits in the queue (its entry renewed), 3 if it waits,
--- is next and the lock is free (it should try now), 0 if it is neither: the
--- lock key is gone or someone else's and no entry of it waits. It never
--- re-creates a vanished key.
+-- from now; a waiter may have been granted it by a release), 2 if it waits
+-- in the queue (its entry renewed), 3 if it waits, is next and the lock is
+-- free (it should try now), 0 if it is neither: the lock key is gone or
+-- someone else's and no entry of it waits. It never re-creates a vanished
+-- key.
 local owner, ttl = ARGV[1], tonumber(ARGV[2])
 local v = redis.call('GET', KEYS[1])
 local p = owner .. ':'

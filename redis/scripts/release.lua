@@ -1,22 +1,21 @@
--- fencelock release: delete the lock key if it is this acquisition's, drop
--- its queue entry if any, and tell the next waiter when the lock is free.
--- KEYS[1] lock key, KEYS[2] queue, KEYS[3] queue expiries; ARGV[1] owner,
--- ARGV[2] the wake channels' prefix.
+-- fencelock release: delete the lock key if it is this acquisition's and
+-- hand the lock over to the next waiter; drop this acquisition's queue
+-- entry if any.
+-- KEYS[1] lock key, KEYS[2] token counter, KEYS[3] queue, KEYS[4] queue
+-- expiries. ARGV[1] owner, ARGV[2] the wake channels' prefix, ARGV[3] "1"
+-- for the clock floor, ARGV[4] "1" to grant directly (see hand_over).
 -- Returns 1 if the lock key was deleted, 0 if it was gone or someone else's.
 local owner = ARGV[1]
 local v = redis.call('GET', KEYS[1])
 local p = owner .. ':'
+local deleted = 0
 if v and string.sub(v, 1, #p) == p then
   redis.call('DEL', KEYS[1])
-  purge(KEYS[2], KEYS[3], now_ms())
-  wake_next(KEYS[2], ARGV[2])
-  return 1
+  deleted = 1
 end
-local was_next = head(KEYS[2]) == owner
-dequeue(KEYS[2], KEYS[3], owner)
-if not v and (purge(KEYS[2], KEYS[3], now_ms()) > 0 or was_next) then
-  -- A free lock that was promised to us (or to waiters that lapsed): the
-  -- next waiter may not know.
-  wake_next(KEYS[2], ARGV[2])
+dequeue(KEYS[3], KEYS[4], owner)
+if deleted == 1 or not v then
+  purge(KEYS[3], KEYS[4], now_ms())
+  hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], ARGV[4])
 end
-return 0
+return deleted
