@@ -1,0 +1,152 @@
+package servers
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	dc "github.com/ory/dockertest/v3/docker"
+)
+
+// childEnv makes the test binary, run again by TestDockerSignalAndSweep,
+// start a server and wait to be signalled.
+const childEnv = "FENCELOCK_SERVERS_CHILD"
+
+func TestDockerChildProcess(t *testing.T) {
+	if os.Getenv(childEnv) == "" {
+		return // only a helper for TestDockerSignalAndSweep
+	}
+	s := StartWith(t, Docker, Redis, Single)
+	os.Stdout.WriteString("container " + s.Members[0].Name + "\n")
+	time.Sleep(5 * time.Minute)
+}
+
+// startChild runs the test binary as a child that starts a Docker Redis,
+// and returns the child and its container's name.
+func startChild(t *testing.T) (*exec.Cmd, string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestDockerChildProcess$", "-test.v")
+	cmd.Env = append(os.Environ(), childEnv+"=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if name, ok := strings.CutPrefix(sc.Text(), "container "); ok {
+			go func() {
+				for sc.Scan() {
+				}
+			}()
+			return cmd, name
+		}
+	}
+	t.Fatalf("the child printed no container name (%v)", sc.Err())
+	return nil, ""
+}
+
+func containerExists(t *testing.T, name string) bool {
+	t.Helper()
+	pool, err := dockerPool()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := pool.Client.ListContainers(dc.ListContainersOptions{All: true, Filters: map[string][]string{"name": {name}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(cs) > 0
+}
+
+func networkExists(t *testing.T, name string) bool {
+	t.Helper()
+	pool, err := dockerPool()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := pool.Client.FilteredListNetworks(dc.NetworkFilterOpts{"name": {name: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ns) > 0
+}
+
+// TestDockerSignalAndSweep checks both ways nothing is left behind by a
+// test process that does not end normally: SIGINT/SIGTERM remove its
+// containers and network before it dies; after a SIGKILL, the next
+// process's sweep removes them.
+func TestDockerSignalAndSweep(t *testing.T) {
+	t.Parallel()
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		cmd, name := startChild(t)
+		network := strings.TrimSuffix(name, "-1")
+		if !containerExists(t, name) || !networkExists(t, network) {
+			t.Fatalf("the child's container %s or network is not there", name)
+		}
+		_ = cmd.Process.Signal(sig)
+		err := cmd.Wait()
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != sig {
+			t.Errorf("the child ended with %v, want death by %v", err, sig)
+		}
+		if containerExists(t, name) || networkExists(t, network) {
+			t.Errorf("after %v the child's container %s or its network is still there", sig, name)
+		}
+	}
+
+	cmd, name := startChild(t)
+	network := strings.TrimSuffix(name, "-1")
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if !containerExists(t, name) {
+		t.Fatalf("the killed child's container %s is gone already", name)
+	}
+	pool, err := dockerPool()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sweep(pool)
+	if containerExists(t, name) || networkExists(t, network) {
+		t.Errorf("after the sweep the killed child's container %s or its network is still there", name)
+	}
+}
+
+// TestDockerPortConflict checks that a container whose chosen port was
+// taken in the meantime is started again on another port.
+func TestDockerPortConflict(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	takenPort := taken.Addr().(*net.TCPAddr).Port
+	calls := 0
+	pickPort = func() (int, error) {
+		calls++
+		if calls == 1 {
+			return takenPort, nil
+		}
+		return freePort()
+	}
+	defer func() { pickPort = freePort }()
+	s := StartWith(t, Docker, Redis, Single)
+	if calls != 2 {
+		t.Errorf("%d ports picked, want 2 (the taken one, then another)", calls)
+	}
+	if s.Members[0].Addr == taken.Addr().String() {
+		t.Errorf("the server is published on the taken port %s", s.Members[0].Addr)
+	}
+	if err := redisPing(context.Background(), s.Members[0].Addr); err != nil {
+		t.Error(err)
+	}
+}

@@ -1,0 +1,304 @@
+package servers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// startDocker starts kind in topo as containers on a network of their own.
+func startDocker(t testing.TB, kind Kind, topo Topology) (*Server, error) {
+	d, err := newDockerServer(t, kind)
+	if err != nil {
+		return nil, err
+	}
+	n := 1
+	if topo == Cluster {
+		n = 3
+	}
+	var s *Server
+	switch kind {
+	case Etcd:
+		s, err = d.startEtcd(n)
+	case ZooKeeper:
+		s, err = d.startZooKeeper(n)
+	case Redis:
+		s, err = d.startRedis(topo == Cluster)
+	case Postgres:
+		s, err = d.startPostgres()
+	}
+	d.logsOnFailure()
+	return s, err
+}
+
+// startEtcd runs an n-member etcd cluster. The members advertise their
+// container names to each other; clients reach them on the published ports.
+func (d *dockerServer) startEtcd(n int) (*Server, error) {
+	var peers []string
+	for i := 1; i <= n; i++ {
+		peers = append(peers, d.name(i)+"=http://"+d.name(i)+":2380")
+	}
+	s := &Server{}
+	var hosts []string
+	for i := 1; i <= n; i++ {
+		name := d.name(i)
+		c, err := d.run(containerSpec{name: name, cport: "2379/tcp", cmd: []string{
+			"/usr/local/bin/etcd",
+			"--name=" + name,
+			"--data-dir=/var/lib/etcd/data",
+			"--listen-client-urls=http://0.0.0.0:2379",
+			"--advertise-client-urls=http://" + name + ":2379",
+			"--listen-peer-urls=http://0.0.0.0:2380",
+			"--initial-advertise-peer-urls=http://" + name + ":2380",
+			"--initial-cluster=" + strings.Join(peers, ","),
+			"--initial-cluster-state=new",
+			"--initial-cluster-token=fencelock-" + d.suffix,
+			// A throwaway cluster: its data survives a container restart
+			// (the page cache outlives the process), not a host crash.
+			"--unsafe-no-fsync",
+		}})
+		if err != nil {
+			return nil, err
+		}
+		addr := c.addr()
+		c.ready = func(ctx context.Context) error { return etcdReady(ctx, addr) }
+		s.Members = append(s.Members, c.newMember(""))
+		hosts = append(hosts, addr)
+	}
+	if err := d.waitAll(d.cs); err != nil {
+		return nil, err
+	}
+	s.URL = "etcd://" + strings.Join(hosts, ",") + "/" + prefix()
+	return s, nil
+}
+
+// startZooKeeper runs a standalone server (n = 1) or an n-server ensemble,
+// with the settings internal/zktest uses: tickTime 200ms, so sessions of
+// 400ms to 120s.
+func (d *dockerServer) startZooKeeper(n int) (*Server, error) {
+	var servers []string
+	for i := 1; i <= n; i++ {
+		servers = append(servers, fmt.Sprintf("server.%d=%s:2888:3888;2181", i, d.name(i)))
+	}
+	s := &Server{}
+	var hosts []string
+	for i := 1; i <= n; i++ {
+		c, err := d.run(containerSpec{name: d.name(i), cport: "2181/tcp", env: []string{
+			"ZOO_MY_ID=" + strconv.Itoa(i),
+			"ZOO_SERVERS=" + strings.Join(servers, " "),
+			"ZOO_TICK_TIME=" + strconv.Itoa(int(ZooKeeperTick/time.Millisecond)),
+			// initLimit 20s, syncLimit 4s: room for a loaded machine.
+			"ZOO_INIT_LIMIT=100",
+			"ZOO_SYNC_LIMIT=20",
+			"ZOO_4LW_COMMANDS_WHITELIST=*",
+			"ZOO_ADMINSERVER_ENABLED=false",
+			"ZOO_STANDALONE_ENABLED=" + strconv.FormatBool(n == 1),
+			"ZOO_CFG_EXTRA=maxSessionTimeout=120000 forceSync=no quorumListenOnAllIPs=true",
+			"JVMFLAGS=-Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1",
+		}})
+		if err != nil {
+			return nil, err
+		}
+		addr := c.addr()
+		c.ready = func(ctx context.Context) error {
+			mode, err := zkMode(ctx, addr)
+			if err != nil {
+				return err
+			}
+			if mode != "leader" && mode != "follower" && mode != "standalone" {
+				return fmt.Errorf("mode %q", mode)
+			}
+			return nil
+		}
+		s.Members = append(s.Members, c.newMember(""))
+		hosts = append(hosts, addr)
+	}
+	if err := d.waitAll(d.cs); err != nil {
+		return nil, err
+	}
+	s.URL = "zk://" + strings.Join(hosts, ",") + "/" + prefix()
+	return s, nil
+}
+
+// ZooKeeperTick is the tickTime of the ZooKeeper servers this package
+// starts (Docker and Local alike): sessions from 2 ticks (400ms) to 120s.
+const ZooKeeperTick = 200 * time.Millisecond
+
+// SentinelMaster is the name under which the Redis cluster's Sentinel
+// monitors the primary.
+const SentinelMaster = "fencelock"
+
+// startRedis runs a primary, and for a cluster a replica and a Sentinel
+// (quorum 1, down after 1s).
+func (d *dockerServer) startRedis(cluster bool) (*Server, error) {
+	base := []string{"redis-server", "--port", "6379", "--save", "", "--appendonly", "no", "--protected-mode", "no",
+		"--repl-diskless-sync-delay", "0"}
+	primary := d.name(1)
+	p, err := d.run(containerSpec{name: primary, cport: "6379/tcp", cmd: base})
+	if err != nil {
+		return nil, err
+	}
+	paddr := p.addr()
+	p.ready = func(ctx context.Context) error { return redisPing(ctx, paddr) }
+	s := &Server{Members: []*Member{p.newMember("primary")}}
+	if !cluster {
+		if err := p.waitReady(context.Background()); err != nil {
+			return nil, err
+		}
+		s.URL = "redis://" + paddr + "/0?prefix=" + prefix()
+		return s, nil
+	}
+
+	replica := d.name(2)
+	r, err := d.run(containerSpec{name: replica, cport: "6379/tcp", cmd: append(base[:len(base):len(base)],
+		"--replicaof", primary, "6379", "--replica-announce-ip", replica)})
+	if err != nil {
+		return nil, err
+	}
+	raddr := r.addr()
+	r.ready = func(ctx context.Context) error { return redisPing(ctx, raddr) }
+	s.Members = append(s.Members, r.newMember("replica"))
+
+	conf := strings.Join([]string{
+		"port 26379",
+		"protected-mode no",
+		"sentinel resolve-hostnames yes",
+		"sentinel announce-hostnames yes",
+		fmt.Sprintf("sentinel monitor %s %s 6379 1", SentinelMaster, primary),
+		fmt.Sprintf("sentinel down-after-milliseconds %s 1000", SentinelMaster),
+		fmt.Sprintf("sentinel failover-timeout %s 10000", SentinelMaster),
+	}, "\n") + "\n"
+	sn, err := d.run(containerSpec{name: d.name(3), cport: "26379/tcp", cmd: []string{"sh", "-c",
+		`printf '%s' "$0" > /tmp/sentinel.conf; exec redis-server /tmp/sentinel.conf --sentinel`, conf}})
+	if err != nil {
+		return nil, err
+	}
+	saddr := sn.addr()
+	sn.ready = func(ctx context.Context) error { return redisPing(ctx, saddr) }
+	s.sentinel = sn.newMember("sentinel")
+	s.Members = append(s.Members, s.sentinel)
+
+	if err := d.waitAll(d.cs); err != nil {
+		return nil, err
+	}
+	// The replica is in sync and the primary counts it for WAIT (the URL's
+	// wait_replicas=1), and the Sentinel knows both.
+	ctx, cancel := context.WithTimeout(context.Background(), ReadyTimeout)
+	defer cancel()
+	if err := poll(ctx, func(ctx context.Context) error { return redisReplicaReady(ctx, paddr, raddr) }); err != nil {
+		return nil, fmt.Errorf("replica %s: %w; its last lines:\n%s", replica, err, r.logs(30))
+	}
+	if err := poll(ctx, func(ctx context.Context) error { return sentinelReady(ctx, saddr, primary) }); err != nil {
+		return nil, fmt.Errorf("sentinel %s: %w; its last lines:\n%s", sn.name, err, sn.logs(30))
+	}
+	s.URL = "redis://" + paddr + "/0?prefix=" + prefix() + "&wait_replicas=1"
+	return s, nil
+}
+
+// startPostgres runs a PostgreSQL server with a random password.
+func (d *dockerServer) startPostgres() (*Server, error) {
+	pw := randomHex(12)
+	c, err := d.run(containerSpec{name: d.name(1), cport: "5432/tcp", env: []string{
+		"POSTGRES_PASSWORD=" + pw, "POSTGRES_USER=fencelock", "POSTGRES_DB=fencelock",
+	}})
+	if err != nil {
+		return nil, err
+	}
+	dsn := fmt.Sprintf("postgres://fencelock:%s@%s/fencelock?sslmode=disable", pw, c.addr())
+	c.ready = func(ctx context.Context) error { return pgReady(ctx, dsn) }
+	s := &Server{Members: []*Member{c.newMember("")}, URL: dsn}
+	if err := c.waitReady(context.Background()); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Primary asks the Redis cluster's Sentinel which member is the primary
+// now. It returns an error matching errors.ErrUnsupported for a server
+// without a Sentinel.
+func (s *Server) Primary(ctx context.Context) (*Member, error) {
+	if s.sentinel == nil {
+		return nil, fmt.Errorf("servers: Primary: %s %s via %s has no Sentinel: %w", s.Kind, s.Topology, s.Provider, errors.ErrUnsupported)
+	}
+	host, err := sentinelPrimary(ctx, s.sentinel.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("servers: Primary: %w", err)
+	}
+	for _, m := range s.Members {
+		if m.Name == host && m != s.sentinel {
+			return m, nil
+		}
+	}
+	return nil, fmt.Errorf("servers: Primary: the Sentinel names %q, not a member", host)
+}
+
+// Failover asks the Redis cluster's Sentinel to fail over (SENTINEL
+// FAILOVER, as when the primary is lost; asked again while the Sentinel
+// knows no good replica yet) and waits until it names another primary that
+// accepts writes; it returns that primary. Server.URL still
+// names the old one.
+func (s *Server) Failover(ctx context.Context) (*Member, error) {
+	old, err := s.Primary(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// Right after a member came back, the Sentinel may not count it as a
+	// good replica yet (NOGOODSLAVE), or still be busy with the last
+	// failover (INPROG): ask again until it starts one.
+	err = poll(ctx, func(ctx context.Context) error { return sentinelFailover(ctx, s.sentinel.Addr) })
+	if err != nil {
+		return nil, fmt.Errorf("servers: Failover: %w", err)
+	}
+	return s.WaitPrimary(ctx, old)
+}
+
+// WaitPrimary waits until the Sentinel names a primary other than old and
+// that primary accepts writes (after old was killed, for example), and
+// returns it.
+func (s *Server) WaitPrimary(ctx context.Context, old *Member) (*Member, error) {
+	var m *Member
+	err := poll(ctx, func(ctx context.Context) error {
+		p, err := s.Primary(ctx)
+		if err != nil {
+			return err
+		}
+		if p == old {
+			return fmt.Errorf("the Sentinel still names %s", old.Name)
+		}
+		if err := redisIsPrimary(ctx, p.Addr); err != nil {
+			return err
+		}
+		m = p
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("servers: WaitPrimary: %w", err)
+	}
+	return m, nil
+}
+
+// poll runs f every 200ms until it succeeds or ctx ends (at most
+// ReadyTimeout), and returns its last error.
+func poll(ctx context.Context, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, ReadyTimeout)
+	defer cancel()
+	for {
+		err := f(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (gave up: %v)", err, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// hostPort is net.JoinHostPort for an int port.
+func hostPort(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }

@@ -1,0 +1,226 @@
+package servers
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	goredis "github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Readiness checks: each talks the server's protocol and makes one real
+// request, bounded by a few seconds.
+
+const probeTimeout = 3 * time.Second
+
+// etcdReady makes a linearizable read through the member at addr alone,
+// which needs a leader and a quorum.
+func etcdReady(ctx context.Context, addr string) error {
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + addr}, DialTimeout: probeTimeout, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	_, err = c.Get(ctx, "fencelock-servers-ready", clientv3.WithCountOnly())
+	return err
+}
+
+// zkMode sends the srvr four-letter word and returns the server's mode
+// (leader, follower, standalone; observer).
+func zkMode(ctx context.Context, addr string) (string, error) {
+	out, err := zk4lw(ctx, addr, "srvr")
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if m, ok := strings.CutPrefix(strings.TrimSpace(line), "Mode: "); ok {
+			return m, nil
+		}
+	}
+	return "", fmt.Errorf("srvr: no mode in %q", strings.TrimSpace(out))
+}
+
+func zk4lw(ctx context.Context, addr, cmd string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	dl, _ := ctx.Deadline()
+	_ = c.SetDeadline(dl)
+	if _, err := io.WriteString(c, cmd); err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(c)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+func redisClient(addr string) *goredis.Client {
+	return goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1, DialTimeout: probeTimeout,
+		ReadTimeout: probeTimeout, WriteTimeout: probeTimeout, PoolSize: 1})
+}
+
+// redisPing sends PING.
+func redisPing(ctx context.Context, addr string) error {
+	c := redisClient(addr)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	return c.Ping(ctx).Err()
+}
+
+// redisInfo returns one field of INFO replication.
+func redisInfo(ctx context.Context, c *goredis.Client, field string) (string, error) {
+	info, err := c.Info(ctx, "replication").Result()
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("no %s in INFO replication", field)
+}
+
+// redisReplicaReady says whether the replica's link to the primary is up
+// and the primary counts it for WAIT.
+func redisReplicaReady(ctx context.Context, primary, replica string) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	r := redisClient(replica)
+	defer r.Close()
+	if v, err := redisInfo(ctx, r, "master_link_status"); err != nil || v != "up" {
+		return fmt.Errorf("replica link %q (%v)", v, err)
+	}
+	p := redisClient(primary)
+	defer p.Close()
+	if err := p.Incr(ctx, "fencelock-servers-ready").Err(); err != nil {
+		return err
+	}
+	n, err := p.Do(ctx, "WAIT", 1, 500).Int64()
+	if err != nil {
+		return err
+	}
+	if n < 1 {
+		return fmt.Errorf("WAIT 1: %d replicas acknowledged", n)
+	}
+	return nil
+}
+
+// redisIsPrimary says whether the server at addr is a primary.
+func redisIsPrimary(ctx context.Context, addr string) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	c := redisClient(addr)
+	defer c.Close()
+	role, err := redisInfo(ctx, c, "role")
+	if err != nil {
+		return err
+	}
+	if role != "master" {
+		return fmt.Errorf("%s is a %s", addr, role)
+	}
+	return nil
+}
+
+// sentinelPrimary asks the Sentinel at addr for the primary's host.
+func sentinelPrimary(ctx context.Context, addr string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	c := redisClient(addr)
+	defer c.Close()
+	v, err := c.Do(ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SentinelMaster).StringSlice()
+	if err != nil {
+		return "", err
+	}
+	if len(v) != 2 {
+		return "", fmt.Errorf("SENTINEL GET-MASTER-ADDR-BY-NAME: %q", v)
+	}
+	return v[0], nil
+}
+
+// sentinelReady says whether the Sentinel at addr names primary and knows
+// a healthy replica (or a failover would find none).
+func sentinelReady(ctx context.Context, addr, primary string) error {
+	host, err := sentinelPrimary(ctx, addr)
+	if err != nil {
+		return err
+	}
+	if host != primary {
+		return fmt.Errorf("the Sentinel names %q as the primary, want %q", host, primary)
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	c := redisClient(addr)
+	defer c.Close()
+	rs, err := c.Do(ctx, "SENTINEL", "REPLICAS", SentinelMaster).Slice()
+	if err != nil {
+		return err
+	}
+	for _, r := range rs {
+		if fields := replicaFields(r); fields["flags"] == "slave" && fields["master-link-status"] == "ok" {
+			return nil
+		}
+	}
+	return fmt.Errorf("the Sentinel knows no healthy replica yet: %v", rs)
+}
+
+// replicaFields turns one entry of SENTINEL REPLICAS (a flat list of
+// name, value, or a map under RESP3) into a map.
+func replicaFields(r any) map[string]string {
+	m := map[string]string{}
+	switch v := r.(type) {
+	case []any:
+		for i := 0; i+1 < len(v); i += 2 {
+			m[fmt.Sprint(v[i])] = fmt.Sprint(v[i+1])
+		}
+	case map[any]any:
+		for k, x := range v {
+			m[fmt.Sprint(k)] = fmt.Sprint(x)
+		}
+	}
+	return m
+}
+
+// sentinelFailover sends SENTINEL FAILOVER.
+func sentinelFailover(ctx context.Context, addr string) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	c := redisClient(addr)
+	defer c.Close()
+	return c.Do(ctx, "SENTINEL", "FAILOVER", SentinelMaster).Err()
+}
+
+// pgReady connects and runs SELECT 1.
+func pgReady(ctx context.Context, dsn string) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.Background())
+	var n int
+	if err := c.QueryRow(ctx, "SELECT 1").Scan(&n); err != nil {
+		return err
+	}
+	if n != 1 {
+		return fmt.Errorf("SELECT 1 returned %d", n)
+	}
+	return nil
+}
