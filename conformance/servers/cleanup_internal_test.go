@@ -12,6 +12,8 @@ import (
 	"time"
 
 	dc "github.com/ory/dockertest/v3/docker"
+
+	"github.com/fencelock/fencelock/internal/freeport"
 )
 
 // childEnv makes the test binary, run again by TestDockerSignalAndSweep,
@@ -136,9 +138,9 @@ func TestDockerPortConflict(t *testing.T) {
 		if calls == 1 {
 			return takenPort, nil
 		}
-		return freePort()
+		return freeport.Port()
 	}
-	defer func() { pickPort = freePort }()
+	defer func() { pickPort = freeport.Port }()
 	s := StartWith(t, Docker, Redis, Single)
 	if calls != 2 {
 		t.Errorf("%d ports picked, want 2 (the taken one, then another)", calls)

@@ -17,6 +17,8 @@ import (
 
 	"github.com/ory/dockertest/v3"
 	dc "github.com/ory/dockertest/v3/docker"
+
+	"github.com/fencelock/fencelock/internal/freeport"
 )
 
 // DefaultImages are the images the Docker provider runs; ImageEnv names the
@@ -364,7 +366,7 @@ func isPortConflict(err error) bool {
 }
 
 // pickPort picks the host port of a container (a variable for a test).
-var pickPort = freePort
+var pickPort = freeport.Port
 
 func (d *dockerServer) runOnce(spec containerSpec) (*container, error) {
 	port, err := pickPort()
@@ -571,14 +573,4 @@ func (c *container) newMember(role string) *Member {
 		},
 	}
 	return m
-}
-
-// freePort returns a port that was free a moment ago on 127.0.0.1.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -12,6 +12,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/fencelock/fencelock/internal/redistest"
 )
 
 // Readiness checks: each talks the server's protocol and makes one real
@@ -83,20 +85,6 @@ func redisPing(ctx context.Context, addr string) error {
 	return c.Ping(ctx).Err()
 }
 
-// redisInfo returns one field of INFO replication.
-func redisInfo(ctx context.Context, c *goredis.Client, field string) (string, error) {
-	info, err := c.Info(ctx, "replication").Result()
-	if err != nil {
-		return "", err
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
-			return v, nil
-		}
-	}
-	return "", fmt.Errorf("no %s in INFO replication", field)
-}
-
 // redisReplicaReady says whether the replica's link to the primary is up
 // and the primary counts it for WAIT.
 func redisReplicaReady(ctx context.Context, primary, replica string) error {
@@ -104,7 +92,7 @@ func redisReplicaReady(ctx context.Context, primary, replica string) error {
 	defer cancel()
 	r := redisClient(replica)
 	defer r.Close()
-	if v, err := redisInfo(ctx, r, "master_link_status"); err != nil || v != "up" {
+	if v, err := redistest.InfoField(ctx, r, "master_link_status"); err != nil || v != "up" {
 		return fmt.Errorf("replica link %q (%v)", v, err)
 	}
 	p := redisClient(primary)
@@ -128,7 +116,7 @@ func redisIsPrimary(ctx context.Context, addr string) error {
 	defer cancel()
 	c := redisClient(addr)
 	defer c.Close()
-	role, err := redisInfo(ctx, c, "role")
+	role, err := redistest.InfoField(ctx, c, "role")
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,6 @@ package etcdtest
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -26,6 +25,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/fencelock/fencelock/internal/freeport"
 )
 
 // readyTimeout bounds how long Start waits for the server to be ready.
@@ -118,7 +119,7 @@ func start(dir string, remove bool, opts []Option) (*Server, error) {
 }
 
 func startOnce(dir string, opts []Option) (*Server, error) {
-	ports, err := freePorts(2)
+	ports, err := freeport.Ports(2)
 	if err != nil {
 		return nil, err
 	}
@@ -161,28 +162,6 @@ func startOnce(dir string, opts []Option) (*Server, error) {
 		return nil, fmt.Errorf("server not ready after %v", readyTimeout)
 	}
 	return &Server{etcd: e, endpoints: []string{clientURL.String()}, logPath: cfg.LogOutputs[0]}, nil
-}
-
-// freePorts returns n distinct ports that were free a moment ago on
-// 127.0.0.1. embed cannot listen on port 0, so the caller retries if one is
-// taken before the server binds it.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	for len(ports) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 func isAddrInUse(err error) bool {

@@ -34,6 +34,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fencelock/internal/freeport"
 )
 
 // readyTimeout bounds how long a start waits for the server to answer PING.
@@ -180,7 +182,7 @@ func startIn(dir string, rm bool, opts []Option) (*Server, error) {
 	}
 	var errs []error
 	for range startAttempts {
-		port, err := freePort()
+		port, err := freeport.Port()
 		if err != nil {
 			return nil, err
 		}
@@ -195,15 +197,6 @@ func startIn(dir string, rm bool, opts []Option) (*Server, error) {
 		}
 	}
 	return nil, errors.Join(errs...)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // args is the command line of the server.
@@ -390,14 +383,15 @@ func WaitReplicated(ctx context.Context, primary, replica *Server) error {
 }
 
 func offset(ctx context.Context, c *goredis.Client, field string) (int64, error) {
-	v, err := infoField(ctx, c, field)
+	v, err := InfoField(ctx, c, field)
 	if err != nil {
 		return 0, err
 	}
 	return strconv.ParseInt(v, 10, 64)
 }
 
-func infoField(ctx context.Context, c *goredis.Client, field string) (string, error) {
+// InfoField returns one field of c's INFO replication.
+func InfoField(ctx context.Context, c *goredis.Client, field string) (string, error) {
 	info, err := c.Info(ctx, "replication").Result()
 	if err != nil {
 		return "", err
@@ -416,7 +410,7 @@ func (s *Server) waitLinkUp(d time.Duration) error {
 	deadline := time.Now().Add(d)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		v, err := infoField(ctx, c, "master_link_status")
+		v, err := InfoField(ctx, c, "master_link_status")
 		cancel()
 		if err == nil && v == "up" {
 			return nil

@@ -31,6 +31,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fencelock/internal/freeport"
 )
 
 // TickTime is the server's tickTime. The shortest session timeout it
@@ -134,7 +136,7 @@ func start(dir string, remove bool, opts []Option) (*Server, error) {
 	}
 	var errs []error
 	for attempt := 0; attempt < 3; attempt++ {
-		port, err := freePort()
+		port, err := freeport.Port()
 		if err != nil {
 			return nil, err
 		}
@@ -283,15 +285,6 @@ func tail(path string) string {
 		b = b[len(b)-2000:]
 	}
 	return string(b)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // Addr returns the client address, 127.0.0.1:port.
