@@ -238,9 +238,13 @@ func TestQueue(t *testing.T) {
 	}
 	require.Zero(t, wakeups())
 
-	release(t, held)
+	release(t, held) // hands the lock to waiter 0
 	again := goAcquire(ctx, lh, "n")
 	chans = append(chans, again)
+	require.Eventually(t, func() bool {
+		st, err := lh.Status(ctx, "n")
+		return err == nil && len(st.Waiters) == waiters
+	}, 10*time.Second, 5*time.Millisecond, "the releaser queued behind waiters 1 to %d", waiters-1)
 	prev := held.Token()
 	for i := range chans {
 		select {
