@@ -77,7 +77,9 @@ func BenchmarkUncontended(b *testing.B) {
 // acquire and release one lock in a loop. One op is one grant. It reports
 // grants/s and the handoff time (from the moment a holder starts releasing
 // to the next grant), p50 and p99.
-func BenchmarkContended8(b *testing.B) {
+func BenchmarkContended8(b *testing.B) { benchContended(b, 0) }
+
+func benchContended(b *testing.B, hold time.Duration) {
 	const contenders = 8
 	for _, impl := range impls {
 		b.Run("impl="+impl.name, func(b *testing.B) {
@@ -87,7 +89,7 @@ func BenchmarkContended8(b *testing.B) {
 				cs[i].Lock, cs[i].Unlock = impl.new(b, prefix, "contended")
 			}
 			b.ResetTimer()
-			r, err := lockbench.RunContended(context.Background(), cs, b.N, nil)
+			r, err := lockbench.RunContendedHold(context.Background(), cs, b.N, hold, nil)
 			b.StopTimer()
 			if err != nil {
 				b.Fatal(err)
@@ -98,4 +100,11 @@ func BenchmarkContended8(b *testing.B) {
 			b.ReportMetric(ms(lockbench.Percentile(r.Handoffs, 0.99)), "handoff-p99-ms")
 		})
 	}
+}
+
+// BenchmarkContended8Hold is BenchmarkContended8 with each holder keeping
+// the lock for 1ms, a short critical section: waiters then prepare their
+// turn while the holder holds, as they would in use.
+func BenchmarkContended8Hold(b *testing.B) {
+	benchContended(b, time.Millisecond)
 }

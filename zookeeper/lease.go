@@ -121,9 +121,7 @@ func (l *lease) alive(sent time.Time) bool {
 // stops there without writing; otherwise, and for Acquire, one Multi creates
 // our node and returns its czxid (1) and whether it is alone in the
 // directory; if not, one getChildren (1) tells whether it is first. A
-// waiter then sets a data watch on its immediate predecessor (1) and on its
-// own node; when the predecessor goes it holds the lock if that was the only
-// node ahead of it, and otherwise reads the children again (1).
+// waiter then waits as waitFirst says.
 func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, error) {
 	l.mu.Lock()
 	if l.st != stIdle || l.createDone != nil {
@@ -157,59 +155,9 @@ func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 		return 0, time.Time{}, fmt.Errorf("zookeeper: created node %s has no sequence suffix", path)
 	}
 
-	for {
-		kids, err := first, error(nil)
-		if kids == nil {
-			kids, err = l.children(ctx)
-		}
-		first = nil
-		if err != nil {
-			if l.retryLater(ctx, err) {
-				continue
-			}
-			return 0, time.Time{}, err
-		}
-		found, pred, ahead := false, "", 0
-		var predSeq int64 = -1
-		for _, k := range kids {
-			if k == name {
-				found = true
-				continue
-			}
-			if s, ok := lockSeq(k); ok && s < seq {
-				ahead++
-				if s > predSeq {
-					pred, predSeq = k, s
-				}
-			}
-		}
-		if !found {
-			l.markLost()
-			return 0, time.Time{}, l.lostError("deleted while waiting")
-		}
-		if pred == "" {
-			break
-		}
-		if !wait {
-			return 0, time.Time{}, fmt.Errorf("%w: zookeeper: %s is held (%s is before us)", backend.ErrNotAcquired, l.dir, pred)
-		}
-		l.watchOwnSoon()
-		err = l.waitGone(ctx, l.dir+"/"+pred)
-		if err == nil && ahead == 1 {
-			// The predecessor was the only node ahead of ours, and new
-			// nodes get higher sequence numbers: ours is now first,
-			// without reading the children again.
-			if l.isLost() || l.g.ended() {
-				l.markLost()
-				return 0, time.Time{}, l.lostError("the session ended while waiting")
-			}
-			break
-		}
-		if err != nil && !l.retryLater(ctx, err) {
-			return 0, time.Time{}, err
-		}
+	if err := l.waitFirst(ctx, first, name, seq, wait); err != nil {
+		return 0, time.Time{}, err
 	}
-
 	l.mu.Lock()
 	l.st = stHeld
 	l.mu.Unlock()
@@ -227,48 +175,150 @@ func (l *lease) watchOwnSoon() {
 	}
 }
 
-// waitGone waits until node is deleted (or found missing), our lease is
-// lost, or ctx ends.
-func (l *lease) waitGone(ctx context.Context, node string) error {
+// waitFirst returns once our node (name, with sequence number seq) is the
+// first lock node of the directory; first is the children read with the
+// create, if any. Without wait it returns ErrNotAcquired if another node is
+// ahead.
+//
+// It watches the node right ahead of ours (pred) and, when two or more are
+// ahead, the one ahead of that (pred2). Sequence numbers only grow, so no
+// node can join ahead of ours: when pred was the only node ahead and goes,
+// ours is first without a read; when pred2 goes and only pred was left
+// ahead of it, pred is alone ahead. A node that goes otherwise (a waiter
+// ahead gave up) makes it read the children again. Watches stay set across
+// reads, so a predecessor is watched once.
+func (l *lease) waitFirst(ctx context.Context, first []string, name string, seq int64, wait bool) error {
+	watches := make(map[string]<-chan zk.Event)
 	for {
+		kids, err := first, error(nil)
+		if kids == nil {
+			kids, err = l.children(ctx)
+		}
+		first = nil
+		if err != nil {
+			if l.retryLater(ctx, err) {
+				continue
+			}
+			return err
+		}
+		found, pred, pred2, ahead := queuePosition(kids, name, seq)
+		if !found {
+			l.markLost()
+			return l.lostError("deleted while waiting")
+		}
+		if pred == "" {
+			return nil
+		}
+		if !wait {
+			return fmt.Errorf("%w: zookeeper: %s is held (%s is before us)", backend.ErrNotAcquired, l.dir, pred)
+		}
+		l.watchOwnSoon()
+		for {
+			second := ""
+			if ahead >= 2 {
+				second = pred2
+			}
+			gone, err := l.waitGone(ctx, watches, pred, second)
+			if err != nil {
+				if !l.retryLater(ctx, err) {
+					return err
+				}
+				break
+			}
+			if gone == pred && ahead == 1 {
+				if l.isLost() || l.g.ended() {
+					l.markLost()
+					return l.lostError("the session ended while waiting")
+				}
+				return nil
+			}
+			if gone == pred2 && ahead == 2 {
+				ahead, pred2 = 1, ""
+				continue
+			}
+			break // read the children again
+		}
+	}
+}
+
+// queuePosition finds our node (name, sequence seq) among the directory's
+// children: pred is the lock node right ahead of it, pred2 the one ahead of
+// pred, ahead how many lock nodes are ahead. Children that are not lock
+// nodes are ignored.
+func queuePosition(kids []string, name string, seq int64) (found bool, pred, pred2 string, ahead int) {
+	var predSeq, pred2Seq int64 = -1, -1
+	for _, k := range kids {
+		if k == name {
+			found = true
+			continue
+		}
+		if s, ok := lockSeq(k); ok && s < seq {
+			ahead++
+			switch {
+			case s > predSeq:
+				pred, predSeq, pred2, pred2Seq = k, s, pred, predSeq
+			case s > pred2Seq:
+				pred2, pred2Seq = k, s
+			}
+		}
+	}
+	return found, pred, pred2, ahead
+}
+
+// waitGone waits until the node named node, or second if not empty (both
+// children of our directory), is deleted or found missing, our lease is
+// lost, or ctx ends. It sets a data watch on each unless watches already
+// holds one. gone is the node that went, or empty if a watch fired for
+// another reason (its data changed): read the queue again.
+func (l *lease) waitGone(ctx context.Context, watches map[string]<-chan zk.Event, node, second string) (gone string, err error) {
+	for _, n := range []string{node, second} {
+		if _, ok := watches[n]; ok || n == "" {
+			continue
+		}
 		var ch <-chan zk.Event
 		sent := time.Now()
 		err := call(ctx, func() error {
 			var err error
-			_, _, ch, err = l.s.conn.GetW(node)
+			_, _, ch, err = l.s.conn.GetW(l.dir + "/" + n)
 			return err
 		})
 		switch {
 		case errors.Is(err, zk.ErrNoNode):
 			if !l.alive(sent) {
-				return l.lostError("the session ended")
+				return "", l.lostError("the session ended")
 			}
-			return nil
+			return n, nil
 		case err != nil:
-			return l.opError("watch predecessor", err)
+			return "", l.opError("watch predecessor", err)
 		}
 		if !l.alive(sent) {
-			return l.lostError("the session ended")
+			return "", l.lostError("the session ended")
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-l.lost:
-			return l.lostError("deleted or session ended while waiting")
-		case ev := <-ch:
-			switch ev.Type {
-			case zk.EventNodeDeleted:
-				return nil
-			case zk.EventNotWatching:
-				if l.g.ended() || sessionGone(ev.Err) {
-					l.markLost()
-					return l.lostError("the session ended while waiting")
-				}
-				return fmt.Errorf("zookeeper: watch on %s ended: %v", node, ev.Err)
-			}
-			// Data changed (someone wrote the node): watch again.
-		}
+		watches[n] = ch
 	}
+	var ev zk.Event
+	select {
+	case <-ctx.Done():
+		return "", ctx.Err()
+	case <-l.lost:
+		return "", l.lostError("deleted or session ended while waiting")
+	case ev = <-watches[node]:
+		gone = node
+	case ev = <-watches[second]: // nil (never ready) when second is empty
+		gone = second
+	}
+	delete(watches, gone) // a watch fires once
+	switch ev.Type {
+	case zk.EventNodeDeleted:
+		return gone, nil
+	case zk.EventNotWatching:
+		if l.g.ended() || sessionGone(ev.Err) {
+			l.markLost()
+			return "", l.lostError("the session ended while waiting")
+		}
+		return "", fmt.Errorf("zookeeper: watch on %s ended: %v", gone, ev.Err)
+	}
+	return "", nil // data changed (someone wrote the node): read again
 }
 
 // retryLater reports whether a waiter should read again after err: the

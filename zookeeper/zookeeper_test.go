@@ -296,6 +296,34 @@ func TestHandoffWithoutReread(t *testing.T) {
 	release(t, r.Lease)
 }
 
+// A waiter two places back watches the holder too: when the holder goes it
+// knows the predecessor is alone ahead, and when the predecessor goes it
+// takes over, all without reading the children again.
+func TestHandoffTwoBackWithoutReread(t *testing.T) {
+	pfx := testPrefix(t)
+	cfg := Config{Servers: []string{srv.Addr()}, Prefix: pfx, SessionTimeout: 4 * time.Second}
+	_, la := driverLocker(t, cfg)
+	_, lb := driverLocker(t, cfg)
+	dc, lc := driverLocker(t, cfg)
+	ctx := tctx(t, 20*time.Second)
+	held := mustTry(t, la, "n")
+	chB := goAcquire(ctx, lb, "n")
+	requireBlocked(t, chB, 200*time.Millisecond)
+	chC := goAcquire(ctx, lc, "n")
+	requireBlocked(t, chC, 200*time.Millisecond)
+	reads := dc.childReads.Load()
+
+	release(t, held)
+	rb := waitAcquired(t, chB, 5*time.Second)
+	require.NoError(t, rb.Err)
+	requireBlocked(t, chC, 300*time.Millisecond)
+	release(t, rb.Lease)
+	rc := waitAcquired(t, chC, 5*time.Second)
+	require.NoError(t, rc.Err)
+	require.Equal(t, reads, dc.childReads.Load(), "C read the children after its first check")
+	release(t, rc.Lease)
+}
+
 // Holders of go-zookeeper's zk.Lock and of this package on the same path
 // exclude each other, both ways; the prefix may be several levels deep
 // (what a chroot would be for a Java client), created as needed.

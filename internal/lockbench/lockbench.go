@@ -90,6 +90,13 @@ var ErrOverlap = errors.New("lockbench: two holders at once")
 // contenders hold at once. progress, if not nil, is called after each grant
 // with the number made.
 func RunContended(ctx context.Context, cs []Contender, grants int, progress func(done int)) (Contended, error) {
+	return RunContendedHold(ctx, cs, grants, 0, progress)
+}
+
+// RunContendedHold is RunContended with each holder keeping the lock for
+// hold (a sleep) before it releases: the critical section of real users,
+// during which waiters can prepare their turn.
+func RunContendedHold(ctx context.Context, cs []Contender, grants int, hold time.Duration, progress func(done int)) (Contended, error) {
 	var (
 		made      atomic.Int64
 		releasing atomic.Int64 // UnixNano when the last holder started releasing; 0: none yet
@@ -134,6 +141,9 @@ func RunContended(ctx context.Context, cs []Contender, grants int, progress func
 				r.PerContender[i]++
 				if progress != nil {
 					progress(int(n))
+				}
+				if hold > 0 {
+					time.Sleep(hold)
 				}
 				holders.Add(-1)
 				releasing.Store(time.Now().UnixNano())

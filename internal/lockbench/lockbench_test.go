@@ -54,6 +54,16 @@ func TestRunContended(t *testing.T) {
 	assert.Positive(t, r.GrantsPerSecond())
 }
 
+// Each grant is held for the hold time: the grants take at least their
+// holds end to end (a lower bound, so a busy machine cannot fail it).
+func TestRunContendedHold(t *testing.T) {
+	const grants, hold = 20, 5 * time.Millisecond
+	r, err := lockbench.RunContendedHold(context.Background(), memContenders(t, 3), grants, hold, nil)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, r.Grants, grants)
+	assert.GreaterOrEqual(t, r.Elapsed, time.Duration(r.Grants)*hold)
+}
+
 // A "lock" that does not exclude must be caught.
 func TestRunContendedDetectsOverlap(t *testing.T) {
 	var mu sync.Mutex
