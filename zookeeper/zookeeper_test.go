@@ -263,36 +263,49 @@ func TestFreeLockIsOneRequest(t *testing.T) {
 	assert.Equal(t, before+1, d.childReads.Load(), "getChildren requests with another child in the directory")
 }
 
-// A waiter whose predecessor was the holder takes over when the
-// predecessor's node goes, without reading the children again; one whose
-// predecessor was a waiter that left reads them and waits on.
-func TestHandoffWithoutReread(t *testing.T) {
+// inLine is a lock held by A with B, then C, waiting; B's wait ends with
+// cancelB. reads counts C's getChildren requests.
+type inLine struct {
+	held     *backend.Lease
+	chB, chC <-chan acquired
+	cancelB  context.CancelFunc
+	reads    func() int64
+}
+
+func threeInLine(t *testing.T) inLine {
 	pfx := testPrefix(t)
 	cfg := Config{Servers: []string{srv.Addr()}, Prefix: pfx, SessionTimeout: 4 * time.Second}
 	_, la := driverLocker(t, cfg)
 	_, lb := driverLocker(t, cfg)
 	dc, lc := driverLocker(t, cfg)
 	ctx := tctx(t, 20*time.Second)
-	held := mustTry(t, la, "n")
-	bctx, cancelB := context.WithCancel(ctx)
-	defer cancelB()
-	chB := goAcquire(bctx, lb, "n")
-	requireBlocked(t, chB, 200*time.Millisecond)
-	chC := goAcquire(ctx, lc, "n")
-	requireBlocked(t, chC, 200*time.Millisecond)
-	reads := dc.childReads.Load()
-	require.Equal(t, int64(1), reads, "C's first check of the queue")
+	q := inLine{held: mustTry(t, la, "n"), reads: dc.childReads.Load}
+	var bctx context.Context
+	bctx, q.cancelB = context.WithCancel(ctx)
+	t.Cleanup(q.cancelB)
+	q.chB = goAcquire(bctx, lb, "n")
+	requireBlocked(t, q.chB, 200*time.Millisecond)
+	q.chC = goAcquire(ctx, lc, "n")
+	requireBlocked(t, q.chC, 200*time.Millisecond)
+	require.Equal(t, int64(1), q.reads(), "C's first check of the queue")
+	return q
+}
 
-	cancelB() // C's predecessor goes, but the holder is still ahead
-	r := waitAcquired(t, chB, 5*time.Second)
+// A waiter whose predecessor was the holder takes over when the
+// predecessor's node goes, without reading the children again; one whose
+// predecessor was a waiter that left reads them and waits on.
+func TestHandoffWithoutReread(t *testing.T) {
+	q := threeInLine(t)
+	q.cancelB() // C's predecessor goes, but the holder is still ahead
+	r := waitAcquired(t, q.chB, 5*time.Second)
 	require.Error(t, r.Err)
-	requireBlocked(t, chC, 300*time.Millisecond)
-	require.Equal(t, reads+1, dc.childReads.Load(), "C read the children after its predecessor, a waiter, left")
+	requireBlocked(t, q.chC, 300*time.Millisecond)
+	require.Equal(t, int64(2), q.reads(), "C read the children after its predecessor, a waiter, left")
 
-	release(t, held) // now the holder, the only node ahead of C, goes
-	r = waitAcquired(t, chC, 5*time.Second)
+	release(t, q.held) // now the holder, the only node ahead of C, goes
+	r = waitAcquired(t, q.chC, 5*time.Second)
 	require.NoError(t, r.Err)
-	require.Equal(t, reads+1, dc.childReads.Load(), "C took over from the holder without reading the children")
+	require.Equal(t, int64(2), q.reads(), "C took over from the holder without reading the children")
 	release(t, r.Lease)
 }
 
@@ -300,27 +313,15 @@ func TestHandoffWithoutReread(t *testing.T) {
 // knows the predecessor is alone ahead, and when the predecessor goes it
 // takes over, all without reading the children again.
 func TestHandoffTwoBackWithoutReread(t *testing.T) {
-	pfx := testPrefix(t)
-	cfg := Config{Servers: []string{srv.Addr()}, Prefix: pfx, SessionTimeout: 4 * time.Second}
-	_, la := driverLocker(t, cfg)
-	_, lb := driverLocker(t, cfg)
-	dc, lc := driverLocker(t, cfg)
-	ctx := tctx(t, 20*time.Second)
-	held := mustTry(t, la, "n")
-	chB := goAcquire(ctx, lb, "n")
-	requireBlocked(t, chB, 200*time.Millisecond)
-	chC := goAcquire(ctx, lc, "n")
-	requireBlocked(t, chC, 200*time.Millisecond)
-	reads := dc.childReads.Load()
-
-	release(t, held)
-	rb := waitAcquired(t, chB, 5*time.Second)
+	q := threeInLine(t)
+	release(t, q.held)
+	rb := waitAcquired(t, q.chB, 5*time.Second)
 	require.NoError(t, rb.Err)
-	requireBlocked(t, chC, 300*time.Millisecond)
+	requireBlocked(t, q.chC, 300*time.Millisecond)
 	release(t, rb.Lease)
-	rc := waitAcquired(t, chC, 5*time.Second)
+	rc := waitAcquired(t, q.chC, 5*time.Second)
 	require.NoError(t, rc.Err)
-	require.Equal(t, reads, dc.childReads.Load(), "C read the children after its first check")
+	require.Equal(t, int64(1), q.reads(), "C read the children after its first check")
 	release(t, rc.Lease)
 }
 
