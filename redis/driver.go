@@ -47,6 +47,9 @@ type Client interface {
 }
 
 // Config holds the adapter's own settings; the zero Config is the default.
+// Lockers that share a prefix must share ClockFloor and WaitReplicas too: a
+// release grants the lock to the next waiter, whichever Locker it belongs
+// to, with the releaser's settings (see the package documentation).
 type Config struct {
 	// Prefix starts every key and channel name (default DefaultPrefix). It
 	// must not contain '{' or '}', which would move the Cluster hash tag.
