@@ -115,8 +115,7 @@ func BenchmarkUncontended(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			b.ReportMetric(float64(lockbench.Mean(r.Acquire).Microseconds()), "acquire-us")
-			b.ReportMetric(float64(lockbench.Mean(r.Release).Microseconds()), "release-us")
+			r.Report(b)
 		})
 	}
 }
@@ -141,10 +140,7 @@ func BenchmarkContended8(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-			b.ReportMetric(r.GrantsPerSecond(), "grants/s")
-			b.ReportMetric(ms(lockbench.Percentile(r.Handoffs, 0.50)), "handoff-p50-ms")
-			b.ReportMetric(ms(lockbench.Percentile(r.Handoffs, 0.99)), "handoff-p99-ms")
+			r.Report(b)
 		})
 	}
 }

@@ -132,8 +132,7 @@ func BenchmarkUncontended(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			b.ReportMetric(float64(lockbench.Mean(r.Acquire).Nanoseconds())/1e3, "acquire-us")
-			b.ReportMetric(float64(lockbench.Mean(r.Release).Nanoseconds())/1e3, "release-us")
+			r.Report(b)
 		})
 	}
 }
@@ -163,10 +162,7 @@ func BenchmarkContended8(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-			b.ReportMetric(r.GrantsPerSecond(), "grants/s")
-			b.ReportMetric(ms(lockbench.Percentile(r.Handoffs, 0.50)), "handoff-p50-ms")
-			b.ReportMetric(ms(lockbench.Percentile(r.Handoffs, 0.99)), "handoff-p99-ms")
+			r.Report(b)
 			share := func(n int) float64 { return 100 * float64(n) / float64(r.Grants) }
 			b.ReportMetric(share(slices.Min(r.PerContender)), "min-share-%")
 			b.ReportMetric(share(slices.Max(r.PerContender)), "max-share-%")

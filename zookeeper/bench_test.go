@@ -67,8 +67,7 @@ func BenchmarkUncontended(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			b.ReportMetric(float64(lockbench.Mean(r.Acquire).Microseconds()), "acquire-us")
-			b.ReportMetric(float64(lockbench.Mean(r.Release).Microseconds()), "release-us")
+			r.Report(b)
 		})
 	}
 }
@@ -94,10 +93,7 @@ func benchContended(b *testing.B, hold time.Duration) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-			b.ReportMetric(r.GrantsPerSecond(), "grants/s")
-			b.ReportMetric(ms(lockbench.Percentile(r.Handoffs, 0.50)), "handoff-p50-ms")
-			b.ReportMetric(ms(lockbench.Percentile(r.Handoffs, 0.99)), "handoff-p99-ms")
+			r.Report(b)
 		})
 	}
 }

@@ -1,7 +1,8 @@
 // Package lockbench measures lock implementations one way for both the Go
 // benchmarks beside the anchor libraries and the fencelock bench command:
 // uncontended acquire+release latency, and contended grants/s with the
-// handoff time from a release to the next grant.
+// handoff time from a release to the next grant. The Report methods put
+// the results on a testing.B under the same metric names everywhere.
 package lockbench
 
 import (
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 )
 
@@ -184,4 +186,21 @@ func Mean(ds []time.Duration) time.Duration {
 		sum += d
 	}
 	return sum / time.Duration(len(ds))
+}
+
+// Report reports on b the mean acquire and release times, in µs
+// (acquire-us, release-us).
+func (r Uncontended) Report(b *testing.B) {
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	b.ReportMetric(us(Mean(r.Acquire)), "acquire-us")
+	b.ReportMetric(us(Mean(r.Release)), "release-us")
+}
+
+// Report reports on b the grants per second and the handoff p50 and p99,
+// in ms (grants/s, handoff-p50-ms, handoff-p99-ms).
+func (r Contended) Report(b *testing.B) {
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	b.ReportMetric(r.GrantsPerSecond(), "grants/s")
+	b.ReportMetric(ms(Percentile(r.Handoffs, 0.50)), "handoff-p50-ms")
+	b.ReportMetric(ms(Percentile(r.Handoffs, 0.99)), "handoff-p99-ms")
 }
