@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/internal/faultproxy"
+	"github.com/fencelock/fencelock/internal/locktest"
 )
 
 // URLCapabilities are the suite's settings for the networked schemes whose
@@ -46,9 +47,10 @@ type URLHarness struct {
 	caps    Capabilities
 	waiters bool // the backend's Status lists waiters
 
-	mu      sync.Mutex
-	proxies map[*backend.Locker][]*faultproxy.Proxy
-	admin   *backend.Locker
+	crashers locktest.Crashers
+
+	mu    sync.Mutex
+	admin *backend.Locker
 }
 
 // NewURLHarness returns a harness for rawURL with caps, or, if caps is the
@@ -70,8 +72,7 @@ func NewURLHarness(rawURL string, caps Capabilities) (*URLHarness, error) {
 			return nil, fmt.Errorf("%w: conformance: host %q needs an explicit port", backend.ErrInvalidURL, h)
 		}
 	}
-	return &URLHarness{rawURL: rawURL, caps: caps, waiters: urlListsWaiters[u.Scheme],
-		proxies: make(map[*backend.Locker][]*faultproxy.Proxy)}, nil
+	return &URLHarness{rawURL: rawURL, caps: caps, waiters: urlListsWaiters[u.Scheme]}, nil
 }
 
 // Harness returns h as the suite should see it: with WaiterRevoker where the
@@ -104,9 +105,12 @@ func (h *URLHarness) NewLocker(t testing.TB, opts ...backend.Option) *backend.Lo
 	defer cancel()
 	l, err := backend.Open(ctx, u.String(), opts...)
 	require.NoError(t, err)
-	h.mu.Lock()
-	h.proxies[l] = proxies
-	h.mu.Unlock()
+	h.crashers.Add(t, l, func() error {
+		for _, p := range proxies {
+			p.Cut()
+		}
+		return nil
+	})
 	t.Cleanup(func() {
 		if err := l.Close(); err != nil {
 			t.Logf("closing a Locker at the end of the test: %v", err)
@@ -119,15 +123,7 @@ func (h *URLHarness) NewLocker(t testing.TB, opts ...backend.Option) *backend.Lo
 }
 
 // Crash implements Harness: it cuts the Locker's proxies.
-func (h *URLHarness) Crash(t testing.TB, l *backend.Locker) {
-	h.mu.Lock()
-	proxies := h.proxies[l]
-	h.mu.Unlock()
-	require.NotEmpty(t, proxies, "Crash of a Locker this harness did not make")
-	for _, p := range proxies {
-		p.Cut()
-	}
-}
+func (h *URLHarness) Crash(t testing.TB, l *backend.Locker) { h.crashers.Crash(t, l) }
 
 func (h *URLHarness) adminLocker(t testing.TB) *backend.Locker {
 	h.mu.Lock()

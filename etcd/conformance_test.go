@@ -1,7 +1,6 @@
 package etcd
 
 import (
-	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +9,7 @@ import (
 
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/conformance"
+	"github.com/fencelock/fencelock/internal/locktest"
 )
 
 // harness runs the shared suite over the embedded server: one client per
@@ -20,8 +20,7 @@ type harness struct {
 	prefix string
 	admin  *clientv3.Client
 
-	mu      sync.Mutex
-	clients map[*backend.Locker]*clientv3.Client
+	crashers locktest.Crashers
 }
 
 func (h *harness) NewLocker(t testing.TB, opts ...backend.Option) *backend.Locker {
@@ -30,26 +29,15 @@ func (h *harness) NewLocker(t testing.TB, opts ...backend.Option) *backend.Locke
 	require.NoError(t, err)
 	l, err := New(c, h.prefix, opts...)
 	require.NoError(t, err)
-	h.mu.Lock()
-	h.clients[l] = c
-	h.mu.Unlock()
+	h.crashers.Add(t, l, c.Close)
 	t.Cleanup(func() {
 		_ = l.Close() // fails for a crashed Locker; its locks expire
 		_ = c.Close()
-		h.mu.Lock()
-		delete(h.clients, l)
-		h.mu.Unlock()
 	})
 	return l
 }
 
-func (h *harness) Crash(t testing.TB, l *backend.Locker) {
-	h.mu.Lock()
-	c := h.clients[l]
-	h.mu.Unlock()
-	require.NotNil(t, c, "Crash of a Locker this harness did not make")
-	require.NoError(t, c.Close())
-}
+func (h *harness) Crash(t testing.TB, l *backend.Locker) { h.crashers.Crash(t, l) }
 
 func (h *harness) Revoke(t testing.TB, ls *backend.Lease) {
 	t.Helper()
@@ -96,5 +84,5 @@ func (h *harness) Capabilities() conformance.Capabilities {
 }
 
 func TestConformance(t *testing.T) {
-	conformance.Run(t, &harness{prefix: testPrefix(t), admin: client(t), clients: make(map[*backend.Locker]*clientv3.Client)})
+	conformance.Run(t, &harness{prefix: testPrefix(t), admin: client(t)})
 }

@@ -2,7 +2,6 @@ package redis
 
 import (
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/conformance"
+	"github.com/fencelock/fencelock/internal/locktest"
 )
 
 // harness runs the shared suite over the shared server: one client per
@@ -21,8 +21,7 @@ type harness struct {
 	prefix string
 	admin  *goredis.Client
 
-	mu      sync.Mutex
-	clients map[*backend.Locker]*goredis.Client
+	crashers locktest.Crashers
 }
 
 func (h *harness) NewLocker(t testing.TB, opts ...backend.Option) *backend.Locker {
@@ -30,26 +29,15 @@ func (h *harness) NewLocker(t testing.TB, opts ...backend.Option) *backend.Locke
 	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 	l, err := NewWithConfig(c, Config{Prefix: h.prefix}, opts...)
 	require.NoError(t, err)
-	h.mu.Lock()
-	h.clients[l] = c
-	h.mu.Unlock()
+	h.crashers.Add(t, l, c.Close)
 	t.Cleanup(func() {
 		_ = l.Close() // fails for a crashed Locker; its locks expire
 		_ = c.Close()
-		h.mu.Lock()
-		delete(h.clients, l)
-		h.mu.Unlock()
 	})
 	return l
 }
 
-func (h *harness) Crash(t testing.TB, l *backend.Locker) {
-	h.mu.Lock()
-	c := h.clients[l]
-	h.mu.Unlock()
-	require.NotNil(t, c, "Crash of a Locker this harness did not make")
-	require.NoError(t, c.Close())
-}
+func (h *harness) Crash(t testing.TB, l *backend.Locker) { h.crashers.Crash(t, l) }
 
 func (h *harness) Revoke(t testing.TB, ls *backend.Lease) {
 	t.Helper()
@@ -66,5 +54,5 @@ func (h *harness) Capabilities() conformance.Capabilities {
 }
 
 func TestConformance(t *testing.T) {
-	conformance.Run(t, &harness{prefix: testPrefix(t), admin: newClient(t, srv.Addr()), clients: make(map[*backend.Locker]*goredis.Client)})
+	conformance.Run(t, &harness{prefix: testPrefix(t), admin: newClient(t, srv.Addr())})
 }

@@ -1,7 +1,6 @@
 package zookeeper
 
 import (
-	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +9,7 @@ import (
 
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/conformance"
+	"github.com/fencelock/fencelock/internal/locktest"
 	"github.com/fencelock/fencelock/internal/zktest"
 )
 
@@ -22,8 +22,7 @@ type harness struct {
 	prefix string
 	admin  *zk.Conn
 
-	mu      sync.Mutex
-	proxies map[*backend.Locker]*zktest.Proxy
+	crashers locktest.Crashers
 }
 
 // suiteTTL is the short TTL of the suite: the session timeout of its
@@ -34,24 +33,11 @@ func (h *harness) NewLocker(t testing.TB, opts ...backend.Option) *backend.Locke
 	t.Helper()
 	p := zktest.NewProxy(t, srv.Addr())
 	l := dialLocker(t, p.Addr(), h.prefix, suiteTTL, opts...)
-	h.mu.Lock()
-	h.proxies[l] = p
-	h.mu.Unlock()
-	t.Cleanup(func() {
-		h.mu.Lock()
-		delete(h.proxies, l)
-		h.mu.Unlock()
-	})
+	h.crashers.Add(t, l, func() error { p.Kill(); return nil })
 	return l
 }
 
-func (h *harness) Crash(t testing.TB, l *backend.Locker) {
-	h.mu.Lock()
-	p := h.proxies[l]
-	h.mu.Unlock()
-	require.NotNil(t, p, "Crash of a Locker this harness did not make")
-	p.Kill()
-}
+func (h *harness) Crash(t testing.TB, l *backend.Locker) { h.crashers.Crash(t, l) }
 
 func (h *harness) Revoke(t testing.TB, ls *backend.Lease) {
 	t.Helper()
@@ -77,5 +63,5 @@ func (h *harness) Capabilities() conformance.Capabilities {
 }
 
 func TestConformance(t *testing.T) {
-	conformance.Run(t, &harness{prefix: testPrefix(t), admin: srv.Connect(t, 10*time.Second), proxies: make(map[*backend.Locker]*zktest.Proxy)})
+	conformance.Run(t, &harness{prefix: testPrefix(t), admin: srv.Connect(t, 10*time.Second)})
 }
