@@ -71,75 +71,74 @@ func zk4lw(ctx context.Context, addr, cmd string) (string, error) {
 	return string(b), nil
 }
 
-func redisClient(addr string) *goredis.Client {
-	return goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1, DialTimeout: probeTimeout,
+// redisProbe runs probe with a client of its own of the server at addr,
+// bounded by probeTimeout.
+func redisProbe(ctx context.Context, addr string, probe func(context.Context, *goredis.Client) error) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	c := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1, DialTimeout: probeTimeout,
 		ReadTimeout: probeTimeout, WriteTimeout: probeTimeout, PoolSize: 1})
+	defer c.Close()
+	return probe(ctx, c)
 }
 
 // redisPing sends PING.
 func redisPing(ctx context.Context, addr string) error {
-	c := redisClient(addr)
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	return c.Ping(ctx).Err()
+	return redisProbe(ctx, addr, func(ctx context.Context, c *goredis.Client) error { return c.Ping(ctx).Err() })
 }
 
 // redisReplicaReady says whether the replica's link to the primary is up
 // and the primary counts it for WAIT.
 func redisReplicaReady(ctx context.Context, primary, replica string) error {
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	r := redisClient(replica)
-	defer r.Close()
-	if v, err := redistest.InfoField(ctx, r, "master_link_status"); err != nil || v != "up" {
-		return fmt.Errorf("replica link %q (%v)", v, err)
-	}
-	p := redisClient(primary)
-	defer p.Close()
-	if err := p.Incr(ctx, "fencelock-servers-ready").Err(); err != nil {
-		return err
-	}
-	n, err := p.Do(ctx, "WAIT", 1, 500).Int64()
-	if err != nil {
-		return err
-	}
-	if n < 1 {
-		return fmt.Errorf("WAIT 1: %d replicas acknowledged", n)
-	}
-	return nil
+	return redisProbe(ctx, replica, func(ctx context.Context, r *goredis.Client) error {
+		if v, err := redistest.InfoField(ctx, r, "master_link_status"); err != nil || v != "up" {
+			return fmt.Errorf("replica link %q (%v)", v, err)
+		}
+		// Within the replica probe's time: its ctx bounds this one.
+		return redisProbe(ctx, primary, func(ctx context.Context, p *goredis.Client) error {
+			if err := p.Incr(ctx, "fencelock-servers-ready").Err(); err != nil {
+				return err
+			}
+			n, err := p.Do(ctx, "WAIT", 1, 500).Int64()
+			if err != nil {
+				return err
+			}
+			if n < 1 {
+				return fmt.Errorf("WAIT 1: %d replicas acknowledged", n)
+			}
+			return nil
+		})
+	})
 }
 
 // redisIsPrimary says whether the server at addr is a primary.
 func redisIsPrimary(ctx context.Context, addr string) error {
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	c := redisClient(addr)
-	defer c.Close()
-	role, err := redistest.InfoField(ctx, c, "role")
-	if err != nil {
-		return err
-	}
-	if role != "master" {
-		return fmt.Errorf("%s is a %s", addr, role)
-	}
-	return nil
+	return redisProbe(ctx, addr, func(ctx context.Context, c *goredis.Client) error {
+		role, err := redistest.InfoField(ctx, c, "role")
+		if err != nil {
+			return err
+		}
+		if role != "master" {
+			return fmt.Errorf("%s is a %s", addr, role)
+		}
+		return nil
+	})
 }
 
 // sentinelPrimary asks the Sentinel at addr for the primary's host.
-func sentinelPrimary(ctx context.Context, addr string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	c := redisClient(addr)
-	defer c.Close()
-	v, err := c.Do(ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SentinelMaster).StringSlice()
-	if err != nil {
-		return "", err
-	}
-	if len(v) != 2 {
-		return "", fmt.Errorf("SENTINEL GET-MASTER-ADDR-BY-NAME: %q", v)
-	}
-	return v[0], nil
+func sentinelPrimary(ctx context.Context, addr string) (host string, err error) {
+	err = redisProbe(ctx, addr, func(ctx context.Context, c *goredis.Client) error {
+		v, err := c.Do(ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SentinelMaster).StringSlice()
+		if err != nil {
+			return err
+		}
+		if len(v) != 2 {
+			return fmt.Errorf("SENTINEL GET-MASTER-ADDR-BY-NAME: %q", v)
+		}
+		host = v[0]
+		return nil
+	})
+	return host, err
 }
 
 // sentinelReady says whether the Sentinel at addr names primary and knows
@@ -152,20 +151,18 @@ func sentinelReady(ctx context.Context, addr, primary string) error {
 	if host != primary {
 		return fmt.Errorf("the Sentinel names %q as the primary, want %q", host, primary)
 	}
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	c := redisClient(addr)
-	defer c.Close()
-	rs, err := c.Do(ctx, "SENTINEL", "REPLICAS", SentinelMaster).Slice()
-	if err != nil {
-		return err
-	}
-	for _, r := range rs {
-		if fields := replicaFields(r); fields["flags"] == "slave" && fields["master-link-status"] == "ok" {
-			return nil
+	return redisProbe(ctx, addr, func(ctx context.Context, c *goredis.Client) error {
+		rs, err := c.Do(ctx, "SENTINEL", "REPLICAS", SentinelMaster).Slice()
+		if err != nil {
+			return err
 		}
-	}
-	return fmt.Errorf("the Sentinel knows no healthy replica yet: %v", rs)
+		for _, r := range rs {
+			if fields := replicaFields(r); fields["flags"] == "slave" && fields["master-link-status"] == "ok" {
+				return nil
+			}
+		}
+		return fmt.Errorf("the Sentinel knows no healthy replica yet: %v", rs)
+	})
 }
 
 // replicaFields turns one entry of SENTINEL REPLICAS (a flat list of
@@ -187,11 +184,9 @@ func replicaFields(r any) map[string]string {
 
 // sentinelFailover sends SENTINEL FAILOVER.
 func sentinelFailover(ctx context.Context, addr string) error {
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	c := redisClient(addr)
-	defer c.Close()
-	return c.Do(ctx, "SENTINEL", "FAILOVER", SentinelMaster).Err()
+	return redisProbe(ctx, addr, func(ctx context.Context, c *goredis.Client) error {
+		return c.Do(ctx, "SENTINEL", "FAILOVER", SentinelMaster).Err()
+	})
 }
 
 // pgReady connects and runs SELECT 1.
