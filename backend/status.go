@@ -30,6 +30,20 @@ type Entry struct {
 	TTLLeft  time.Duration     // time until the server expires it if not renewed; negative if unknown
 }
 
+// Queued returns the Status of a lock whose acquisitions are entries in the
+// order of grants: the first holds, the others wait. No entries is a free
+// lock.
+func Queued(entries []Entry) Status {
+	var st Status
+	if len(entries) > 0 {
+		st.Holder = &entries[0]
+	}
+	if len(entries) > 1 {
+		st.Waiters = entries[1:]
+	}
+	return st
+}
+
 // Status reports who holds and who waits for the lock called name. It
 // returns an error matching errors.ErrUnsupported if the backend cannot tell.
 func (l *Locker) Status(ctx context.Context, name string) (Status, error) {

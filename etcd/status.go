@@ -22,8 +22,8 @@ func (d *driver) Inspect(ctx context.Context, name string) (backend.Status, erro
 	if err != nil {
 		return backend.Status{}, fmt.Errorf("etcd: status: %w", err)
 	}
-	var st backend.Status
-	for i, kv := range resp.Kvs {
+	var entries []backend.Entry
+	for _, kv := range resp.Kvs {
 		e := backend.Entry{Token: fencing.Token(kv.CreateRevision), TTLLeft: -1}
 		var v keyValue
 		if json.Unmarshal(kv.Value, &v) == nil {
@@ -38,13 +38,9 @@ func (d *driver) Inspect(ctx context.Context, name string) (backend.Status, erro
 				e.TTLLeft = time.Duration(ttl.TTL) * time.Second
 			}
 		}
-		if i == 0 {
-			st.Holder = &e
-		} else {
-			st.Waiters = append(st.Waiters, e)
-		}
+		entries = append(entries, e)
 	}
-	return st, nil
+	return backend.Queued(entries), nil
 }
 
 // Revoke implements backend.Revoker: it finds the key of name created at

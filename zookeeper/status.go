@@ -68,20 +68,16 @@ func (d *driver) Inspect(ctx context.Context, name string) (backend.Status, erro
 	if err != nil {
 		return backend.Status{}, err
 	}
-	var st backend.Status
-	for i, n := range nodes {
+	var entries []backend.Entry
+	for _, n := range nodes {
 		e := backend.Entry{Token: fencing.Token(n.stat.Czxid), TTLLeft: -1}
 		var v nodeValue
 		if json.Unmarshal(n.data, &v) == nil {
 			e.Holder, e.Metadata = v.Holder, v.Metadata
 		}
-		if i == 0 {
-			st.Holder = &e
-		} else {
-			st.Waiters = append(st.Waiters, e)
-		}
+		entries = append(entries, e)
 	}
-	return st, nil
+	return backend.Queued(entries), nil
 }
 
 // Revoke implements backend.Revoker: it deletes the lock node whose czxid is

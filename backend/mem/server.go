@@ -108,16 +108,12 @@ func (s *Server) keepAlive(l *lease) error {
 func (s *Server) status(name string) backend.Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var st backend.Status
-	for i, l := range s.queues[name] {
-		e := backend.Entry{Holder: l.holder, Metadata: l.meta, Token: l.token, TTLLeft: max(time.Until(l.renewed.Add(l.ttl)), 0)}
-		if i == 0 {
-			st.Holder = &e
-		} else {
-			st.Waiters = append(st.Waiters, e)
-		}
+	var entries []backend.Entry
+	for _, l := range s.queues[name] {
+		entries = append(entries, backend.Entry{Holder: l.holder, Metadata: l.meta, Token: l.token,
+			TTLLeft: max(time.Until(l.renewed.Add(l.ttl)), 0)})
 	}
-	return st
+	return backend.Queued(entries)
 }
 
 // enqueue appends l to its queue with a fresh token. Without wait it fails if
