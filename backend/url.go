@@ -149,6 +149,21 @@ func URLDuration(q url.Values, key string) (d time.Duration, ok bool, err error)
 	return d, true, nil
 }
 
+// URLUser returns the user name and password of u's userinfo, for adapters'
+// URL parsers; both are empty if u has none. A userinfo with an empty user
+// name is an error.
+func URLUser(u *url.URL) (user, password string, err error) {
+	if u.User == nil {
+		return "", "", nil
+	}
+	user = u.User.Username()
+	password, _ = u.User.Password()
+	if user == "" {
+		return "", "", errors.New("empty user name")
+	}
+	return user, password, nil
+}
+
 // HostPort checks one host[:port] of a URL's host list (IPv6 addresses in
 // brackets) and returns it as host:port, with defaultPort if it has none,
 // for adapters' URL parsers.

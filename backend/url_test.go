@@ -2,6 +2,7 @@ package backend_test
 
 import (
 	"context"
+	"net/url"
 	"testing"
 	"time"
 
@@ -75,4 +76,20 @@ func TestHostPort(t *testing.T) {
 		_, err := backend.HostPort(bad, "99")
 		assert.Errorf(t, err, "%q", bad)
 	}
+}
+
+func TestURLUser(t *testing.T) {
+	for raw, want := range map[string][2]string{
+		"etcd://h/x": {"", ""}, "etcd://u@h/x": {"u", ""}, "etcd://u:p%40ss@h/x": {"u", "p@ss"},
+	} {
+		u, err := url.Parse(raw)
+		require.NoError(t, err)
+		user, password, err := backend.URLUser(u)
+		require.NoErrorf(t, err, "%q", raw)
+		assert.Equalf(t, want, [2]string{user, password}, "%q", raw)
+	}
+	u, err := url.Parse("zk://:pw@h/x")
+	require.NoError(t, err)
+	_, _, err = backend.URLUser(u)
+	assert.ErrorContains(t, err, "empty user name")
 }

@@ -106,12 +106,9 @@ func parseURL(u *url.URL) (clientv3.Config, string, error) {
 		}
 		cfg.DialTimeout = d
 	}
-	if u.User != nil {
-		cfg.Username = u.User.Username()
-		cfg.Password, _ = u.User.Password()
-		if cfg.Username == "" {
-			return bad("empty user name")
-		}
+	var err error
+	if cfg.Username, cfg.Password, err = backend.URLUser(u); err != nil {
+		return bad("%v", err)
 	}
 
 	cacert, cert, key := q.Get("cacert"), q.Get("cert"), q.Get("key")

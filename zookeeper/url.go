@@ -112,12 +112,8 @@ func parseURL(u *url.URL) (Config, error) {
 		prefix = DefaultPrefix
 	}
 	cfg.Prefix = prefix
-	if u.User != nil {
-		cfg.User = u.User.Username()
-		cfg.Password, _ = u.User.Password()
-		if cfg.User == "" {
-			return bad("empty user name")
-		}
+	if cfg.User, cfg.Password, err = backend.URLUser(u); err != nil {
+		return bad("%v", err)
 	}
 	cfg.SessionTimeout = DefaultSessionTimeout
 	if d, ok, err := backend.URLDuration(u.Query(), "session_timeout"); err != nil {
