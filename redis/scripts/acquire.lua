@@ -13,16 +13,15 @@ local owner, ttl = ARGV[1], tonumber(ARGV[2])
 local now = now_ms()
 purge(KEYS[3], KEYS[4], now)
 local v = redis.call('GET', KEYS[1])
-if v then
-  local p = owner .. ':'
-  if string.sub(v, 1, #p) == p then
-    -- Ours already: a retry of an attempt whose reply was lost, or a
-    -- grant by a release whose message this waiter has not seen.
-    redis.call('PEXPIRE', KEYS[1], ttl)
-    dequeue(KEYS[3], KEYS[4], owner)
-    return {1, tonumber(string.sub(v, #p + 1))}
-  end
-else
+local mine = token_of(v, owner)
+if mine then
+  -- Ours already: a retry of an attempt whose reply was lost, or a grant
+  -- by a release whose message this waiter has not seen.
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  dequeue(KEYS[3], KEYS[4], owner)
+  return {1, mine}
+end
+if not v then
   local h = head(KEYS[3])
   if not h or h == owner then
     dequeue(KEYS[3], KEYS[4], owner)

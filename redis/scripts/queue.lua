@@ -23,6 +23,16 @@ local function purge(q, e, now)
   return #dead
 end
 
+-- token_of returns the token in lock value v if v is owner's
+-- ("<owner>:<token>"), else nil.
+local function token_of(v, owner)
+  local p = owner .. ':'
+  if v and string.sub(v, 1, #p) == p then
+    return tonumber(string.sub(v, #p + 1))
+  end
+  return nil
+end
+
 -- head returns the owner next in line, or nil.
 local function head(q)
   return redis.call('ZRANGE', q, 0, 0)[1]

@@ -9,8 +9,7 @@
 -- key.
 local owner, ttl = ARGV[1], tonumber(ARGV[2])
 local v = redis.call('GET', KEYS[1])
-local p = owner .. ':'
-if v and string.sub(v, 1, #p) == p then
+if token_of(v, owner) then
   redis.call('PEXPIRE', KEYS[1], ttl)
   return 1
 end

@@ -7,9 +7,8 @@
 -- Returns 1 if the lock key was deleted, 0 if it was gone or someone else's.
 local owner = ARGV[1]
 local v = redis.call('GET', KEYS[1])
-local p = owner .. ':'
 local deleted = 0
-if v and string.sub(v, 1, #p) == p then
+if token_of(v, owner) then
   redis.call('DEL', KEYS[1])
   deleted = 1
 end
