@@ -49,6 +49,27 @@ func (h *harness) Revoke(t testing.TB, ls *backend.Lease) {
 	require.NoError(t, h.admin.Del(ctx, key).Err())
 }
 
+// RevokeWaiters removes every queue entry of name and wakes its waiter (a
+// message naming it on its Locker's wake channel), whose next attempt then
+// finds the entry gone; without the message it would find out from its
+// next renewal.
+func (h *harness) RevokeWaiters(t testing.TB, name string) int {
+	t.Helper()
+	ctx := tctx(t, 10*time.Second)
+	k := keysOf(h.prefix, name)
+	owners, err := h.admin.ZRange(ctx, k.queue, 0, -1).Result()
+	require.NoError(t, err)
+	for _, o := range owners {
+		require.NoError(t, h.admin.ZRem(ctx, k.queue, o).Err())
+		require.NoError(t, h.admin.ZRem(ctx, k.expiry, o).Err())
+		lockerID, _, _ := strings.Cut(o, ".")
+		require.NoError(t, h.admin.Publish(ctx, wakeChannel(h.prefix, lockerID), o).Err())
+	}
+	return len(owners)
+}
+
+var _ conformance.WaiterRevoker = (*harness)(nil)
+
 func (h *harness) Capabilities() conformance.Capabilities {
 	return conformance.Capabilities{FIFO: true, TTL: 500 * time.Millisecond, MinTTL: MinTTL}
 }

@@ -115,9 +115,10 @@
 // by a crashed waiter lapses within a TTL and is purged by the next script
 // that touches the queue. Until then the lock stays promised to it: a
 // crashed waiter delays the others by at most its TTL, as a crashed holder
-// does. A waiter whose entry lapsed (it could not renew it in time) fails
-// with backend.ErrLeaseLost, as an etcd or ZooKeeper waiter whose lease
-// expired does.
+// does. A waiter whose entry lapsed (it could not renew it in time) or was
+// removed by an operator fails with backend.ErrLeaseLost at its next
+// renewal or attempt, as an etcd or ZooKeeper waiter whose lease expired
+// does; it never joins the queue again at the tail.
 //
 // Notices can be lost (a pub/sub connection that broke, a holder that
 // crashed, a release by another tool or a raw DEL publish nothing), so a

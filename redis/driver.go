@@ -287,12 +287,21 @@ type acquireResult struct {
 	wait int64
 }
 
-// acquire runs the acquire script once (and WAIT after it if configured);
-// with queue, an acquisition that is not granted joins the lock's queue.
-func (d *driver) acquire(ctx context.Context, l *lease, queue bool) (acquireResult, error) {
+// queueMode says what an acquire script that does not grant the lock does
+// with the lock's queue.
+type queueMode string
+
+const (
+	queueNo   queueMode = "0" // nothing: a TryAcquire, or a first try
+	queueJoin queueMode = "1" // join it at the tail
+	queueStay queueMode = "2" // renew the entry an earlier attempt made; lost if it is gone
+)
+
+// acquire runs the acquire script once (and WAIT after it if configured).
+func (d *driver) acquire(ctx context.Context, l *lease, mode queueMode) (acquireResult, error) {
 	d.attempts.Add(1)
 	k := []string{l.k.lock, l.k.counter, l.k.queue, l.k.expiry}
-	args := []any{l.owner, l.ttlMs, flag(queue), flag(d.cfg.ClockFloor), wakeChannel(d.cfg.Prefix, ""), flag(d.direct())}
+	args := []any{l.owner, l.ttlMs, string(mode), flag(d.cfg.ClockFloor), wakeChannel(d.cfg.Prefix, ""), flag(d.direct())}
 	if d.cfg.WaitReplicas == 0 {
 		res, err := acquireScript.Run(ctx, d.c, k, args...).Int64Slice()
 		return parseAcquire(res, err)
@@ -354,6 +363,8 @@ func parseAcquire(res []int64, err error) (acquireResult, error) {
 		return acquireResult{granted: true, token: res[1]}, nil
 	case len(res) == 3 && res[0] == 0:
 		return acquireResult{next: res[2] == 1, wait: res[1]}, nil
+	case len(res) == 1 && res[0] == -1:
+		return acquireResult{}, fmt.Errorf("%w: redis: queue entry lapsed or was removed", backend.ErrLeaseLost)
 	}
 	return acquireResult{}, fmt.Errorf("redis: acquire script returned %v", res)
 }

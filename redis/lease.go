@@ -104,7 +104,8 @@ func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 		case err == nil && res.granted:
 			return l.result(sent, res, nil)
 		case err != nil:
-			if ctx.Err() != nil || errors.Is(err, goredis.ErrClosed) || errors.Is(err, ErrNotReplicated) {
+			if ctx.Err() != nil || errors.Is(err, goredis.ErrClosed) || errors.Is(err, ErrNotReplicated) ||
+				errors.Is(err, backend.ErrLeaseLost) {
 				return l.result(sent, res, err)
 			}
 			// Try again; if the server stays unreachable, renewals fail
@@ -164,11 +165,22 @@ func (l *lease) fallback(ms int64) time.Duration {
 }
 
 // attempt runs the acquire script once; sent is when it was sent. With
-// queue, a refused acquisition is in the queue afterwards.
+// queue, a refused acquisition is in the queue afterwards: it joins it, or,
+// if an earlier attempt queued it, it must still be there (else the attempt
+// fails with ErrLeaseLost: its entry lapsed or was removed).
 func (l *lease) attempt(ctx context.Context, queue bool) (time.Time, acquireResult, error) {
-	l.setState(stUnknown)
+	l.mu.Lock()
+	l.st = stUnknown
+	mode := queueNo
+	if queue {
+		mode = queueJoin
+		if l.queued {
+			mode = queueStay
+		}
+	}
+	l.mu.Unlock()
 	sent := time.Now()
-	res, err := l.d.acquire(ctx, l, queue)
+	res, err := l.d.acquire(ctx, l, mode)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
@@ -181,12 +193,6 @@ func (l *lease) attempt(ctx context.Context, queue bool) (time.Time, acquireResu
 		l.failing = nil
 	}
 	return sent, res, err
-}
-
-func (l *lease) setState(st state) {
-	l.mu.Lock()
-	l.st = st
-	l.mu.Unlock()
 }
 
 // result ends Lock: a grant moves the lease to held. After an error the

@@ -2,13 +2,15 @@
 -- is in line, and issue a token; otherwise (when asked to) join the queue.
 -- KEYS[1] lock key, KEYS[2] token counter, KEYS[3] queue, KEYS[4] queue
 -- expiries. ARGV[1] owner (this acquisition's id), ARGV[2] TTL in ms,
--- ARGV[3] "1" to queue when not granted, ARGV[4] "1" for the clock floor,
--- ARGV[5] the wake channels' prefix, ARGV[6] "1" to grant a free lock to an
--- earlier waiter directly (see hand_over).
+-- ARGV[3] what to do with the queue when not granted: "0" nothing, "1" join
+-- it, "2" renew the entry an earlier attempt made; ARGV[4] "1" for the
+-- clock floor, ARGV[5] the wake channels' prefix, ARGV[6] "1" to grant a
+-- free lock to an earlier waiter directly (see hand_over).
 -- Returns {1, token} when granted, {0, ms, next} when not: next is 1 if no
 -- earlier waiter is in line, and ms how long the lock key will still live
 -- (-1: no expiry); else next is 0 and ms the time left to the first
--- waiter's entry (it may have crashed).
+-- waiter's entry (it may have crashed); {-1} if ARGV[3] is "2" and the
+-- entry is gone (it lapsed, or an operator removed it).
 local owner, ttl = ARGV[1], tonumber(ARGV[2])
 local now = now_ms()
 purge(KEYS[3], KEYS[4], now)
@@ -21,6 +23,9 @@ if mine then
   dequeue(KEYS[3], KEYS[4], owner)
   return {1, mine}
 end
+if ARGV[3] == '2' and not redis.call('ZSCORE', KEYS[3], owner) then
+  return {-1}
+end
 if not v then
   local h = head(KEYS[3])
   if not h or h == owner then
@@ -31,7 +36,7 @@ if not v then
   -- entries ahead of it lapsed, and nobody told it).
   hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[4], ARGV[6])
 end
-if ARGV[3] == '1' then
+if ARGV[3] ~= '0' then
   enqueue(KEYS[3], KEYS[4], owner, ttl, now)
 end
 local h = head(KEYS[3])
