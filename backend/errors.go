@@ -21,7 +21,8 @@ var (
 	// control character.
 	ErrInvalidName = errors.New("fencelock: invalid lock name")
 	// ErrInvalidOption: an option value is out of range or not supported by
-	// the backend.
+	// the backend, or another argument is unusable (a nil client, an empty
+	// or malformed acquisition id).
 	ErrInvalidOption = errors.New("fencelock: invalid option")
 	// ErrInvalidURL: a backend URL cannot be parsed, names an unknown scheme
 	// or carries an unknown or malformed query parameter.

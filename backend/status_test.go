@@ -104,3 +104,101 @@ func TestRevokeOnMem(t *testing.T) {
 	_, err = l.Revoke(ctx, "r", 1)
 	assert.ErrorIs(t, err, errors.ErrUnsupported)
 }
+
+func TestRevokeIDOnMem(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	srv := mem.NewServer()
+	locker := func() *backend.Locker {
+		l, err := mem.New(srv.Connect())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = l.Close() })
+		return l
+	}
+	holder, admin := locker(), locker()
+	type result struct {
+		ls  *backend.Lease
+		err error
+	}
+	goAcquire := func() <-chan result {
+		ch := make(chan result, 1)
+		l := locker()
+		go func() {
+			ls, err := l.Acquire(ctx, "r")
+			ch <- result{ls, err}
+		}()
+		return ch
+	}
+
+	held, err := holder.Acquire(ctx, "r")
+	require.NoError(t, err)
+	first := goAcquire()
+	require.Eventually(t, func() bool { return srv.Queued("r") == 2 }, 5*time.Second, 5*time.Millisecond)
+	second := goAcquire()
+	require.Eventually(t, func() bool { return srv.Queued("r") == 3 }, 5*time.Second, 5*time.Millisecond)
+	st, err := admin.Status(ctx, "r")
+	require.NoError(t, err)
+	require.NotNil(t, st.Holder)
+	require.Len(t, st.Waiters, 2)
+	ids := map[string]bool{st.Holder.ID: true, st.Waiters[0].ID: true, st.Waiters[1].ID: true}
+	assert.Len(t, ids, 3, "every acquisition has an id of its own")
+	assert.NotContains(t, ids, "")
+
+	found, err := admin.RevokeID(ctx, "r", "no-such-id")
+	require.NoError(t, err)
+	assert.False(t, found)
+
+	// A revoked waiter fails; the holder and the other waiter keep their places.
+	found, err = admin.RevokeID(ctx, "r", st.Waiters[0].ID)
+	require.NoError(t, err)
+	assert.True(t, found)
+	select {
+	case r := <-first:
+		assert.Nil(t, r.ls)
+		assert.ErrorIs(t, r.err, backend.ErrLeaseLost)
+	case <-ctx.Done():
+		t.Fatal("the revoked waiter still waits")
+	}
+	assert.NoError(t, held.Err())
+	found, err = admin.RevokeID(ctx, "r", st.Waiters[0].ID)
+	require.NoError(t, err)
+	assert.False(t, found, "an id revoked already")
+
+	// A revoked holder is told, and the next waiter is granted.
+	found, err = admin.RevokeID(ctx, "r", st.Holder.ID)
+	require.NoError(t, err)
+	assert.True(t, found)
+	select {
+	case <-held.Done():
+	case <-ctx.Done():
+		t.Fatal("the revoked holder was not told")
+	}
+	assert.ErrorIs(t, held.Err(), backend.ErrLeaseLost)
+	select {
+	case r := <-second:
+		require.NoError(t, r.err)
+		assert.Greater(t, r.ls.Token(), held.Token())
+		require.NoError(t, r.ls.Release(ctx))
+	case <-ctx.Done():
+		t.Fatal("the next waiter was not granted")
+	}
+}
+
+func TestRevokeIDInput(t *testing.T) {
+	ctx := context.Background()
+	l, err := mem.New(mem.NewServer().Connect())
+	require.NoError(t, err)
+	defer l.Close()
+	_, err = l.RevokeID(ctx, "r", "")
+	assert.ErrorIs(t, err, backend.ErrInvalidOption)
+	_, err = l.RevokeID(ctx, "", "1")
+	assert.ErrorIs(t, err, backend.ErrInvalidName)
+
+	// Inputs are checked before the driver is asked whether it can.
+	u, err := backend.New(noInspect{})
+	require.NoError(t, err)
+	_, err = u.RevokeID(ctx, "r", "")
+	assert.ErrorIs(t, err, backend.ErrInvalidOption)
+	_, err = u.RevokeID(ctx, "r", "1")
+	assert.ErrorIs(t, err, errors.ErrUnsupported)
+}

@@ -81,6 +81,14 @@ func (d *driver) Revoke(ctx context.Context, name string, token fencing.Token) (
 	return d.conn.srv.Revoke(name, token), nil
 }
 
+// RevokeID implements backend.IDRevoker.
+func (d *driver) RevokeID(ctx context.Context, name, id string) (bool, error) {
+	if err := d.conn.check(); err != nil {
+		return false, err
+	}
+	return d.conn.srv.RevokeID(name, id), nil
+}
+
 func (d *driver) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -61,6 +62,23 @@ func (s *Server) Revoke(name string, token fencing.Token) bool {
 	return false
 }
 
+// RevokeID ends the lease that holds or waits for lock name whose
+// backend.Entry.ID is id, as Revoke does; it reports whether there was one.
+func (s *Server) RevokeID(name, id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.queues[name] {
+		if l.idString() == id {
+			s.endLocked(l)
+			return true
+		}
+	}
+	return false
+}
+
+// idString is l's backend.Entry.ID: its lease number.
+func (l *lease) idString() string { return strconv.FormatUint(l.id, 10) }
+
 // Holder returns the token of the current holder of name, or zero.
 func (s *Server) Holder(name string) fencing.Token {
 	s.mu.Lock()
@@ -110,7 +128,7 @@ func (s *Server) status(name string) backend.Status {
 	defer s.mu.Unlock()
 	var entries []backend.Entry
 	for _, l := range s.queues[name] {
-		entries = append(entries, backend.Entry{Holder: l.holder, Metadata: l.meta, Token: l.token,
+		entries = append(entries, backend.Entry{ID: l.idString(), Holder: l.holder, Metadata: l.meta, Token: l.token,
 			TTLLeft: max(time.Until(l.renewed.Add(l.ttl)), 0)})
 	}
 	return backend.Queued(entries)
