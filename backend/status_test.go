@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/backend/mem"
+	"github.com/fencelock/fencelock/internal/locktest"
 )
 
 func TestStatusOnMem(t *testing.T) {
@@ -106,82 +107,17 @@ func TestRevokeOnMem(t *testing.T) {
 }
 
 func TestRevokeIDOnMem(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	srv := mem.NewServer()
-	locker := func() *backend.Locker {
-		l, err := mem.New(srv.Connect())
+	locker := func(opts ...backend.Option) *backend.Locker {
+		l, err := mem.New(srv.Connect(), opts...)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = l.Close() })
 		return l
 	}
-	holder, admin := locker(), locker()
-	type result struct {
-		ls  *backend.Lease
-		err error
-	}
-	goAcquire := func() <-chan result {
-		ch := make(chan result, 1)
-		l := locker()
-		go func() {
-			ls, err := l.Acquire(ctx, "r")
-			ch <- result{ls, err}
-		}()
-		return ch
-	}
-
-	held, err := holder.Acquire(ctx, "r")
-	require.NoError(t, err)
-	first := goAcquire()
-	require.Eventually(t, func() bool { return srv.Queued("r") == 2 }, 5*time.Second, 5*time.Millisecond)
-	second := goAcquire()
-	require.Eventually(t, func() bool { return srv.Queued("r") == 3 }, 5*time.Second, 5*time.Millisecond)
-	st, err := admin.Status(ctx, "r")
-	require.NoError(t, err)
-	require.NotNil(t, st.Holder)
-	require.Len(t, st.Waiters, 2)
-	ids := map[string]bool{st.Holder.ID: true, st.Waiters[0].ID: true, st.Waiters[1].ID: true}
-	assert.Len(t, ids, 3, "every acquisition has an id of its own")
-	assert.NotContains(t, ids, "")
-
-	found, err := admin.RevokeID(ctx, "r", "no-such-id")
+	locktest.RevokeID(t, locker(backend.WithTTL(time.Minute)), locker(), [2]*backend.Locker{locker(), locker()}, "r", 5*time.Second)
+	found, err := locker().RevokeID(context.Background(), "r", "12345")
 	require.NoError(t, err)
 	assert.False(t, found)
-
-	// A revoked waiter fails; the holder and the other waiter keep their places.
-	found, err = admin.RevokeID(ctx, "r", st.Waiters[0].ID)
-	require.NoError(t, err)
-	assert.True(t, found)
-	select {
-	case r := <-first:
-		assert.Nil(t, r.ls)
-		assert.ErrorIs(t, r.err, backend.ErrLeaseLost)
-	case <-ctx.Done():
-		t.Fatal("the revoked waiter still waits")
-	}
-	assert.NoError(t, held.Err())
-	found, err = admin.RevokeID(ctx, "r", st.Waiters[0].ID)
-	require.NoError(t, err)
-	assert.False(t, found, "an id revoked already")
-
-	// A revoked holder is told, and the next waiter is granted.
-	found, err = admin.RevokeID(ctx, "r", st.Holder.ID)
-	require.NoError(t, err)
-	assert.True(t, found)
-	select {
-	case <-held.Done():
-	case <-ctx.Done():
-		t.Fatal("the revoked holder was not told")
-	}
-	assert.ErrorIs(t, held.Err(), backend.ErrLeaseLost)
-	select {
-	case r := <-second:
-		require.NoError(t, r.err)
-		assert.Greater(t, r.ls.Token(), held.Token())
-		require.NoError(t, r.ls.Release(ctx))
-	case <-ctx.Done():
-		t.Fatal("the next waiter was not granted")
-	}
 }
 
 func TestRevokeIDInput(t *testing.T) {
