@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -14,7 +16,8 @@ import (
 
 // Inspect implements backend.Inspector: one read of the name's keys in
 // create-revision order (the holder first, then the queue), and one
-// TimeToLive per key for the TTL left. Keys of concurrency.Mutex or etcdctl
+// TimeToLive per key for the TTL left. An entry's ID is its key and the
+// key's create revision (see entryID). Keys of concurrency.Mutex or etcdctl
 // holders show with an empty holder.
 func (d *driver) Inspect(ctx context.Context, name string) (backend.Status, error) {
 	resp, err := d.client.Get(ctx, nameDir(d.prefix, name), clientv3.WithPrefix(),
@@ -24,7 +27,7 @@ func (d *driver) Inspect(ctx context.Context, name string) (backend.Status, erro
 	}
 	var entries []backend.Entry
 	for _, kv := range resp.Kvs {
-		e := backend.Entry{Token: fencing.Token(kv.CreateRevision), TTLLeft: -1}
+		e := backend.Entry{ID: entryID(string(kv.Key), kv.CreateRevision), Token: fencing.Token(kv.CreateRevision), TTLLeft: -1}
 		var v keyValue
 		if json.Unmarshal(kv.Value, &v) == nil {
 			e.Holder, e.Metadata = v.Holder, v.Metadata
@@ -69,4 +72,49 @@ func (d *driver) Revoke(ctx context.Context, name string, token fencing.Token) (
 		return false, fmt.Errorf("etcd: revoke: delete %q: %w", kv.Key, err)
 	}
 	return del.Succeeded, nil
+}
+
+// entryID is the backend.Entry.ID of the acquisition whose key was created
+// at revision rev: "<key>@<rev>". The key alone would not do: a Locker
+// reuses its idle leases, and with them their keys, so a later acquisition
+// of the same name may write the same key again.
+func entryID(key string, rev int64) string {
+	return key + "@" + strconv.FormatInt(rev, 10)
+}
+
+// parseEntryID returns the key and create revision in id, an entryID of a
+// key directly under dir, or an error matching backend.ErrInvalidOption.
+func parseEntryID(dir, id string) (key string, rev int64, err error) {
+	i := strings.LastIndexByte(id, '@')
+	if i < 0 {
+		return "", 0, fmt.Errorf("%w: etcd: acquisition id %q is not \"<key>@<create revision>\"", backend.ErrInvalidOption, id)
+	}
+	key = id[:i]
+	rev, err = strconv.ParseInt(id[i+1:], 10, 64)
+	if err != nil || rev <= 0 {
+		return "", 0, fmt.Errorf("%w: etcd: acquisition id %q has no create revision", backend.ErrInvalidOption, id)
+	}
+	child, ok := strings.CutPrefix(key, dir)
+	if !ok || child == "" || strings.Contains(child, "/") {
+		return "", 0, fmt.Errorf("%w: etcd: acquisition id %q is not of a key directly under %q", backend.ErrInvalidOption, id, dir)
+	}
+	return key, rev, nil
+}
+
+// RevokeID implements backend.IDRevoker with one Txn: it deletes the key in
+// id if it still has the create revision in id. A holder's watch on its own
+// key reports the loss, a waiter's ends its wait with ErrLeaseLost, and the
+// next waiter's watch on its predecessor grants it the lock; the lease
+// behind the key is revoked by its own Locker when it finds the key gone.
+func (d *driver) RevokeID(ctx context.Context, name, id string) (bool, error) {
+	key, rev, err := parseEntryID(nameDir(d.prefix, name), id)
+	if err != nil {
+		return false, err
+	}
+	resp, err := d.client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+		Then(clientv3.OpDelete(key)).Commit()
+	if err != nil {
+		return false, fmt.Errorf("etcd: revoke: delete %q: %w", key, err)
+	}
+	return resp.Succeeded, nil
 }

@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/internal/locktest"
 )
 
 func TestStatusListsHolderAndQueue(t *testing.T) {
@@ -47,4 +48,38 @@ func TestStatusListsHolderAndQueue(t *testing.T) {
 	release(t, held)
 	require.NoError(t, <-mutexDone)
 	require.NoError(t, m.Unlock(ctx))
+}
+
+func TestRevokeID(t *testing.T) {
+	pfx := testPrefix(t)
+	admin := locker(t, pfx)
+	locktest.RevokeID(t, locker(t, pfx, backend.WithTTL(long)), admin,
+		[2]*backend.Locker{locker(t, pfx, backend.WithTTL(long)), locker(t, pfx, backend.WithTTL(long))}, "job", 5*time.Second)
+	ctx := tctx(t, 20*time.Second)
+
+	// A Locker reuses its idle leases, and so its keys: the id of an
+	// acquisition that ended never names a later one with the same key.
+	l := locker(t, pfx, backend.WithTTL(long))
+	first, err := l.Acquire(ctx, "again")
+	require.NoError(t, err)
+	st, err := admin.Status(ctx, "again")
+	require.NoError(t, err)
+	require.NotNil(t, st.Holder)
+	old, key := st.Holder.ID, keyOf(t, client(t), pfx, first).Key
+	release(t, first)
+	second, err := l.Acquire(ctx, "again")
+	require.NoError(t, err)
+	require.Equal(t, string(key), string(keyOf(t, client(t), pfx, second).Key), "the pooled lease's key is written again")
+	found, err := admin.RevokeID(ctx, "again", old)
+	require.NoError(t, err)
+	assert.False(t, found, "the id of an ended acquisition")
+	require.NoError(t, second.Err())
+	release(t, second)
+
+	dir := nameDir(pfx, "again")
+	for _, id := range []string{"x", dir + "1", dir + "1@", dir + "1@x", dir + "1@0", dir + "@5", dir + "a/b@5",
+		nameDir(pfx, "other") + "1@5", pfx + "/1@5"} {
+		_, err := admin.RevokeID(ctx, "again", id)
+		assert.ErrorIs(t, err, backend.ErrInvalidOption, "id %q", id)
+	}
 }
