@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path"
 	"sort"
+	"strings"
 
 	"github.com/go-zookeeper/zk"
 
@@ -59,8 +61,8 @@ func (d *driver) lockNodes(ctx context.Context, name string) ([]lockNode, error)
 }
 
 // Inspect implements backend.Inspector: the holder first, then the waiters
-// in queue order, each with the holder identity stored in its node and its
-// czxid as the token. A ZooKeeper lease is its session, whose remaining time
+// in queue order, each with its node's name as its ID, the holder identity
+// stored in its node and its czxid as the token. A ZooKeeper lease is its session, whose remaining time
 // the server does not tell, so TTLLeft is unknown (negative). Nodes of
 // zk.Lock or Curator holders show unnamed.
 func (d *driver) Inspect(ctx context.Context, name string) (backend.Status, error) {
@@ -70,7 +72,7 @@ func (d *driver) Inspect(ctx context.Context, name string) (backend.Status, erro
 	}
 	var entries []backend.Entry
 	for _, n := range nodes {
-		e := backend.Entry{Token: fencing.Token(n.stat.Czxid), TTLLeft: -1}
+		e := backend.Entry{ID: path.Base(n.path), Token: fencing.Token(n.stat.Czxid), TTLLeft: -1}
 		var v nodeValue
 		if json.Unmarshal(n.data, &v) == nil {
 			e.Holder, e.Metadata = v.Holder, v.Metadata
@@ -106,4 +108,29 @@ func (d *driver) Revoke(ctx context.Context, name string, token fencing.Token) (
 		return true, nil
 	}
 	return false, nil
+}
+
+// RevokeID implements backend.IDRevoker: it deletes the lock node named id
+// (any version: its sequence number makes the name the acquisition's alone),
+// as a session expiry would. The holder's node watch reports the loss, a
+// waiter's watch on its own node ends its wait with ErrLeaseLost, and the
+// next waiter's watch on its predecessor grants it the lock. An id with a
+// '/' or that is not a lock node's name is refused.
+func (d *driver) RevokeID(ctx context.Context, name, id string) (bool, error) {
+	if _, ok := lockSeq(id); !ok || strings.Contains(id, "/") {
+		return false, fmt.Errorf("%w: zookeeper: %q is not the name of a lock node", backend.ErrInvalidOption, id)
+	}
+	s, err := d.session(ctx, d.defaultTTL)
+	if err != nil {
+		return false, err
+	}
+	node := lockDir(d.prefix, name) + "/" + id
+	err = call(ctx, func() error { return s.conn.Delete(node, -1) })
+	switch {
+	case errors.Is(err, zk.ErrNoNode):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("zookeeper: delete %s: %w", node, err)
+	}
+	return true, nil
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/internal/locktest"
 )
 
 func TestStatusAndRevoke(t *testing.T) {
@@ -60,4 +61,20 @@ func TestStatusAndRevoke(t *testing.T) {
 		t.Fatal("the revoked holder was not told")
 	}
 	assert.ErrorIs(t, ls.Release(ctx), backend.ErrLeaseLost)
+}
+
+func TestRevokeID(t *testing.T) {
+	prefix := testPrefix(t)
+	l := func() *backend.Locker { return dialLocker(t, srv.Addr(), prefix, suiteTTL) }
+	admin := l()
+	locktest.RevokeID(t, l(), admin, [2]*backend.Locker{l(), l()}, "job", 5*time.Second)
+
+	ctx := tctx(t, 10*time.Second)
+	found, err := admin.RevokeID(ctx, "job", "_c_0123456789abcdef0123456789abcdef-lock-9999999999")
+	require.NoError(t, err)
+	assert.False(t, found, "no such node")
+	for _, id := range []string{"x", "lock-", "lock-1x", "a/lock-1", "../x/lock-1"} {
+		_, err := admin.RevokeID(ctx, "job", id)
+		assert.ErrorIs(t, err, backend.ErrInvalidOption, "id %q", id)
+	}
 }
