@@ -114,7 +114,7 @@ func TestRevokeIDOnMem(t *testing.T) {
 		t.Cleanup(func() { _ = l.Close() })
 		return l
 	}
-	locktest.RevokeID(t, locker(backend.WithTTL(time.Minute)), locker(), [2]*backend.Locker{locker(), locker()}, "r", 5*time.Second)
+	locktest.RevokeID(t, locker(backend.WithTTL(time.Minute)), locker(), [2]*backend.Locker{locker(), locker()}, "r", time.Second, 5*time.Second)
 	found, err := locker().RevokeID(context.Background(), "r", "12345")
 	require.NoError(t, err)
 	assert.False(t, found)

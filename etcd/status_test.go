@@ -54,7 +54,7 @@ func TestRevokeID(t *testing.T) {
 	pfx := testPrefix(t)
 	admin := locker(t, pfx)
 	locktest.RevokeID(t, locker(t, pfx, backend.WithTTL(long)), admin,
-		[2]*backend.Locker{locker(t, pfx, backend.WithTTL(long)), locker(t, pfx, backend.WithTTL(long))}, "job", 5*time.Second)
+		[2]*backend.Locker{locker(t, pfx, backend.WithTTL(long)), locker(t, pfx, backend.WithTTL(long))}, "job", 2*time.Second, 5*time.Second)
 	ctx := tctx(t, 20*time.Second)
 
 	// A Locker reuses its idle leases, and so its keys: the id of an

@@ -67,7 +67,7 @@ func TestRevokeID(t *testing.T) {
 	prefix := testPrefix(t)
 	l := func() *backend.Locker { return dialLocker(t, srv.Addr(), prefix, suiteTTL) }
 	admin := l()
-	locktest.RevokeID(t, l(), admin, [2]*backend.Locker{l(), l()}, "job", 5*time.Second)
+	locktest.RevokeID(t, l(), admin, [2]*backend.Locker{l(), l()}, "job", 2*time.Second, 5*time.Second)
 
 	ctx := tctx(t, 10*time.Second)
 	found, err := admin.RevokeID(ctx, "job", "_c_0123456789abcdef0123456789abcdef-lock-9999999999")
