@@ -25,10 +25,12 @@ var (
 
 // Inspect implements backend.Inspector with one script call: the holder's
 // token and TTL left, and the queue in the order of grants, each waiter
-// with the time left before its entry lapses unless renewed. Holder
+// with the time left before its entry lapses unless renewed. An entry's ID
+// is its owner id, the same while it waits and once it holds. Holder
 // identities and metadata are not stored (the lock value is "<owner
 // id>:<token>"), and a waiter has no token before its grant. A key written
-// by another library (redsync, bsm/redislock) shows with a zero token.
+// by another library (redsync, bsm/redislock) shows with a zero token and
+// its value as its ID.
 func (d *driver) Inspect(ctx context.Context, name string) (backend.Status, error) {
 	k := keysOf(d.cfg.Prefix, name)
 	res, err := inspectScript.Run(ctx, d.c, []string{k.lock, k.queue, k.expiry}).Slice()
@@ -40,10 +42,10 @@ func (d *driver) Inspect(ctx context.Context, name string) (backend.Status, erro
 	}
 	var st backend.Status
 	if value, ok := res[0].(string); ok {
-		e := backend.Entry{TTLLeft: -1}
+		e := backend.Entry{ID: value, TTLLeft: -1}
 		if i := strings.LastIndexByte(value, ':'); i >= 0 {
 			if tok, err := fencing.ParseToken(value[i+1:]); err == nil {
-				e.Token = tok
+				e.ID, e.Token = value[:i], tok
 			}
 		}
 		if ms, ok := res[1].(int64); ok && ms >= 0 {
@@ -53,8 +55,9 @@ func (d *driver) Inspect(ctx context.Context, name string) (backend.Status, erro
 	}
 	waiters, _ := res[2].([]any)
 	for i := 1; i < len(waiters); i += 2 {
+		owner, _ := waiters[i-1].(string)
 		ms, _ := waiters[i].(int64)
-		st.Waiters = append(st.Waiters, backend.Entry{TTLLeft: time.Duration(ms) * time.Millisecond})
+		st.Waiters = append(st.Waiters, backend.Entry{ID: owner, TTLLeft: time.Duration(ms) * time.Millisecond})
 	}
 	return st, nil
 }
@@ -62,8 +65,22 @@ func (d *driver) Inspect(ctx context.Context, name string) (backend.Status, erro
 // Revoke implements backend.Revoker with one script call: it deletes the
 // lock key if it holds token and hands the lock over to the next waiter.
 func (d *driver) Revoke(ctx context.Context, name string, token fencing.Token) (bool, error) {
+	return d.revoke(ctx, name, "token", ":"+token.String())
+}
+
+// RevokeID implements backend.IDRevoker with one script call: if the owner
+// id holds the lock, as Revoke; if it waits, its queue entry is removed and
+// a message on its Locker's wake channel makes it try again at once, find
+// the entry gone and fail with ErrLeaseLost (or, if the message is lost,
+// its next renewal finds out).
+func (d *driver) RevokeID(ctx context.Context, name, id string) (bool, error) {
+	return d.revoke(ctx, name, "owner", id)
+}
+
+// revoke runs the revoke script for the acquisition named by who.
+func (d *driver) revoke(ctx context.Context, name, by, who string) (bool, error) {
 	k := keysOf(d.cfg.Prefix, name)
-	n, err := revokeScript.Run(ctx, d.c, []string{k.lock, k.counter, k.queue, k.expiry}, ":"+token.String(),
+	n, err := revokeScript.Run(ctx, d.c, []string{k.lock, k.counter, k.queue, k.expiry}, by, who,
 		wakeChannel(d.cfg.Prefix, ""), flag(d.cfg.ClockFloor), flag(d.direct())).Int()
 	if err != nil {
 		return false, fmt.Errorf("redis: revoke: %w", err)

@@ -1,15 +1,34 @@
--- fencelock revoke: an operator ends the acquisition holding token, as an
--- expiry would, and hands the lock over to the next waiter.
+-- fencelock revoke: an operator ends an acquisition, as an expiry would.
+-- The holder (named by its token or its owner id) loses the lock key, and
+-- the lock is handed over to the next waiter; a waiter (named by its owner
+-- id) loses its queue entry and is woken, so that its next attempt finds
+-- the entry gone and fails, and if the lock is free meanwhile the new head
+-- of the queue is handed it.
 -- KEYS[1] lock key, KEYS[2] token counter, KEYS[3] queue, KEYS[4] queue
--- expiries. ARGV[1] ":<token>" (the value's suffix), ARGV[2] the wake
--- channels' prefix, ARGV[3] "1" for the clock floor, ARGV[4] "1" to grant
--- directly (see hand_over).
--- Returns 1 if deleted, 0 if the key was gone or held with another token.
+-- expiries. ARGV[1] "token" or "owner": what ARGV[2] is, ":<token>" (the
+-- value's suffix) or an owner id (the whole value, for a key another
+-- library wrote); ARGV[3] the wake channels' prefix, ARGV[4] "1" for the
+-- clock floor, ARGV[5] "1" to grant directly (see hand_over).
+-- Returns 1 if revoked, 0 if no such acquisition holds or waits.
+local by, who = ARGV[1], ARGV[2]
+purge(KEYS[3], KEYS[4], now_ms())
 local v = redis.call('GET', KEYS[1])
-if not v or string.sub(v, -#ARGV[1]) ~= ARGV[1] then
+local held
+if by == 'token' then
+  held = v and string.sub(v, -#who) == who
+else
+  held = v and (v == who or token_of(v, who) ~= nil)
+end
+if held then
+  redis.call('DEL', KEYS[1])
+  v = false
+elseif by == 'owner' and redis.call('ZSCORE', KEYS[3], who) then
+  dequeue(KEYS[3], KEYS[4], who)
+  wake(ARGV[3], who, who)
+else
   return 0
 end
-redis.call('DEL', KEYS[1])
-purge(KEYS[3], KEYS[4], now_ms())
-hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], ARGV[4])
+if not v then
+  hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4], ARGV[5])
+end
 return 1
