@@ -44,7 +44,9 @@
 //     against a 30s-or-more TTL for leases that must not expire). The suite
 //     takes about 25*TTL plus a few seconds (mem at 300ms: ~10s; etcd at
 //     2s: ~45s).
-//   - Optionally, WaiterRevoker enables the WaiterRevoked case.
+//   - Optionally, WaiterRevoker enables the WaiterRevoked case; a backend
+//     with Locker.Status and Locker.RevokeID gets it from
+//     RevokeWaitersByID. URLHarness has it for every scheme.
 //
 // Lock names are unique per run (test name plus a random suffix, under
 // "fencelock-conformance/"), so the suite can run repeatedly against a live

@@ -1,8 +1,11 @@
 package conformance
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/fencelock/fencelock/backend"
 )
@@ -50,4 +53,24 @@ type WaiterRevoker interface {
 	// lease of every acquisition still waiting for lock name (never the
 	// holder's), and returns how many it removed.
 	RevokeWaiters(t testing.TB, name string) int
+}
+
+// RevokeWaitersByID is RevokeWaiters for a harness whose backend implements
+// Locker.Status and Locker.RevokeID: it revokes, through admin, every
+// waiter that admin's Status lists for name, by its Entry.ID.
+func RevokeWaitersByID(t testing.TB, admin *backend.Locker, name string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := admin.Status(ctx, name)
+	require.NoError(t, err)
+	n := 0
+	for _, w := range st.Waiters {
+		found, err := admin.RevokeID(ctx, name, w.ID)
+		require.NoError(t, err)
+		if found {
+			n++
+		}
+	}
+	return n
 }

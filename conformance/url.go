@@ -30,22 +30,17 @@ var URLCapabilities = map[string]Capabilities{
 	"rediss": {FIFO: true, TTL: 500 * time.Millisecond, MinTTL: 100 * time.Millisecond},
 }
 
-// urlListsWaiters says which schemes' Status lists waiters, so that the
-// URL harness can revoke them for the WaiterRevoked case. Redis keeps no
-// waiters on the server.
-var urlListsWaiters = map[string]bool{"etcd": true, "etcds": true, "zk": true}
-
 // URLHarness runs the suite against the backend at a URL, such as your own
 // cluster, with no code of your own: every Locker is opened from the URL
 // through its own TCP proxies on 127.0.0.1 (one per host in the URL), so
 // that Crash can cut one Locker off; Revoke and RevokeWaiters go through a
-// separate Locker's Revoke and Status. Import the adapter that registers
-// the URL's scheme. The hosts in the URL need explicit ports, and TLS
-// schemes that verify the server's name will see 127.0.0.1.
+// separate Locker's Revoke, Status and RevokeID, which the backend must
+// implement (every adapter in this module does). Import the adapter that
+// registers the URL's scheme. The hosts in the URL need explicit ports, and
+// TLS schemes that verify the server's name will see 127.0.0.1.
 type URLHarness struct {
-	rawURL  string
-	caps    Capabilities
-	waiters bool // the backend's Status lists waiters
+	rawURL string
+	caps   Capabilities
 
 	crashers locktest.Crashers
 
@@ -72,20 +67,10 @@ func NewURLHarness(rawURL string, caps Capabilities) (*URLHarness, error) {
 			return nil, fmt.Errorf("%w: conformance: host %q needs an explicit port", backend.ErrInvalidURL, h)
 		}
 	}
-	return &URLHarness{rawURL: rawURL, caps: caps, waiters: urlListsWaiters[u.Scheme]}, nil
+	return &URLHarness{rawURL: rawURL, caps: caps}, nil
 }
 
-// Harness returns h as the suite should see it: with WaiterRevoker where the
-// backend lists its waiters.
-func (h *URLHarness) Harness() Harness {
-	if h.waiters {
-		return urlWaiterHarness{h}
-	}
-	return h
-}
-
-// urlWaiterHarness adds WaiterRevoker to a URLHarness.
-type urlWaiterHarness struct{ *URLHarness }
+var _ WaiterRevoker = (*URLHarness)(nil)
 
 // NewLocker implements Harness.
 func (h *URLHarness) NewLocker(t testing.TB, opts ...backend.Option) *backend.Locker {
@@ -157,22 +142,9 @@ func (h *URLHarness) Revoke(t testing.TB, ls *backend.Lease) {
 	require.True(t, found, "no acquisition of %q with token %d", ls.Name(), ls.Token())
 }
 
-// RevokeWaiters implements WaiterRevoker with Locker.Status and Revoke.
-func (h urlWaiterHarness) RevokeWaiters(t testing.TB, name string) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	admin := h.adminLocker(t)
-	st, err := admin.Status(ctx, name)
-	require.NoError(t, err)
-	n := 0
-	for _, w := range st.Waiters {
-		found, err := admin.Revoke(ctx, name, w.Token)
-		require.NoError(t, err)
-		if found {
-			n++
-		}
-	}
-	return n
+// RevokeWaiters implements WaiterRevoker with Locker.Status and RevokeID.
+func (h *URLHarness) RevokeWaiters(t testing.TB, name string) int {
+	return RevokeWaitersByID(t, h.adminLocker(t), name)
 }
 
 // Capabilities implements Harness.

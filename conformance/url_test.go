@@ -116,5 +116,5 @@ func runURL(t *testing.T, u string, caps conformance.Capabilities) {
 	h, err := conformance.NewURLHarness(u, caps)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = h.Close() })
-	conformance.Run(t, h.Harness())
+	conformance.Run(t, h)
 }

@@ -16,10 +16,12 @@ import (
 // harness runs the shared suite over the shared server: one client per
 // Locker; Crash closes that client (nothing is released, so its locks expire
 // with their TTL); Revoke deletes the grant's lock key through a separate
-// client after checking that it holds the grant's token.
+// client after checking that it holds the grant's token; RevokeWaiters uses
+// a separate Locker's RevokeID.
 type harness struct {
-	prefix string
-	admin  *goredis.Client
+	prefix  string
+	admin   *goredis.Client
+	revoker *backend.Locker // for RevokeWaiters
 
 	crashers locktest.Crashers
 }
@@ -49,23 +51,10 @@ func (h *harness) Revoke(t testing.TB, ls *backend.Lease) {
 	require.NoError(t, h.admin.Del(ctx, key).Err())
 }
 
-// RevokeWaiters removes every queue entry of name and wakes its waiter (a
-// message naming it on its Locker's wake channel), whose next attempt then
-// finds the entry gone; without the message it would find out from its
-// next renewal.
+// RevokeWaiters revokes the waiters by the ids Status shows, with
+// RevokeID.
 func (h *harness) RevokeWaiters(t testing.TB, name string) int {
-	t.Helper()
-	ctx := tctx(t, 10*time.Second)
-	k := keysOf(h.prefix, name)
-	owners, err := h.admin.ZRange(ctx, k.queue, 0, -1).Result()
-	require.NoError(t, err)
-	for _, o := range owners {
-		require.NoError(t, h.admin.ZRem(ctx, k.queue, o).Err())
-		require.NoError(t, h.admin.ZRem(ctx, k.expiry, o).Err())
-		lockerID, _, _ := strings.Cut(o, ".")
-		require.NoError(t, h.admin.Publish(ctx, wakeChannel(h.prefix, lockerID), o).Err())
-	}
-	return len(owners)
+	return conformance.RevokeWaitersByID(t, h.revoker, name)
 }
 
 var _ conformance.WaiterRevoker = (*harness)(nil)
@@ -75,5 +64,7 @@ func (h *harness) Capabilities() conformance.Capabilities {
 }
 
 func TestConformance(t *testing.T) {
-	conformance.Run(t, &harness{prefix: testPrefix(t), admin: newClient(t, srv.Addr())})
+	prefix := testPrefix(t)
+	conformance.Run(t, &harness{prefix: prefix, admin: newClient(t, srv.Addr()),
+		revoker: locker(t, srv.Addr(), Config{Prefix: prefix})})
 }

@@ -215,7 +215,7 @@ func runConformanceChild(url string) {
 	}
 	tests := []testing.InternalTest{{Name: "TestConformance", F: func(t *testing.T) {
 		t.Cleanup(func() { _ = h.Close() })
-		conformance.Run(t, h.Harness())
+		conformance.Run(t, h)
 	}}}
 	testing.Main(func(pat, str string) (bool, error) { return regexp.MatchString(pat, str) }, tests, nil, nil)
 }
