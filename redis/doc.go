@@ -118,7 +118,9 @@
 // does. A waiter whose entry lapsed (it could not renew it in time) or was
 // removed by an operator fails with backend.ErrLeaseLost at its next
 // renewal or attempt, as an etcd or ZooKeeper waiter whose lease expired
-// does; it never joins the queue again at the tail.
+// does; it never joins the queue again at the tail. Locker.RevokeID, which
+// names a waiter by its owner id (as Locker.Status shows it), removes the
+// entry in the revoke script and wakes the waiter, which fails at once.
 //
 // Notices can be lost (a pub/sub connection that broke, a holder that
 // crashed, a release by another tool or a raw DEL publish nothing), so a

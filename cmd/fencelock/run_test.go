@@ -219,6 +219,8 @@ func TestStatusShowsHolderAndWaiter(t *testing.T) {
 	}, 20*time.Second, 100*time.Millisecond, "stdout %q stderr %q", out.String(), errOut.String())
 	assert.Contains(t, out.String(), `lock "job" held by worker-a, token `)
 	assert.Contains(t, out.String(), "1. worker-b, token ")
+	assert.Regexp(t, `held by worker-a, .*, id status/job/[0-9a-f]+@\d+\n`, out.String())
+	assert.Regexp(t, `1\. worker-b, .*, id status/job/[0-9a-f]+@\d+\n`, out.String())
 
 	assert.Equal(t, 0, waitRun(t, holder, out1, err1).code)
 	assert.Equal(t, 0, waitRun(t, waiter, out2, err2).code)

@@ -16,8 +16,8 @@ import (
 
 const statusUsage = `usage: fencelock status --url URL [--json] NAME
 
-Shows who holds the lock NAME (holder, metadata, token, TTL left) and who
-waits for it, where the backend can tell. Exit status as for fencelock run:
+Shows who holds the lock NAME (holder, token, TTL left, the backend's id of
+the acquisition, metadata) and who waits for it, where the backend can tell. Exit status as for fencelock run:
 64 usage, 65 invalid URL or name, 69 backend unavailable.
 
 flags:
@@ -79,6 +79,9 @@ func describe(e backend.Entry) string {
 	}
 	if e.TTLLeft >= 0 {
 		parts = append(parts, "TTL left "+e.TTLLeft.Round(time.Millisecond).String())
+	}
+	if e.ID != "" {
+		parts = append(parts, "id "+e.ID)
 	}
 	keys := make([]string, 0, len(e.Metadata))
 	for k := range e.Metadata {
