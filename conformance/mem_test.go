@@ -48,19 +48,12 @@ func (h *memHarness) Revoke(t testing.TB, ls *backend.Lease) {
 	require.True(t, h.srv.Revoke(ls.Name(), ls.Token()), "no lease %q with token %d on the server", ls.Name(), ls.Token())
 }
 
-// RevokeWaiters finds the waiters by token: mem hands out tokens from one
-// growing counter at enqueue time, so every waiter queued behind the holder
-// has a token above the holder's.
+// RevokeWaiters revokes the waiters by the ids Status shows.
 func (h *memHarness) RevokeWaiters(t testing.TB, name string) int {
-	holder := h.srv.Holder(name)
-	require.NotZero(t, holder, "no holder of %q", name)
-	n := 0
-	for tok := holder + 1; h.srv.Queued(name) > 1 && tok < holder+1_000_000; tok++ {
-		if h.srv.Revoke(name, tok) {
-			n++
-		}
-	}
-	return n
+	admin, err := mem.New(h.srv.Connect())
+	require.NoError(t, err)
+	defer admin.Close()
+	return conformance.RevokeWaitersByID(t, admin, name)
 }
 
 func (h *memHarness) Capabilities() conformance.Capabilities {
