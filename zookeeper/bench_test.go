@@ -26,11 +26,11 @@ var benchSeq atomic.Int64
 
 type lockImpl struct {
 	name string
-	new  func(b *testing.B, prefix, lockName string) (lock, unlock func(context.Context) error)
+	new  func(b testing.TB, prefix, lockName string) (lock, unlock func(context.Context) error)
 }
 
 var impls = []lockImpl{
-	{"fencelock", func(b *testing.B, prefix, name string) (func(context.Context) error, func(context.Context) error) {
+	{"fencelock", func(b testing.TB, prefix, name string) (func(context.Context) error, func(context.Context) error) {
 		l, err := Dial(context.Background(), Config{Servers: []string{srv.Addr()}, Prefix: prefix, SessionTimeout: benchSessionTimeout})
 		if err != nil {
 			b.Fatal(err)
@@ -47,7 +47,7 @@ var impls = []lockImpl{
 				return ls.Release(ctx)
 			}
 	}},
-	{"zklock", func(b *testing.B, prefix, name string) (func(context.Context) error, func(context.Context) error) {
+	{"zklock", func(b testing.TB, prefix, name string) (func(context.Context) error, func(context.Context) error) {
 		conn := zktest.ConnectTo(b, srv.Addr(), benchSessionTimeout)
 		zl := zk.NewLock(conn, lockDir(prefix, name), zk.WorldACL(zk.PermAll))
 		return func(context.Context) error { return zl.Lock() },

@@ -18,6 +18,7 @@ package zktest
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -289,6 +290,37 @@ func tail(path string) string {
 
 // Addr returns the client address, 127.0.0.1:port.
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// Monitor returns the server's monitoring figures (the "mntr" four-letter
+// command), such as zk_packets_received (requests) and zk_packets_sent
+// (replies and watch events), by name.
+func (s *Server) Monitor() (map[string]int64, error) {
+	c, err := net.DialTimeout("tcp", s.Addr(), 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte("mntr")); err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(c)
+	if err != nil {
+		return nil, err
+	}
+	figures := make(map[string]int64)
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 2 {
+			if n, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+				figures[f[0]] = n
+			}
+		}
+	}
+	if _, ok := figures["zk_packets_received"]; !ok {
+		return nil, fmt.Errorf("zktest: mntr gave no zk_packets_received: %q", b)
+	}
+	return figures, nil
+}
 
 // LogPath returns the file the server's output goes to.
 func (s *Server) LogPath() string { return s.logPath }

@@ -1,0 +1,46 @@
+package zookeeper
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/internal/lockbench"
+)
+
+// TestContendedRequestsPerGrant counts at the server what one grant costs
+// when 8 contenders take turns with zero-length holds: with fencelock, 6
+// requests (the release's delete, the Multi, one getChildren, watches on
+// the predecessor and the node ahead of it, and one getChildren while the
+// predecessor holds) and 2 watch events (to the successor and to the
+// waiter behind it); zk.Lock's 5 and 1 are logged beside. It fails if a
+// change adds a request or an event per grant. The ceilings leave room for
+// the few extra requests the first turns and slow waits make (a waiter
+// watches its own node after 50ms).
+func TestContendedRequestsPerGrant(t *testing.T) {
+	const contenders, grants = 8, 1000
+	for _, impl := range impls {
+		prefix := testPrefix(t)
+		cs := make([]lockbench.Contender, contenders)
+		for i := range cs {
+			cs[i].Lock, cs[i].Unlock = impl.new(t, prefix, "contended")
+		}
+		before, err := srv.Monitor()
+		require.NoError(t, err)
+		r, err := lockbench.RunContended(tctx(t, 2*time.Minute), cs, grants, nil)
+		require.NoError(t, err)
+		after, err := srv.Monitor()
+		require.NoError(t, err)
+		received := after["zk_packets_received"] - before["zk_packets_received"]
+		sent := after["zk_packets_sent"] - before["zk_packets_sent"]
+		requests := float64(received) / float64(r.Grants)
+		events := float64(sent-received) / float64(r.Grants)
+		t.Logf("%s: %.2f requests and %.2f watch events per grant", impl.name, requests, events)
+		if impl.name == "fencelock" {
+			assert.LessOrEqual(t, requests, 6.5, "requests per grant")
+			assert.LessOrEqual(t, events, 2.5, "watch events per grant")
+		}
+	}
+}
