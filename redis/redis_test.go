@@ -270,6 +270,15 @@ func TestQueue(t *testing.T) {
 	require.Equal(t, int64(1+2), dh.attempts.Load(), "acquire scripts of the releaser (TryAcquire, then its wait)")
 }
 
+// queueSlowWaiter queues, by hand, a waiter "slow" that is slow to take its
+// turn: an entry with ttl to live and no subscription, whose owner id has no
+// TTL, so that nobody can grant it the lock.
+func queueSlowWaiter(ctx context.Context, t *testing.T, raw *goredis.Client, k keys, ttl time.Duration) {
+	t.Helper()
+	require.NoError(t, raw.ZAdd(ctx, k.queue, goredis.Z{Score: 1, Member: "slow"}).Err())
+	require.NoError(t, raw.ZAdd(ctx, k.expiry, goredis.Z{Score: float64(serverMillis(t, raw) + ttl.Milliseconds()), Member: "slow"}).Err())
+}
+
 // TestPromisedToWaiter: between a release and the next waiter's attempt,
 // the free lock is the waiter's: a TryAcquire is refused and an Acquire
 // queues behind it.
@@ -279,11 +288,7 @@ func TestPromisedToWaiter(t *testing.T) {
 	ctx := tctx(t, 20*time.Second)
 	k := keysOf(prefix, "n")
 	raw := newClient(t, srv.Addr())
-	// A waiter that is queued but slow to take its turn: an entry put there
-	// by hand, with 2s to live and no subscription, whose owner id has no
-	// TTL, so that nobody can grant it the lock.
-	require.NoError(t, raw.ZAdd(ctx, k.queue, goredis.Z{Score: 1, Member: "slow"}).Err())
-	require.NoError(t, raw.ZAdd(ctx, k.expiry, goredis.Z{Score: float64(serverMillis(t, raw) + 2000), Member: "slow"}).Err())
+	queueSlowWaiter(ctx, t, raw, k, 2*time.Second)
 	_, err := l.TryAcquire(ctx, "n")
 	require.ErrorIs(t, err, backend.ErrNotAcquired)
 	require.ErrorContains(t, err, "promised to an earlier waiter")

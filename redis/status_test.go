@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -93,9 +92,7 @@ func TestRevokeIDPromisedWaiter(t *testing.T) {
 	ctx := tctx(t, 20*time.Second)
 	k := keysOf(prefix, "n")
 	raw := newClient(t, srv.Addr())
-	// A waiter slow to take its turn (see TestPromisedToWaiter), for 20s.
-	require.NoError(t, raw.ZAdd(ctx, k.queue, goredis.Z{Score: 1, Member: "slow"}).Err())
-	require.NoError(t, raw.ZAdd(ctx, k.expiry, goredis.Z{Score: float64(serverMillis(t, raw) + 20000), Member: "slow"}).Err())
+	queueSlowWaiter(ctx, t, raw, k, 20*time.Second)
 	ch := goAcquire(ctx, l, "n", backend.WithTTL(30*time.Second))
 	require.Eventually(t, func() bool {
 		st, err := l.Status(ctx, "n")
