@@ -2,11 +2,8 @@ package etcd
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -25,7 +22,7 @@ const DefaultDialTimeout = 5 * time.Second
 
 // Params are the query parameters of etcd and etcds URLs besides
 // backend.CommonParams; see the package documentation.
-var Params = []string{"dial_timeout", "cacert", "cert", "key"}
+var Params = append([]string{"dial_timeout"}, backend.TLSParams...)
 
 func init() {
 	backend.Register("etcd", backend.Scheme{Params: Params, Open: open})
@@ -111,39 +108,8 @@ func parseURL(u *url.URL) (clientv3.Config, string, error) {
 		return bad("%v", err)
 	}
 
-	cacert, cert, key := q.Get("cacert"), q.Get("cert"), q.Get("key")
-	for _, p := range []string{"cacert", "cert", "key"} {
-		if q.Has(p) && q.Get(p) == "" {
-			return bad("%s is empty", p)
-		}
-	}
-	if !secure && (cacert != "" || cert != "" || key != "") {
-		return bad("cacert, cert and key are TLS settings: use the etcds:// scheme for TLS")
-	}
-	if secure {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12}
-		if cacert != "" {
-			pem, err := os.ReadFile(cacert)
-			if err != nil {
-				return bad("cacert: %v", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return bad("cacert: no PEM certificate in %s", cacert)
-			}
-			tc.RootCAs = pool
-		}
-		if (cert == "") != (key == "") {
-			return bad("cert and key go together: give both or neither")
-		}
-		if cert != "" {
-			pair, err := tls.LoadX509KeyPair(cert, key)
-			if err != nil {
-				return bad("cert/key: %v", err)
-			}
-			tc.Certificates = []tls.Certificate{pair}
-		}
-		cfg.TLS = tc
+	if cfg.TLS, err = backend.URLTLS(u, "etcds"); err != nil {
+		return clientv3.Config{}, "", err
 	}
 
 	prefix := strings.TrimPrefix(u.Path, "/")

@@ -2,13 +2,6 @@ package etcd
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/internal/tlstest"
 )
 
 func TestParseURL(t *testing.T) {
@@ -95,18 +89,14 @@ func TestParseURLErrors(t *testing.T) {
 }
 
 func TestParseURLTLSFiles(t *testing.T) {
-	dir := t.TempDir()
-	certPEM, keyPEM := selfSigned(t)
-	cert, key := filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem")
-	require.NoError(t, os.WriteFile(cert, certPEM, 0o600))
-	require.NoError(t, os.WriteFile(key, keyPEM, 0o600))
-	cfg, _, err := parseURL(mustParse(t, "etcds://h1/x?cacert="+cert+"&cert="+cert+"&key="+key))
+	f := tlstest.New(t)
+	cfg, _, err := parseURL(mustParse(t, "etcds://h1/x?"+f.Query()))
 	require.NoError(t, err)
 	require.NotNil(t, cfg.TLS)
 	assert.NotNil(t, cfg.TLS.RootCAs)
 	assert.Len(t, cfg.TLS.Certificates, 1)
 
-	_, _, err = parseURL(mustParse(t, "etcds://h1/x?cert="+cert+"&key="+cert))
+	_, _, err = parseURL(mustParse(t, "etcds://h1/x?cert="+f.ClientCert+"&key="+f.ClientCert))
 	require.ErrorIs(t, err, backend.ErrInvalidURL, "a certificate is not a key")
 }
 
@@ -130,27 +120,6 @@ func TestOpenURL(t *testing.T) {
 	_, err = backend.Open(context.Background(), strings.Replace(u, "ttl=5s", "ttl=2500ms", 1))
 	require.ErrorIs(t, err, backend.ErrInvalidOption, "TTL must be whole seconds")
 	require.ErrorIs(t, err, backend.ErrInvalidURL)
-}
-
-func selfSigned(t *testing.T) (certPEM, keyPEM []byte) {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "fencelock-test"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
-	require.NoError(t, err)
-	kder, err := x509.MarshalECPrivateKey(k)
-	require.NoError(t, err)
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
 }
 
 // clientv3 dials lazily; Open must still tell an unreachable cluster apart
