@@ -17,6 +17,7 @@ type StaleTokenError struct {
 	Highest  Token  // the highest token admitted so far
 }
 
+// Error says which token was rejected for which resource, and the winner.
 func (e *StaleTokenError) Error() string {
 	return fmt.Sprintf("fencing: stale token %d for %q: token %d was already admitted", e.Token, e.Resource, e.Highest)
 }
