@@ -18,13 +18,16 @@
 //
 //   - dial_timeout: how long the client waits for a connection (Go
 //     duration, default 5s).
-//   - cacert, cert, key: PEM files for TLS: the CA bundle that verifies the
-//     servers (default: the system roots) and the client certificate and its
-//     key (both or neither). They are accepted only with the etcds scheme.
+//   - cacert, cert, key: PEM files for TLS (backend.URLTLS): the CA bundle
+//     that verifies the servers (default: the system roots) and the client
+//     certificate and its key, for a cluster with client-cert-auth (both or
+//     neither). They are accepted only with the etcds scheme, and read once,
+//     when the URL is opened.
 //
-// TLS is on if and only if the scheme is etcds: "etcds://h:2379" verifies the
-// servers against the system roots. A Locker opened from a URL owns its
-// client and closes it on Close; New never closes the client it is given.
+// TLS (1.2 or later) is on if and only if the scheme is etcds:
+// "etcds://h:2379" verifies the servers against the system roots. A Locker
+// opened from a URL owns its client and closes it on Close; New never closes
+// the client it is given.
 //
 // # Key layout and token
 //

@@ -8,6 +8,7 @@
 //
 //	redis://user:pass@host:6379/0?prefix=locks&ttl=10s
 //	rediss://host:6380/0?clock_floor=true&wait_replicas=1&wait_timeout=200ms
+//	rediss://host:6380/0?cacert=/etc/ca.pem&cert=/etc/c.pem&key=/etc/c-key.pem
 //
 // # Clients, Sentinel and Cluster
 //
@@ -28,11 +29,17 @@
 //
 // # URLs
 //
-// redis:// is plain TCP, rediss:// is TLS (verified against the system
-// roots; skip_verify=true turns verification off). Userinfo is the ACL user
-// and password (or just a password: redis://:pass@host), the path the
-// database number. Query parameters, besides backend.CommonParams:
+// redis:// is plain TCP, rediss:// is TLS 1.2 or later, verified against
+// the system roots or cacert, for the host name of the URL
+// (skip_verify=true turns verification off). Userinfo is the ACL user and
+// password (or just a password: redis://:pass@host), the path the database
+// number. Query parameters, besides backend.CommonParams:
 //
+//   - cacert, cert, key: PEM files for TLS (backend.URLTLS): the CA bundle
+//     that verifies the server (default: the system roots) and the client
+//     certificate and its key, for a server with tls-auth-clients (both or
+//     neither). They are accepted only with the rediss scheme, and read
+//     once, when the URL is opened.
 //   - prefix: the key prefix (default "fencelock"; no '{' or '}').
 //   - clock_floor: true for Config.ClockFloor.
 //   - wait_replicas, wait_timeout: Config.WaitReplicas and WaitTimeout.

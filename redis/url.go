@@ -14,9 +14,10 @@ import (
 
 // Params are the query parameters of redis and rediss URLs besides
 // backend.CommonParams: the adapter's own (prefix, clock_floor,
-// wait_replicas, wait_timeout) and the go-redis client settings that
+// wait_replicas, wait_timeout), the TLS files of backend.TLSParams (cacert,
+// cert, key; rediss only) and the go-redis client settings that
 // redis.ParseURL reads. See the package documentation.
-var Params = append([]string{"prefix", "clock_floor", "wait_replicas", "wait_timeout"}, clientParams...)
+var Params = slices.Concat([]string{"prefix", "clock_floor", "wait_replicas", "wait_timeout"}, backend.TLSParams, clientParams)
 
 // clientParams are handed to go-redis's ParseURL unchanged.
 var clientParams = []string{
@@ -104,6 +105,19 @@ func parseURL(u *url.URL) (*goredis.Options, Config, error) {
 	opt, err := goredis.ParseURL(cu.String())
 	if err != nil {
 		return bad("%v", err)
+	}
+	// go-redis's own TLS settings (ServerName from the host, skip_verify)
+	// stay; the files add the roots and the client certificate.
+	tc, err := backend.URLTLS(u, "rediss")
+	if err != nil {
+		return nil, Config{}, err
+	}
+	if tc != nil && opt.TLSConfig == nil {
+		opt.TLSConfig = tc
+	} else if tc != nil {
+		opt.TLSConfig.MinVersion = max(opt.TLSConfig.MinVersion, tc.MinVersion)
+		opt.TLSConfig.RootCAs = tc.RootCAs
+		opt.TLSConfig.Certificates = tc.Certificates
 	}
 	if u.User != nil && u.User.Username() == "" {
 		if _, hasPass := u.User.Password(); !hasPass {

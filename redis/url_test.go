@@ -2,13 +2,16 @@ package redis
 
 import (
 	"context"
+	"crypto/tls"
 	"net/url"
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/internal/tlstest"
 )
 
 func TestParseURL(t *testing.T) {
@@ -120,4 +123,49 @@ func TestOpenURL(t *testing.T) {
 	_, err = lw.TryAcquire(ctx, "n")
 	require.Error(t, err)
 	require.NotErrorIs(t, err, backend.ErrNotAcquired)
+}
+
+// TestParseURLTLS: rediss:// takes the TLS files of backend.URLTLS on top
+// of go-redis's own settings; redis:// refuses them.
+func TestParseURLTLS(t *testing.T) {
+	f := tlstest.New(t)
+	parse := func(raw string) (*goredis.Options, error) {
+		u, err := url.Parse(raw)
+		require.NoError(t, err)
+		opt, _, err := parseURL(u)
+		return opt, err
+	}
+	opt, err := parse("rediss://h.example:6380/0?prefix=p&" + f.Query())
+	require.NoError(t, err)
+	require.NotNil(t, opt.TLSConfig.RootCAs)
+	require.Len(t, opt.TLSConfig.Certificates, 1)
+	require.Equal(t, "h.example", opt.TLSConfig.ServerName, "go-redis's name check stays")
+	require.False(t, opt.TLSConfig.InsecureSkipVerify)
+	require.GreaterOrEqual(t, opt.TLSConfig.MinVersion, uint16(tls.VersionTLS12))
+
+	opt, err = parse("rediss://h:6380?skip_verify=true&cacert=" + url.QueryEscape(f.CA))
+	require.NoError(t, err)
+	require.True(t, opt.TLSConfig.InsecureSkipVerify, "skip_verify still works")
+	require.NotNil(t, opt.TLSConfig.RootCAs)
+	require.Empty(t, opt.TLSConfig.Certificates)
+
+	opt, err = parse("rediss://h:6380")
+	require.NoError(t, err)
+	require.Nil(t, opt.TLSConfig.RootCAs, "system roots")
+
+	for _, raw := range []string{
+		"redis://h?cacert=" + url.QueryEscape(f.CA),
+		"redis://h?cert=" + url.QueryEscape(f.ClientCert) + "&key=" + url.QueryEscape(f.ClientKey),
+		"rediss://h?cert=" + url.QueryEscape(f.ClientCert),
+		"rediss://h?cacert=" + url.QueryEscape(f.ClientKey),
+		"rediss://h?cacert=",
+	} {
+		_, err := parse(raw)
+		require.ErrorIs(t, err, backend.ErrInvalidURL, raw)
+		l, err := backend.Open(context.Background(), raw)
+		if err == nil {
+			_ = l.Close()
+		}
+		require.ErrorIs(t, err, backend.ErrInvalidURL, raw)
+	}
 }
