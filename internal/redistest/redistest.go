@@ -16,10 +16,14 @@
 // so a restart loses every key; WithPersistence turns on an fsync-always
 // append-only file, so a restart (even after SIGKILL) keeps every
 // acknowledged write.
+//
+// WithTLS serves clients over TLS only, with client certificates required
+// (redis-server built with TLS, as Debian's is).
 package redistest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -36,6 +40,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock/internal/freeport"
+	"github.com/fencelock/fencelock/internal/tlstest"
 )
 
 // readyTimeout bounds how long a start waits for the server to answer PING.
@@ -51,6 +56,7 @@ type Option func(*config)
 type config struct {
 	persist   bool
 	replicaOf string
+	tls       *tlstest.Files
 	args      []string
 }
 
@@ -61,6 +67,13 @@ func WithPersistence() Option { return func(c *config) { c.persist = true } }
 // WithReplicaOf starts the server as a replica of the server at addr.
 func WithReplicaOf(addr string) Option { return func(c *config) { c.replicaOf = addr } }
 
+// WithTLS serves clients over TLS only, on Addr (no plain port), with
+// f's server certificate, and requires client certificates signed by f's CA
+// (tls-auth-clients yes). The package's own clients (the readiness check,
+// NewClient, the replication helpers) present f's client certificate. For
+// standalone servers: replication stays plain, so no WithReplicaOf.
+func WithTLS(f *tlstest.Files) Option { return func(c *config) { c.tls = f } }
+
 // WithArgs adds redis-server command-line arguments ("--maxmemory", "10mb").
 func WithArgs(args ...string) Option {
 	return func(c *config) { c.args = append(c.args, args...) }
@@ -69,11 +82,12 @@ func WithArgs(args ...string) Option {
 // Server is one redis-server process (or, after Kill, the place where one
 // ran: Restart starts it again on the same port and directory).
 type Server struct {
-	bin  string
-	dir  string
-	port int
-	cfg  config
-	rm   bool // remove dir on Close
+	bin       string
+	dir       string
+	port      int
+	cfg       config
+	clientTLS *tls.Config // for WithTLS
+	rm        bool        // remove dir on Close
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -142,7 +156,7 @@ func StartReplica(tb testing.TB, primary *Server, opts ...Option) *Server {
 }
 
 func (s *Server) waitReplicaOnline(r *Server, d time.Duration) error {
-	c := goredis.NewClient(&goredis.Options{Addr: s.Addr(), MaxRetries: -1})
+	c := goredis.NewClient(s.options(0))
 	defer c.Close()
 	want := "port=" + strconv.Itoa(r.port) + ",state=online"
 	deadline := time.Now().Add(d)
@@ -180,13 +194,22 @@ func startIn(dir string, rm bool, opts []Option) (*Server, error) {
 			o(&cfg)
 		}
 	}
+	var clientTLS *tls.Config
+	if cfg.tls != nil {
+		if cfg.replicaOf != "" {
+			return nil, errors.New("WithTLS and WithReplicaOf: replication over TLS is not set up")
+		}
+		if clientTLS, err = cfg.tls.ClientConfig(); err != nil {
+			return nil, err
+		}
+	}
 	var errs []error
 	for range startAttempts {
 		port, err := freeport.Port()
 		if err != nil {
 			return nil, err
 		}
-		s := &Server{bin: bin, dir: dir, port: port, cfg: cfg, rm: rm}
+		s := &Server{bin: bin, dir: dir, port: port, cfg: cfg, clientTLS: clientTLS, rm: rm}
 		err = s.start()
 		if err == nil {
 			return s, nil
@@ -212,6 +235,12 @@ func (s *Server) args() []string {
 		// Replicas sync at once instead of after the default 5s delay.
 		"--repl-diskless-sync-delay", "0",
 	}
+	if f := s.cfg.tls; f != nil {
+		// The last --port wins: no plain port.
+		a = append(a, "--port", "0", "--tls-port", strconv.Itoa(s.port),
+			"--tls-cert-file", f.ServerCert, "--tls-key-file", f.ServerKey,
+			"--tls-ca-cert-file", f.CA, "--tls-auth-clients", "yes")
+	}
 	if s.cfg.persist {
 		a = append(a, "--appendonly", "yes", "--appendfsync", "always")
 	} else {
@@ -234,7 +263,7 @@ func (s *Server) start() error {
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 
-	c := goredis.NewClient(&goredis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: time.Second})
+	c := goredis.NewClient(s.options(time.Second))
 	defer c.Close()
 	deadline := time.Now().Add(readyTimeout)
 	for {
@@ -275,7 +304,18 @@ func (s *Server) logTail() string {
 	return "log: " + strings.Join(lines, " | ")
 }
 
-// Addr returns host:port of the server.
+// options are the package's client options for the server: no retries,
+// TLS with the client certificate for WithTLS, dial timeout d (0: go-redis's
+// default).
+func (s *Server) options(d time.Duration) *goredis.Options {
+	o := &goredis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: d}
+	if s.clientTLS != nil {
+		o.TLSConfig = s.clientTLS.Clone()
+	}
+	return o
+}
+
+// Addr returns host:port of the server (its TLS port with WithTLS).
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
 
 // Dir returns the server's working directory (logs, append-only file).
@@ -287,7 +327,7 @@ func (s *Server) LogPath() string { return filepath.Join(s.dir, "redis-"+strconv
 // NewClient returns a client of the server (no retries, so faults surface at
 // once), closed when tb ends.
 func (s *Server) NewClient(tb testing.TB) *goredis.Client {
-	c := goredis.NewClient(&goredis.Options{Addr: s.Addr(), MaxRetries: -1})
+	c := goredis.NewClient(s.options(0))
 	tb.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -353,7 +393,7 @@ func (s *Server) Restart() error {
 // does; it stops replicating at once, so writes its primary accepts from now
 // on never reach it.
 func (s *Server) Promote(ctx context.Context) error {
-	c := goredis.NewClient(&goredis.Options{Addr: s.Addr(), MaxRetries: -1})
+	c := goredis.NewClient(s.options(0))
 	defer c.Close()
 	return c.SlaveOf(ctx, "NO", "ONE").Err()
 }
@@ -361,9 +401,9 @@ func (s *Server) Promote(ctx context.Context) error {
 // WaitReplicated waits until replica has processed everything primary has
 // written so far (equal replication offsets).
 func WaitReplicated(ctx context.Context, primary, replica *Server) error {
-	p := goredis.NewClient(&goredis.Options{Addr: primary.Addr(), MaxRetries: -1})
+	p := goredis.NewClient(primary.options(0))
 	defer p.Close()
-	r := goredis.NewClient(&goredis.Options{Addr: replica.Addr(), MaxRetries: -1})
+	r := goredis.NewClient(replica.options(0))
 	defer r.Close()
 	for {
 		po, err1 := offset(ctx, p, "master_repl_offset")
@@ -405,7 +445,7 @@ func InfoField(ctx context.Context, c *goredis.Client, field string) (string, er
 }
 
 func (s *Server) waitLinkUp(d time.Duration) error {
-	c := goredis.NewClient(&goredis.Options{Addr: s.Addr(), MaxRetries: -1})
+	c := goredis.NewClient(s.options(0))
 	defer c.Close()
 	deadline := time.Now().Add(d)
 	for {

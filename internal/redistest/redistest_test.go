@@ -4,6 +4,9 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/fencelock/fencelock/internal/tlstest"
+	goredis "github.com/redis/go-redis/v9"
 )
 
 func TestStartRestartReplica(t *testing.T) {
@@ -57,5 +60,40 @@ func TestMissingBinaryFails(t *testing.T) {
 	t.Setenv("REDIS_SERVER", "/nonexistent/redis-server")
 	if _, err := StartServer(); err == nil {
 		t.Fatal("StartServer with a missing binary must fail")
+	}
+}
+
+func TestTLS(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	f := tlstest.New(t)
+	s := Start(t, WithTLS(f))
+	c := s.NewClient(t)
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("TLS client with a client certificate: %v", err)
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatalf("restart with TLS: %v", err)
+	}
+	// A new client: go-redis cannot tell a pooled TLS connection is dead.
+	if err := s.NewClient(t).Ping(ctx).Err(); err != nil {
+		t.Fatalf("after restart: %v", err)
+	}
+
+	plain := goredis.NewClient(&goredis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
+	defer plain.Close()
+	if err := plain.Ping(ctx).Err(); err == nil {
+		t.Fatal("a plain client must not reach a TLS-only server")
+	}
+
+	tc, err := f.ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.Certificates = nil
+	nocert := goredis.NewClient(&goredis.Options{Addr: s.Addr(), MaxRetries: -1, TLSConfig: tc})
+	defer nocert.Close()
+	if err := nocert.Ping(ctx).Err(); err == nil {
+		t.Fatal("tls-auth-clients yes: a client without a certificate must be refused")
 	}
 }
