@@ -10,9 +10,12 @@
 // default does not fsync (durability does not matter to a throwaway server,
 // and fsync would dominate test time on slow disks); WithFsync turns fsync
 // back on for measurements that should pay what a real cluster pays.
+// WithClientTLS serves clients over TLS (https) with client certificates
+// required.
 package etcdtest
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/url"
@@ -27,6 +30,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/fencelock/fencelock/internal/freeport"
+	"github.com/fencelock/fencelock/internal/tlstest"
 )
 
 // readyTimeout bounds how long Start waits for the server to be ready.
@@ -40,6 +44,7 @@ const startAttempts = 5
 type Server struct {
 	etcd      *embed.Etcd
 	endpoints []string
+	clientTLS *tls.Config // for WithClientTLS
 	dir       string
 	removeDir bool
 	logPath   string
@@ -50,16 +55,27 @@ type Server struct {
 func (s *Server) LogPath() string { return s.logPath }
 
 // Option adjusts the server's configuration before it starts.
-type Option func(*embed.Config)
+type Option func(*options)
+
+type options struct {
+	cfg *embed.Config
+	tls *tlstest.Files
+}
 
 // WithFsync makes the server fsync its write-ahead log as a production
 // server does (the default here is no fsync).
-func WithFsync() Option { return func(c *embed.Config) { c.UnsafeNoFsync = false } }
+func WithFsync() Option { return func(o *options) { o.cfg.UnsafeNoFsync = false } }
 
 // WithConfig lets the caller change any embed.Config field (for example the
 // election timeout, which decides the minimum lease TTL). Ports, directory and
 // cluster membership are set by Start and should not be changed.
-func WithConfig(f func(*embed.Config)) Option { return Option(f) }
+func WithConfig(f func(*embed.Config)) Option { return func(o *options) { f(o.cfg) } }
+
+// WithClientTLS serves clients over TLS only (https:// endpoints) with f's
+// server certificate, and requires client certificates signed by f's CA
+// (etcd's --client-cert-auth). Clients of NewClient and Client present f's
+// client certificate. Peers stay plain.
+func WithClientTLS(f *tlstest.Files) Option { return func(o *options) { o.tls = f } }
 
 // Start starts a server in a temporary directory of tb and stops it when the
 // test or benchmark ends. It fails tb if the server does not start.
@@ -141,10 +157,25 @@ func startOnce(dir string, opts []Option) (*Server, error) {
 	cfg.EnableGRPCGateway = false
 	cfg.SnapshotCount = 5000
 	cfg.UnsafeNoFsync = true
-	for _, o := range opts {
-		if o != nil {
-			o(cfg)
+	o := options{cfg: cfg}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
 		}
+	}
+	var clientTLS *tls.Config
+	if f := o.tls; f != nil {
+		if clientTLS, err = f.ClientConfig(); err != nil {
+			return nil, err
+		}
+		clientURL.Scheme = "https"
+		cfg.ListenClientUrls = []url.URL{clientURL}
+		cfg.AdvertiseClientUrls = []url.URL{clientURL}
+		cfg.ClientTLSInfo.CertFile, cfg.ClientTLSInfo.KeyFile = f.ServerCert, f.ServerKey
+		cfg.ClientTLSInfo.TrustedCAFile = f.CA
+		cfg.ClientTLSInfo.ClientCertAuth = true
+		// What the server presents if it dials its own client URL.
+		cfg.ClientTLSInfo.ClientCertFile, cfg.ClientTLSInfo.ClientKeyFile = f.ClientCert, f.ClientKey
 	}
 
 	e, err := embed.StartEtcd(cfg)
@@ -161,14 +192,15 @@ func startOnce(dir string, opts []Option) (*Server, error) {
 		e.Close()
 		return nil, fmt.Errorf("server not ready after %v", readyTimeout)
 	}
-	return &Server{etcd: e, endpoints: []string{clientURL.String()}, logPath: cfg.LogOutputs[0]}, nil
+	return &Server{etcd: e, endpoints: []string{clientURL.String()}, clientTLS: clientTLS, logPath: cfg.LogOutputs[0]}, nil
 }
 
 func isAddrInUse(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "address already in use")
 }
 
-// Endpoints returns the client URLs to dial (one, http://127.0.0.1:port).
+// Endpoints returns the client URLs to dial (one, http://127.0.0.1:port, or
+// https:// with WithClientTLS).
 func (s *Server) Endpoints() []string { return append([]string(nil), s.endpoints...) }
 
 // Etcd returns the embedded server, for tests that need to reach into it.
@@ -191,6 +223,7 @@ func (s *Server) Client() (*clientv3.Client, error) {
 		Endpoints:   s.Endpoints(),
 		DialTimeout: 5 * time.Second,
 		Logger:      s.etcd.GetLogger(), // the server's, at error level
+		TLS:         s.clientTLS.Clone(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("etcdtest: new client: %w", err)

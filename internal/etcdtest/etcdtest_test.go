@@ -2,10 +2,13 @@ package etcdtest_test
 
 import (
 	"context"
+	"crypto/tls"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/fencelock/fencelock/internal/etcdtest"
+	"github.com/fencelock/fencelock/internal/tlstest"
 )
 
 func TestStartPutGet(t *testing.T) {
@@ -43,4 +46,34 @@ func TestStartServerTwoAtOnce(t *testing.T) {
 	}
 	a.Close()
 	a.Close() // idempotent
+}
+
+func TestClientTLS(t *testing.T) {
+	f := tlstest.New(t)
+	s := etcdtest.Start(t, etcdtest.WithClientTLS(f))
+	if ep := s.Endpoints()[0]; !strings.HasPrefix(ep, "https://127.0.0.1:") {
+		t.Fatalf("endpoint %s, want https://127.0.0.1:port", ep)
+	}
+	c := s.NewClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Put(ctx, "k", "v"); err != nil {
+		t.Fatalf("TLS client with a client certificate: %v", err)
+	}
+
+	// The server really requires a client certificate.
+	tc, err := f.ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.Certificates = nil
+	conn, err := tls.Dial("tcp", strings.TrimPrefix(s.Endpoints()[0], "https://"), tc)
+	if err == nil {
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		_, err = conn.Read(make([]byte, 1)) // TLS 1.3: the refusal comes after the handshake
+	}
+	if err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("a client without a certificate: %v, want a certificate error", err)
+	}
 }
