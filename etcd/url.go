@@ -2,7 +2,10 @@ package etcd
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -49,9 +52,54 @@ func open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 	defer cancel()
 	if _, err := client.Get(pctx, prefix, clientv3.WithSerializable(), clientv3.WithCountOnly()); err != nil {
 		_ = client.Close()
+		if cfg.TLS != nil && ctx.Err() == nil {
+			if herr := tlsCheck(ctx, cfg.Endpoints[0], cfg.TLS); herr != nil {
+				err = fmt.Errorf("%w (TLS with %s: %v)", err, strings.TrimPrefix(cfg.Endpoints[0], "https://"), herr)
+			}
+		}
 		return nil, fmt.Errorf("etcd: cannot reach %s within dial_timeout %v: %w", u.Redacted(), cfg.DialTimeout, err)
 	}
 	return newDriver(client, prefix, true), nil
+}
+
+// tlsCheckTimeout bounds tlsCheck.
+const tlsCheckTimeout = time.Second
+
+// tlsCheck tells why TLS with an https endpoint fails, if it does: gRPC
+// keeps the handshake's error to itself and the client only reports its
+// deadline, so a wrong CA or a missing client certificate would look like
+// an unreachable server. It handshakes once with tc and reads briefly, as a
+// server refuses a client certificate after a TLS 1.3 handshake. A server
+// that cannot be reached, answers, or does not within the bound is no TLS
+// problem: nil.
+func tlsCheck(ctx context.Context, endpoint string, tc *tls.Config) error {
+	ctx, cancel := context.WithTimeout(ctx, tlsCheckTimeout)
+	defer cancel()
+	hostport := strings.TrimPrefix(endpoint, "https://")
+	var d net.Dialer
+	raw, err := d.DialContext(ctx, "tcp", hostport)
+	if err != nil {
+		return nil
+	}
+	defer raw.Close()
+	tc = tc.Clone()
+	if tc.ServerName == "" {
+		tc.ServerName, _, _ = net.SplitHostPort(hostport)
+	}
+	conn := tls.Client(raw, tc)
+	deadline, _ := ctx.Deadline()
+	_ = conn.SetDeadline(deadline)
+	err = conn.HandshakeContext(ctx)
+	if err == nil {
+		_, err = conn.Read(make([]byte, 1))
+	}
+	var nerr net.Error
+	if err == nil || ctx.Err() != nil || (errors.As(err, &nerr) && nerr.Timeout()) {
+		return nil
+	}
+	// A failed verification, a TLS alert (remote error: tls: ...), or a
+	// connection closed during or right after the handshake.
+	return err
 }
 
 // parseURL turns an etcd or etcds URL into a client configuration and a key
