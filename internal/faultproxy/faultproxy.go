@@ -1,9 +1,12 @@
 // Package faultproxy is a TCP proxy on 127.0.0.1 that tests put between a
-// client and a server so that they can cut the client off (a crash or a
-// partition, as the server sees it) without touching either.
+// client and a server so that they can cut the client off (a crash, as the
+// server sees it: Cut) or partition the two (nothing is closed, nothing
+// passes: Partition, until Heal) without touching either.
 package faultproxy
 
 import (
+	"context"
+	"errors"
 	"io"
 	"net"
 	"sync"
@@ -15,9 +18,38 @@ type Proxy struct {
 	target string
 
 	mu    sync.Mutex
-	conns map[net.Conn]struct{}
+	links map[*link]struct{}
 	cut   bool
-	wg    sync.WaitGroup
+	// healed is closed while the proxy forwards; Partition replaces it
+	// with an open channel, which Heal closes.
+	healed chan struct{}
+	wg     sync.WaitGroup // serve, and every link's goroutines
+}
+
+// link is one client connection and, once dialled, its connection to the
+// target.
+type link struct {
+	client net.Conn
+	server net.Conn // nil until dialled
+	// ctx is cancelled when the link is torn down: it wakes whatever
+	// waits for it (a dial, a held write).
+	ctx    context.Context
+	cancel context.CancelFunc
+	closed bool
+}
+
+// closeLocked tears l down: both connections closed, its goroutines woken
+// wherever they wait. p.mu is held.
+func (l *link) closeLocked() {
+	if l.closed {
+		return
+	}
+	l.closed = true
+	l.cancel()
+	_ = l.client.Close()
+	if l.server != nil {
+		_ = l.server.Close()
+	}
 }
 
 // Start listens on a free 127.0.0.1 port and forwards to target.
@@ -26,7 +58,9 @@ func Start(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{ln: ln, target: target, conns: make(map[net.Conn]struct{})}
+	healed := make(chan struct{})
+	close(healed)
+	p := &Proxy{ln: ln, target: target, links: make(map[*link]struct{}), healed: healed}
 	p.wg.Add(1)
 	go p.serve()
 	return p, nil
@@ -36,21 +70,67 @@ func Start(target string) (*Proxy, error) {
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
 // Cut closes every connection through the proxy and closes new ones at once:
-// the client is cut off, the server sees its connections drop.
+// the client is cut off, the server sees its connections drop. It is for
+// good: nothing undoes it (Heal does not).
 func (p *Proxy) Cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cut = true
-	for c := range p.conns {
-		_ = c.Close()
+	for l := range p.links {
+		l.closeLocked()
 	}
 }
 
-// Close stops the proxy and closes every connection through it.
+// Partition stops forwarding, in both directions, on every connection,
+// and keeps them all open: what either side sends is held (not dropped)
+// until Heal, and a connection accepted meanwhile is not connected to the
+// target until Heal. To both sides it looks like a network partition:
+// requests time out, nothing is closed. Bytes already being written when
+// Partition is called may still arrive, as packets already on the wire
+// would. Partitioning a partitioned proxy does nothing.
+func (p *Proxy) Partition() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.healed:
+		p.healed = make(chan struct{})
+	default: // already partitioned
+	}
+}
+
+// Heal ends a Partition: the proxy forwards again, first what it held, in
+// order, and connects the connections accepted meanwhile. Healing a proxy
+// that is not partitioned does nothing.
+func (p *Proxy) Heal() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.healed:
+	default:
+		close(p.healed)
+	}
+}
+
+// Close stops the proxy and closes every connection through it, held ones
+// included, and returns once all its goroutines have ended.
 func (p *Proxy) Close() {
 	p.Cut()
 	_ = p.ln.Close()
 	p.wg.Wait()
+}
+
+// waitHealed returns true once the proxy forwards (at once if it is not
+// partitioned), false if l is torn down first.
+func (p *Proxy) waitHealed(l *link) bool {
+	p.mu.Lock()
+	healed := p.healed
+	p.mu.Unlock()
+	select {
+	case <-healed:
+		return true
+	case <-l.ctx.Done():
+		return false
+	}
 }
 
 func (p *Proxy) serve() {
@@ -60,50 +140,90 @@ func (p *Proxy) serve() {
 		if err != nil {
 			return // closed
 		}
-		if !p.track(client) {
+		p.mu.Lock()
+		if p.cut {
+			p.mu.Unlock()
 			_ = client.Close()
 			continue
 		}
+		l := &link{client: client}
+		l.ctx, l.cancel = context.WithCancel(context.Background())
+		p.links[l] = struct{}{}
 		p.wg.Add(1)
-		go p.forward(client)
+		p.mu.Unlock()
+		go p.forward(l)
 	}
 }
 
-func (p *Proxy) track(c net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cut {
-		return false
-	}
-	p.conns[c] = struct{}{}
-	return true
-}
-
-func (p *Proxy) untrack(c net.Conn) {
-	p.mu.Lock()
-	delete(p.conns, c)
-	p.mu.Unlock()
-	_ = c.Close()
-}
-
-func (p *Proxy) forward(client net.Conn) {
+func (p *Proxy) forward(l *link) {
 	defer p.wg.Done()
-	defer p.untrack(client)
-	server, err := net.Dial("tcp", p.target)
+	defer func() {
+		p.mu.Lock()
+		l.closeLocked()
+		delete(p.links, l)
+		p.mu.Unlock()
+	}()
+	// A connection accepted during a partition reaches the target only
+	// once it heals.
+	if !p.waitHealed(l) {
+		return
+	}
+	var d net.Dialer
+	server, err := d.DialContext(l.ctx, "tcp", p.target)
 	if err != nil {
 		return
 	}
-	if !p.track(server) {
+	p.mu.Lock()
+	if l.closed {
+		p.mu.Unlock()
 		_ = server.Close()
 		return
 	}
-	defer p.untrack(server)
-	done := make(chan struct{}, 2)
-	pipe := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src) // ends with an error once either side closes
-		done <- struct{}{}
+	l.server = server
+	p.mu.Unlock()
+
+	var pipes sync.WaitGroup
+	pipes.Add(2)
+	go func() { defer pipes.Done(); p.pipe(l, server, l.client) }()
+	go func() { defer pipes.Done(); p.pipe(l, l.client, server) }()
+	pipes.Wait()
+}
+
+// pipe copies src to dst, holding what it read while the proxy is
+// partitioned. At src's end of file it half-closes dst, so the other
+// direction can finish; on any other error it tears l down.
+func (p *Proxy) pipe(l *link, dst, src net.Conn) {
+	buf := make([]byte, 32*1024)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if !p.waitHealed(l) {
+				return
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				p.teardown(l)
+				return
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			if !p.waitHealed(l) { // the end of file passes no sooner than data
+				return
+			}
+			if cw, ok := dst.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+				return
+			}
+			p.teardown(l)
+			return
+		}
+		if err != nil {
+			p.teardown(l)
+			return
+		}
 	}
-	go pipe(server, client)
-	go pipe(client, server)
-	<-done // one direction ended: close both
+}
+
+func (p *Proxy) teardown(l *link) {
+	p.mu.Lock()
+	l.closeLocked()
+	p.mu.Unlock()
 }
