@@ -35,9 +35,15 @@
 //   - local: processes on this machine, single servers only: an embedded
 //     etcd (internal/etcdtest), Debian's zookeeper (internal/zktest),
 //     redis-server (internal/redistest) and postgresql (internal/pgtest).
-//     A missing binary fails the test. Members have the hooks those helpers
-//     have: etcd Stop; ZooKeeper Stop/Kill (both SIGKILL), Pause, Unpause,
-//     Restart; Redis all but Disconnect/Reconnect; Postgres Restart.
+//     A missing binary fails the test. Clients reach each server through
+//     a TCP proxy on 127.0.0.1 (internal/faultproxy; the Server's URL and
+//     the Member's Addr name it), so every local member has Disconnect and
+//     Reconnect: the proxy stops forwarding, both ways, and keeps every
+//     connection open, as a network partition does (requests time out,
+//     nothing is closed), until Reconnect. Besides, members have the
+//     hooks those helpers have: etcd Stop; ZooKeeper Stop/Kill (both
+//     SIGKILL), Pause, Unpause, Restart; Redis Stop, Kill, Pause,
+//     Unpause, Restart; Postgres Restart.
 //   - auto: external if the kind's URL variable is set, else docker if the
 //     engine answers and has the image (or can pull it), else local. It
 //     logs which it took and why.

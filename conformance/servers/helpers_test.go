@@ -42,7 +42,15 @@ func lockOnce(url string) error {
 		return fmt.Errorf("open: %w", err)
 	}
 	defer l.Close()
-	ls, err := l.Acquire(ctx, "servers-test", backend.WithTTL(5*time.Second))
+	return cycle(ctx, l, 10*time.Second, 5*time.Second)
+}
+
+// cycle acquires a lock with ttl on l, checks its token and releases it,
+// within d.
+func cycle(ctx context.Context, l *backend.Locker, d, ttl time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	ls, err := l.Acquire(ctx, "servers-test", backend.WithTTL(ttl))
 	if err != nil {
 		return fmt.Errorf("acquire: %w", err)
 	}

@@ -3,10 +3,12 @@ package servers
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 
 	"github.com/fencelock/fencelock/internal/etcdtest"
+	"github.com/fencelock/fencelock/internal/faultproxy"
 	"github.com/fencelock/fencelock/internal/pgtest"
 	"github.com/fencelock/fencelock/internal/redistest"
 	"github.com/fencelock/fencelock/internal/zktest"
@@ -14,39 +16,53 @@ import (
 
 // startLocal starts a single server of kind as a process (or, for etcd, in
 // this process) through the internal test helpers, which fail t (never
-// skip) when a binary is missing.
+// skip) when a binary is missing. Clients reach it through a faultproxy
+// (the Server's URL and the Member's Addr name the proxy), whose Partition
+// and Heal are the Member's Disconnect and Reconnect; the proxy forwards
+// to the server's own port, which stays the same over a Restart.
 func startLocal(t testing.TB, kind Kind) (*Server, error) {
 	switch kind {
 	case Etcd:
 		srv := etcdtest.Start(t)
-		addr := strings.TrimPrefix(srv.Endpoints()[0], "http://")
-		m := &Member{Name: "etcd", Addr: addr, h: hooks{
+		p, err := startProxy(t, strings.TrimPrefix(srv.Endpoints()[0], "http://"))
+		if err != nil {
+			return nil, err
+		}
+		m := &Member{Name: "etcd", Addr: p.Addr(), h: hooks{
 			// The embedded server can be closed, not started again.
 			stop: func(context.Context) error { srv.Close(); return nil },
 		}}
-		return &Server{URL: "etcd://" + addr + "/" + prefix(), Members: []*Member{m}}, nil
+		m.h.disconnect, m.h.reconnect = partition(p, func(ctx context.Context) error { return etcdReady(ctx, p.Addr()) })
+		return &Server{URL: "etcd://" + p.Addr() + "/" + prefix(), Members: []*Member{m}}, nil
 	case ZooKeeper:
 		if zktest.TickTime != ZooKeeperTick {
 			return nil, fmt.Errorf("zktest.TickTime %v, want %v", zktest.TickTime, ZooKeeperTick)
 		}
 		srv := zktest.Start(t)
-		ready := func(ctx context.Context) error {
-			_, err := zkMode(ctx, srv.Addr())
-			return err
+		p, err := startProxy(t, srv.Addr())
+		if err != nil {
+			return nil, err
 		}
-		m := &Member{Name: "zookeeper", Addr: srv.Addr(), h: hooks{
+		readyAt := func(addr string) func(context.Context) error {
+			return func(ctx context.Context) error { _, err := zkMode(ctx, addr); return err }
+		}
+		m := &Member{Name: "zookeeper", Addr: p.Addr(), h: hooks{
 			// zktest stops with SIGKILL.
 			stop:    func(context.Context) error { srv.Stop(); return nil },
 			kill:    func(context.Context) error { srv.Stop(); return nil },
 			pause:   func(context.Context) error { srv.Pause(); return nil },
-			unpause: func(ctx context.Context) error { srv.Resume(); return poll(ctx, ready) },
+			unpause: func(ctx context.Context) error { srv.Resume(); return poll(ctx, readyAt(srv.Addr())) },
 			restart: func(context.Context) error { return srv.Restart() },
 		}}
-		return &Server{URL: "zk://" + srv.Addr() + "/" + prefix(), Members: []*Member{m}}, nil
+		m.h.disconnect, m.h.reconnect = partition(p, readyAt(p.Addr()))
+		return &Server{URL: "zk://" + p.Addr() + "/" + prefix(), Members: []*Member{m}}, nil
 	case Redis:
 		srv := redistest.Start(t)
-		ready := func(ctx context.Context) error { return redisPing(ctx, srv.Addr()) }
-		m := &Member{Name: "redis", Addr: srv.Addr(), Role: "primary", h: hooks{
+		p, err := startProxy(t, srv.Addr())
+		if err != nil {
+			return nil, err
+		}
+		m := &Member{Name: "redis", Addr: p.Addr(), Role: "primary", h: hooks{
 			stop:  func(context.Context) error { srv.Stop(); return nil },
 			kill:  func(context.Context) error { srv.Kill(); return nil },
 			pause: func(context.Context) error { return srv.Pause() },
@@ -54,23 +70,54 @@ func startLocal(t testing.TB, kind Kind) (*Server, error) {
 				if err := srv.Resume(); err != nil {
 					return err
 				}
-				return poll(ctx, ready)
+				return poll(ctx, func(ctx context.Context) error { return redisPing(ctx, srv.Addr()) })
 			},
 			restart: func(context.Context) error { return srv.Restart() },
 		}}
-		return &Server{URL: "redis://" + srv.Addr() + "/0?prefix=" + prefix(), Members: []*Member{m}}, nil
+		m.h.disconnect, m.h.reconnect = partition(p, func(ctx context.Context) error { return redisPing(ctx, p.Addr()) })
+		return &Server{URL: "redis://" + p.Addr() + "/0?prefix=" + prefix(), Members: []*Member{m}}, nil
 	case Postgres:
 		c := pgtest.Start(t)
-		m := &Member{Name: "postgres", Addr: hostPort("127.0.0.1", c.Port()), h: hooks{
+		p, err := startProxy(t, hostPort("127.0.0.1", c.Port()))
+		if err != nil {
+			return nil, err
+		}
+		u, err := url.Parse(c.DSN())
+		if err != nil {
+			return nil, err
+		}
+		u.Host = p.Addr()
+		dsn := u.String()
+		m := &Member{Name: "postgres", Addr: p.Addr(), h: hooks{
 			restart: func(context.Context) error {
 				rt := &recordTB{TB: t}
 				c.Restart(rt)
 				return rt.err
 			},
 		}}
-		return &Server{URL: c.DSN(), Members: []*Member{m}}, nil
+		m.h.disconnect, m.h.reconnect = partition(p, func(ctx context.Context) error { return pgReady(ctx, dsn) })
+		return &Server{URL: dsn, Members: []*Member{m}}, nil
 	}
 	return nil, fmt.Errorf("unknown kind %q", kind)
+}
+
+// startProxy starts a faultproxy to target and closes it when t ends
+// (before the server stops: cleanups run last first).
+func startProxy(t testing.TB, target string) (*faultproxy.Proxy, error) {
+	p, err := faultproxy.Start(target)
+	if err != nil {
+		return nil, fmt.Errorf("proxy to %s: %w", target, err)
+	}
+	t.Cleanup(p.Close)
+	return p, nil
+}
+
+// partition returns the disconnect and reconnect hooks of a member behind
+// p: Partition, and Heal then wait until ready answers through p.
+func partition(p *faultproxy.Proxy, ready func(context.Context) error) (disconnect, reconnect func(context.Context) error) {
+	disconnect = func(context.Context) error { p.Partition(); return nil }
+	reconnect = func(ctx context.Context) error { p.Heal(); return poll(ctx, ready) }
+	return disconnect, reconnect
 }
 
 // recordTB turns a Fatalf into an error, for pgtest's Restart, whose

@@ -2,13 +2,14 @@ package servers_test
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/conformance/servers"
 )
 
@@ -24,8 +25,7 @@ func TestLocal(t *testing.T) {
 			require.Equal(t, servers.Local, s.Provider)
 			require.Len(t, s.Members, 1)
 			lockWorks(t, s.URL, 1)
-			err := s.Members[0].Disconnect(context.Background())
-			require.ErrorIs(t, err, errors.ErrUnsupported)
+			partitionWorks(t, s)
 		})
 	}
 	t.Run("postgres", func(t *testing.T) {
@@ -35,7 +35,56 @@ func TestLocal(t *testing.T) {
 		pgSelect(t, ctx, s.URL)
 		require.NoError(t, s.Members[0].Restart(ctx))
 		pgSelect(t, ctx, s.URL)
+
+		require.NoError(t, s.Members[0].Disconnect(ctx))
+		start := time.Now()
+		err := pgSelectWithin(ctx, s.URL, partitionProbe)
+		require.Error(t, err, "a query got through a partition")
+		require.GreaterOrEqual(t, time.Since(start), partitionProbe*9/10, "failed fast (%v), as on a closed connection, not by timing out", err)
+		require.NoError(t, s.Members[0].Reconnect(ctx))
+		pgSelect(t, ctx, s.URL)
 	})
+}
+
+// partitionProbe is how long an operation through a disconnected member
+// is given: it must time out, not fail sooner.
+const partitionProbe = time.Second
+
+// partitionWorks disconnects the server's only member and reconnects it: a
+// Locker opened before can neither acquire nor fail fast meanwhile (its
+// request times out: the connection hangs, as in a network partition,
+// rather than closing), and afterwards it, and a new Locker, acquire and
+// release again.
+func partitionWorks(t *testing.T, s *servers.Server) {
+	t.Helper()
+	ctx := hookCtx(t)
+	m := s.Members[0]
+	l, err := backend.Open(ctx, s.URL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	require.NoError(t, cycle(ctx, l, 10*time.Second, 5*time.Second), "before the partition")
+
+	// The lease's TTL bounds the clean-up after a failed Acquire, which
+	// waits out the partition too, so take etcd's least. A ZooKeeper
+	// lease's TTL is its session's timeout: keep the session opened
+	// above, so the request goes where one is already established.
+	ttl := 2 * time.Second
+	if s.Kind == servers.ZooKeeper {
+		ttl = 5 * time.Second
+	}
+	require.NoError(t, m.Disconnect(ctx))
+	start := time.Now()
+	err = cycle(ctx, l, partitionProbe, ttl)
+	took := time.Since(start)
+	require.Error(t, err, "a lock cycle got through a partition")
+	require.GreaterOrEqual(t, took, partitionProbe*9/10, "failed fast (%v), as on a closed connection, not by timing out", err)
+	t.Logf("during the partition: %v after %v", err, took.Round(time.Millisecond))
+
+	start = time.Now()
+	require.NoError(t, m.Reconnect(ctx))
+	t.Logf("reconnected in %v", time.Since(start).Round(time.Millisecond))
+	require.NoError(t, cycle(ctx, l, 10*time.Second, 5*time.Second), "the Locker opened before the partition, after it")
+	lockWorks(t, s.URL, 1)
 }
 
 // TestLocalRedisHooks kills, restarts, pauses and unpauses a local
@@ -56,14 +105,26 @@ func TestLocalRedisHooks(t *testing.T) {
 
 func pgSelect(t *testing.T, ctx context.Context, dsn string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	require.NoError(t, pgSelectWithin(ctx, dsn, 30*time.Second))
+}
+
+// pgSelectWithin connects and runs SELECT 1 within d.
+func pgSelectWithin(ctx context.Context, dsn string, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	c, err := pgx.Connect(ctx, dsn)
-	require.NoError(t, err)
-	defer c.Close(context.Background())
+	if err != nil {
+		return err
+	}
+	defer c.Close(ctx)
 	var n int
-	require.NoError(t, c.QueryRow(ctx, "SELECT 1").Scan(&n))
-	require.Equal(t, 1, n)
+	if err := c.QueryRow(ctx, "SELECT 1").Scan(&n); err != nil {
+		return err
+	}
+	if n != 1 {
+		return fmt.Errorf("SELECT 1 returned %d", n)
+	}
+	return nil
 }
 
 // TestLocalMissingBinaryFails: a missing binary fails the test, with the

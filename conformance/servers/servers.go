@@ -149,7 +149,9 @@ func (m *Member) Restart(ctx context.Context) error { return m.do(ctx, "restart"
 
 // Disconnect cuts the member off the cluster's network: the other members
 // and the clients (its published port included) can no longer reach it,
-// and it keeps running.
+// and it keeps running. (Local: the proxy in front of the server stops
+// forwarding and closes nothing, so the clients' requests hang, as in a
+// network partition.)
 func (m *Member) Disconnect(ctx context.Context) error {
 	return m.do(ctx, "disconnect", m.h.disconnect)
 }
