@@ -35,6 +35,10 @@ type Files struct {
 	ServerKey  string // its private key
 	ClientCert string // the client certificate (CN fencelock-test-client)
 	ClientKey  string // its private key
+	// ServerKeyStore is ServerKey (PKCS#8) followed by ServerCert in one
+	// file, the PEM key store Java servers such as ZooKeeper read
+	// (ssl.keyStore.type=PEM).
+	ServerKeyStore string
 }
 
 // New writes a new CA, server and client certificate into a temporary
@@ -49,7 +53,8 @@ func New(tb testing.TB) *Files {
 }
 
 // Write writes a new CA, server and client certificate into dir: ca.pem,
-// server.pem, server-key.pem, client.pem and client-key.pem.
+// server.pem, server-key.pem, server-keystore.pem, client.pem and
+// client-key.pem.
 func Write(dir string) (*Files, error) {
 	f := &Files{
 		Dir:        dir,
@@ -58,6 +63,8 @@ func Write(dir string) (*Files, error) {
 		ServerKey:  filepath.Join(dir, "server-key.pem"),
 		ClientCert: filepath.Join(dir, "client.pem"),
 		ClientKey:  filepath.Join(dir, "client-key.pem"),
+
+		ServerKeyStore: filepath.Join(dir, "server-keystore.pem"),
 	}
 	now := time.Now()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -115,6 +122,9 @@ func Write(dir string) (*Files, error) {
 		f.ServerCert, f.ServerKey); err != nil {
 		return nil, err
 	}
+	if err := concat(f.ServerKeyStore, f.ServerKey, f.ServerCert); err != nil {
+		return nil, err
+	}
 	if err := leaf(3, "fencelock-test-client", []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 		nil, nil, f.ClientCert, f.ClientKey); err != nil {
 		return nil, err
@@ -124,6 +134,19 @@ func Write(dir string) (*Files, error) {
 
 func writePEM(path, typ string, der []byte) error {
 	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600)
+}
+
+// concat writes the files in into out.
+func concat(out string, in ...string) error {
+	var all []byte
+	for _, p := range in {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		all = append(all, b...)
+	}
+	return os.WriteFile(out, all, 0o600)
 }
 
 // Query returns the URL query that points a client at the files:

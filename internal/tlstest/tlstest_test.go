@@ -2,8 +2,11 @@ package tlstest
 
 import (
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"net"
 	"net/url"
+	"os"
 	"testing"
 	"time"
 
@@ -73,6 +76,15 @@ func TestFiles(t *testing.T) {
 	require.NoError(t, err)
 	_, cerr = handshake(t, f, cc)
 	require.ErrorContains(t, cerr, "certificate", "another CA's server is not trusted")
+
+	ks, err := os.ReadFile(f.ServerKeyStore)
+	require.NoError(t, err)
+	block, rest := pem.Decode(ks)
+	require.Equal(t, "PRIVATE KEY", block.Type, "a PKCS#8 key first, as Java's PEM key stores want")
+	_, err = x509.ParsePKCS8PrivateKey(block.Bytes)
+	require.NoError(t, err)
+	_, err = tls.X509KeyPair(rest, ks)
+	require.NoError(t, err, "then the server certificate, of that key")
 
 	q, err := url.ParseQuery(f.Query())
 	require.NoError(t, err)
