@@ -16,6 +16,7 @@
 package zktest
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +35,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock/internal/freeport"
+	"github.com/fencelock/fencelock/internal/tlstest"
 )
 
 // TickTime is the server's tickTime. The shortest session timeout it
@@ -51,13 +53,38 @@ const readyTimeout = 60 * time.Second
 // overrides the whole class path.
 const Jar = "/usr/share/java/zookeeper.jar"
 
-// Option sets a zoo.cfg entry before the server starts.
-type Option func(cfg map[string]string)
+// Option configures the server before it starts.
+type Option func(c *config)
+
+// config is what Options set: zoo.cfg entries, and TLS.
+type config struct {
+	entries map[string]string
+	tls     *tlstest.Files
+}
 
 // WithConfig sets zoo.cfg key to value (for example "maxSessionTimeout").
 // The port, address and data directory are set by the start and should not
 // be changed.
-func WithConfig(key, value string) Option { return func(c map[string]string) { c[key] = value } }
+func WithConfig(key, value string) Option { return func(c *config) { c.entries[key] = value } }
+
+// WithTLS serves clients over TLS only, with f's server certificate, and
+// requires client certificates signed by f's CA (ssl.clientAuth=need): the
+// port is a secureClientPort on ZooKeeper's Netty connection factory, and
+// there is no plain clientPort, so that a plain client cannot get in
+// through another door. Addr is the TLS port; the start's readiness check,
+// Connect, ConnectTo and Monitor dial it with f's client certificate.
+// The server does not check client certificates' host names
+// (ssl.hostnameVerification=false: clients are not named by their
+// addresses); it checks quorum peers, and a standalone server has none.
+// Debian's zookeeper.jar does not name netty-codec in its class path, which
+// the Netty factory needs: it is added (NettyJars).
+func WithTLS(f *tlstest.Files) Option { return func(c *config) { c.tls = f } }
+
+// NettyJars are added to the class path of a TLS server (WithTLS) unless
+// FENCELOCK_ZK_CLASSPATH is set: Debian's zookeeper.jar manifest omits
+// them, and without them every TLS connection fails with
+// NoClassDefFoundError io/netty/handler/codec/ByteToMessageDecoder.
+var NettyJars = []string{"/usr/share/java/netty-codec.jar"}
 
 // Server is a running ZooKeeper server process.
 type Server struct {
@@ -66,6 +93,7 @@ type Server struct {
 	cfgPath   string
 	logPath   string
 	port      int
+	tls       *tlstest.Files // WithTLS
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -108,16 +136,25 @@ func StartServer(dir string, opts ...Option) (*Server, error) {
 	return s, nil
 }
 
-// classPath returns the class path of the installed server, or an error that
-// says what is missing.
-func classPath() (string, error) {
+// classPath returns the class path of the installed server (with
+// NettyJars if tls), or an error that says what is missing.
+func classPath(tls bool) (string, error) {
 	if cp := os.Getenv("FENCELOCK_ZK_CLASSPATH"); cp != "" {
 		return cp, nil
 	}
 	if _, err := os.Stat(Jar); err != nil {
 		return "", fmt.Errorf("ZooKeeper is not installed: %s is missing (install Debian's package: apt-get install zookeeper; or set FENCELOCK_ZK_CLASSPATH)", Jar)
 	}
-	return Jar, nil
+	cp := []string{Jar}
+	if tls {
+		for _, j := range NettyJars {
+			if _, err := os.Stat(j); err != nil {
+				return "", fmt.Errorf("a TLS ZooKeeper server needs %s, which is missing (apt-get install libnetty-java; or set FENCELOCK_ZK_CLASSPATH)", j)
+			}
+		}
+		cp = append(cp, NettyJars...)
+	}
+	return strings.Join(cp, ":"), nil
 }
 
 func javaPath() (string, error) {
@@ -129,7 +166,14 @@ func javaPath() (string, error) {
 }
 
 func start(dir string, remove bool, opts []Option) (*Server, error) {
-	if _, err := classPath(); err != nil {
+	var probe config
+	probe.entries = map[string]string{}
+	for _, o := range opts {
+		if o != nil {
+			o(&probe)
+		}
+	}
+	if _, err := classPath(probe.tls != nil); err != nil {
 		return nil, err
 	}
 	if _, err := javaPath(); err != nil {
@@ -155,12 +199,26 @@ func start(dir string, remove bool, opts []Option) (*Server, error) {
 			"4lw.commands.whitelist": "*",
 			"maxClientCnxns":         "0",
 		}
+		c := config{entries: cfg}
 		for _, o := range opts {
 			if o != nil {
-				o(cfg)
+				o(&c)
 			}
 		}
-		s := &Server{dir: dir, removeDir: remove, port: port,
+		if c.tls != nil {
+			delete(cfg, "clientPort")
+			delete(cfg, "clientPortAddress")
+			cfg["secureClientPort"] = strconv.Itoa(port)
+			cfg["secureClientPortAddress"] = "127.0.0.1"
+			cfg["serverCnxnFactory"] = "org.apache.zookeeper.server.NettyServerCnxnFactory"
+			cfg["ssl.keyStore.location"] = c.tls.ServerKeyStore
+			cfg["ssl.keyStore.type"] = "PEM"
+			cfg["ssl.trustStore.location"] = c.tls.CA
+			cfg["ssl.trustStore.type"] = "PEM"
+			cfg["ssl.clientAuth"] = "need"
+			cfg["ssl.hostnameVerification"] = "false"
+		}
+		s := &Server{dir: dir, removeDir: remove, port: port, tls: c.tls,
 			cfgPath: filepath.Join(data, "zoo.cfg"), logPath: filepath.Join(data, "zookeeper.log")}
 		if err := writeConfig(s.cfgPath, cfg); err != nil {
 			return nil, err
@@ -190,7 +248,7 @@ func writeConfig(path string, cfg map[string]string) error {
 
 // launch starts the java process and waits until it serves requests.
 func (s *Server) launch() error {
-	cp, err := classPath()
+	cp, err := classPath(s.tls != nil)
 	if err != nil {
 		return err
 	}
@@ -243,7 +301,7 @@ func (s *Server) waitReady(exited <-chan struct{}) error {
 			return fmt.Errorf("the ZooKeeper server exited while starting; its log %s ends with:\n%s", s.logPath, tail(s.logPath))
 		default:
 		}
-		if err := ping(s.Addr(), 2*time.Second); err == nil {
+		if err := s.ping(2 * time.Second); err == nil {
 			return nil
 		} else if time.Now().After(deadline) {
 			return fmt.Errorf("the ZooKeeper server at %s was not ready after %v: %v; log %s:\n%s", s.Addr(), readyTimeout, err, s.logPath, tail(s.logPath))
@@ -252,14 +310,23 @@ func (s *Server) waitReady(exited <-chan struct{}) error {
 	}
 }
 
-// ping opens a session and reads the root node.
-func ping(addr string, timeout time.Duration) error {
+// ping opens a session (over TLS with WithTLS) and reads the root node.
+func (s *Server) ping(timeout time.Duration) error {
+	addr := s.Addr()
 	c, err := net.DialTimeout("tcp", addr, timeout)
 	if err != nil {
 		return err
 	}
 	_ = c.Close()
-	conn, _, err := zk.Connect([]string{addr}, 4*time.Second, zk.WithLogger(quiet{}), zk.WithLogInfo(false))
+	dialer := func(*zk.Conn) {}
+	if s.tls != nil {
+		d, err := TLSDialer(s.tls)
+		if err != nil {
+			return err
+		}
+		dialer = zk.WithDialer(d)
+	}
+	conn, _, err := zk.Connect([]string{addr}, 4*time.Second, zk.WithLogger(quiet{}), zk.WithLogInfo(false), dialer)
 	if err != nil {
 		return err
 	}
@@ -295,7 +362,7 @@ func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.It
 // command), such as zk_packets_received (requests) and zk_packets_sent
 // (replies and watch events), by name.
 func (s *Server) Monitor() (map[string]int64, error) {
-	c, err := net.DialTimeout("tcp", s.Addr(), 5*time.Second)
+	c, err := s.dialRaw(5 * time.Second)
 	if err != nil {
 		return nil, err
 	}
@@ -398,7 +465,50 @@ func (s *Server) Close() {
 // timeout, connected (or failed) within 30s; tb closes it at cleanup.
 func (s *Server) Connect(tb testing.TB, sessionTimeout time.Duration) *zk.Conn {
 	tb.Helper()
+	if s.tls != nil {
+		d, err := TLSDialer(s.tls)
+		if err != nil {
+			tb.Fatalf("zktest: %v", err)
+		}
+		return ConnectTo(tb, s.Addr(), sessionTimeout, zk.WithDialer(d))
+	}
 	return ConnectTo(tb, s.Addr(), sessionTimeout)
+}
+
+// dialRaw opens a connection to the client port, over TLS with WithTLS.
+func (s *Server) dialRaw(timeout time.Duration) (net.Conn, error) {
+	if s.tls == nil {
+		return net.DialTimeout("tcp", s.Addr(), timeout)
+	}
+	d, err := TLSDialer(s.tls)
+	if err != nil {
+		return nil, err
+	}
+	return d("tcp", s.Addr(), timeout)
+}
+
+// TLSDialer returns a zk.Dialer that connects over TLS with f's client
+// certificate, trusting f's CA, for a server started WithTLS (whose
+// certificate names 127.0.0.1). The handshake is done within the dial's
+// timeout.
+func TLSDialer(f *tlstest.Files) (zk.Dialer, error) {
+	tc, err := f.ClientConfig()
+	if err != nil {
+		return nil, err
+	}
+	return func(network, addr string, timeout time.Duration) (net.Conn, error) {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		c := tc.Clone()
+		c.ServerName = host
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: timeout}, network, addr, c)
+		if err != nil {
+			return nil, err
+		}
+		return conn, nil
+	}, nil
 }
 
 // ConnectTo is Connect for any address (a Proxy's, for example).

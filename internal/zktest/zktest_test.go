@@ -6,6 +6,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/fencelock/fencelock/internal/tlstest"
 	"github.com/fencelock/fencelock/internal/zktest"
 )
 
@@ -42,5 +43,34 @@ func TestStartRestartProxy(t *testing.T) {
 			t.Fatal("client did not notice the cut")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestTLS(t *testing.T) {
+	f := tlstest.New(t)
+	start := time.Now()
+	s := zktest.Start(t, zktest.WithTLS(f))
+	t.Logf("started in %v at %s", time.Since(start), s.Addr())
+	c := s.Connect(t, 4*time.Second)
+	if _, err := c.Create("/x", []byte("v"), 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.Monitor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m["zk_packets_received"] == 0 {
+		t.Fatalf("mntr over TLS: %v", m)
+	}
+
+	// TLS only: plain ZooKeeper gets no session on that port.
+	plain, _, err := zk.Connect([]string{s.Addr()}, 4*time.Second, zk.WithLogger(zktest.Quiet()), zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	time.Sleep(2 * time.Second)
+	if st := plain.State(); st == zk.StateHasSession {
+		t.Fatal("a plain client got a session on the TLS port")
 	}
 }
