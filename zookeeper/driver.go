@@ -2,6 +2,7 @@ package zookeeper
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -56,6 +57,18 @@ type Config struct {
 	User, Password string
 	// Dialer, if set, opens the TCP connections (zk.WithDialer).
 	Dialer zk.Dialer
+	// TLS, if set, makes every connection, to every server and on every
+	// reconnection, a TLS connection with this configuration (over
+	// Dialer's, if set), the handshake done within go-zookeeper's connect
+	// timeout (1s). An empty ServerName means the host of the server being
+	// dialled, as written in Servers (a DNS name, or an IP address that the
+	// certificate's IP SANs must list): the names are resolved at each dial
+	// rather than once. go-zookeeper retries failed connections forever, so
+	// Dial counts TLS failures (a failed handshake other than a timeout, or
+	// a TLS alert before the server's first reply, such as a refused client
+	// certificate): once every server has failed one round in a row, Dial
+	// gives up with the TLS error rather than wait for ctx.
+	TLS *tls.Config
 	// Logger receives go-zookeeper's log lines; nil discards them.
 	Logger zk.Logger
 }
@@ -180,9 +193,17 @@ func (d *driver) dial(ctx context.Context, ttl time.Duration, anyTimeout bool) (
 	if logger == nil {
 		logger = quiet{}
 	}
+	var td *tlsDialer
+	if d.cfg.TLS != nil {
+		td = newTLSDialer(d.cfg.TLS, d.cfg.Dialer, len(d.cfg.Servers))
+	}
 	setup := func(c *zk.Conn) {
 		s.conn = c
-		if d.cfg.Dialer != nil {
+		switch {
+		case td != nil:
+			zk.WithDialer(td.dial)(c)
+			zk.WithHostProvider(&namedHosts{})(c)
+		case d.cfg.Dialer != nil:
 			zk.WithDialer(d.cfg.Dialer)(c)
 		}
 	}
@@ -190,9 +211,29 @@ func (d *driver) dial(ctx context.Context, ttl time.Duration, anyTimeout bool) (
 		zk.WithEventCallback(s.onEvent), setup); err != nil {
 		return nil, fmt.Errorf("zookeeper: connect: %w", err)
 	}
-	g, err := s.current(ctx)
+	wctx := ctx
+	if td != nil {
+		var cancel context.CancelCauseFunc
+		wctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		go func() {
+			select {
+			case <-td.failed:
+				cancel(fmt.Errorf("every server failed TLS: %w", td.lastErr()))
+			case <-wctx.Done():
+			}
+		}()
+	}
+	g, err := s.current(wctx)
 	if err != nil {
 		s.close()
+		if cause := context.Cause(wctx); td != nil && ctx.Err() == nil && cause != nil {
+			err = cause
+		} else if td != nil {
+			if terr := td.lastErr(); terr != nil {
+				err = fmt.Errorf("%w (%v)", err, terr)
+			}
+		}
 		return nil, fmt.Errorf("zookeeper: no session with %v: %w", d.cfg.Servers, err)
 	}
 	if d.cfg.User != "" {

@@ -12,12 +12,14 @@ import (
 // DefaultPort is the client port assumed for a host given without one.
 const DefaultPort = "2181"
 
-// Params are the query parameters of zk URLs besides backend.CommonParams;
-// see the package documentation.
-var Params = []string{"session_timeout"}
+// Params are the query parameters of zk and zks URLs besides
+// backend.CommonParams (the TLS files of backend.TLSParams on zks only); see
+// the package documentation.
+var Params = append([]string{"session_timeout"}, backend.TLSParams...)
 
 func init() {
 	backend.Register("zk", backend.Scheme{Params: Params, Open: open})
+	backend.Register("zks", backend.Scheme{Params: Params, Open: open})
 }
 
 // open opens a driver for backend.Open. backend.Open takes a Locker's
@@ -55,7 +57,7 @@ func open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 	return d, nil
 }
 
-// Open opens a Locker from a zk URL like backend.Open, except that a
+// Open opens a Locker from a zk or zks URL like backend.Open, except that a
 // session_timeout parameter without ttl becomes the Locker's default TTL
 // (the negotiated timeout), as with Dial.
 func Open(ctx context.Context, rawURL string, opts ...backend.Option) (*backend.Locker, error) {
@@ -63,8 +65,8 @@ func Open(ctx context.Context, rawURL string, opts ...backend.Option) (*backend.
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", backend.ErrInvalidURL, err)
 	}
-	if u.Scheme != "zk" {
-		return nil, fmt.Errorf("%w: %s: scheme %q is not zk", backend.ErrInvalidURL, u.Redacted(), u.Scheme)
+	if u.Scheme != "zk" && u.Scheme != "zks" {
+		return nil, fmt.Errorf("%w: %s: scheme %q is neither zk nor zks", backend.ErrInvalidURL, u.Redacted(), u.Scheme)
 	}
 	q := u.Query()
 	if q.Has("session_timeout") && !q.Has("ttl") {
@@ -78,14 +80,14 @@ func Open(ctx context.Context, rawURL string, opts ...backend.Option) (*backend.
 	return backend.Open(ctx, u.String(), opts...)
 }
 
-// parseURL turns a zk URL into a Config. Every error matches
+// parseURL turns a zk or zks URL into a Config. Every error matches
 // backend.ErrInvalidURL.
 func parseURL(u *url.URL) (Config, error) {
 	bad := func(format string, args ...any) (Config, error) {
 		return Config{}, fmt.Errorf("%w: %s: %s", backend.ErrInvalidURL, u.Redacted(), fmt.Sprintf(format, args...))
 	}
-	if u.Scheme != "zk" {
-		return bad("scheme %q is not zk", u.Scheme)
+	if u.Scheme != "zk" && u.Scheme != "zks" {
+		return bad("scheme %q is neither zk nor zks", u.Scheme)
 	}
 	if u.Opaque != "" {
 		return bad("want zk://host:port,host:port/prefix")
@@ -126,6 +128,9 @@ func parseURL(u *url.URL) (Config, error) {
 			return bad("session_timeout: %v", err)
 		}
 		cfg.SessionTimeout = d
+	}
+	if cfg.TLS, err = backend.URLTLS(u, "zks"); err != nil {
+		return Config{}, err
 	}
 	return cfg, nil
 }
