@@ -8,12 +8,14 @@ import (
 	"github.com/fencelock/fencelock/internal/etcdtest"
 	"github.com/fencelock/fencelock/internal/redistest"
 	"github.com/fencelock/fencelock/internal/tlstest"
+	"github.com/fencelock/fencelock/internal/zktest"
 )
 
-// TestURLTLS runs the suite through etcds:// and rediss:// URLs that name a
-// private CA and a client certificate (cacert, cert, key), against local
-// servers that serve TLS only and require client certificates: an embedded
-// etcd and Debian's redis-server. The harness's proxies pass TLS through on
+// TestURLTLS runs the suite through etcds://, rediss:// and zks:// URLs
+// that name a private CA and a client certificate (cacert, cert, key),
+// against local servers that serve TLS only and require client
+// certificates: an embedded etcd, Debian's redis-server and Debian's
+// ZooKeeper. The harness's proxies pass TLS through on
 // 127.0.0.1, which the server certificate names. It never skips: a server
 // that cannot start fails it.
 func TestURLTLS(t *testing.T) {
@@ -28,5 +30,10 @@ func TestURLTLS(t *testing.T) {
 		t.Parallel()
 		s := redistest.Start(t, redistest.WithTLS(f))
 		runURL(t, "rediss://"+s.Addr()+"/0?prefix=fencelock-tls&"+f.Query(), conformance.Capabilities{})
+	})
+	t.Run("zks", func(t *testing.T) {
+		t.Parallel()
+		s := zktest.Start(t, zktest.WithTLS(f))
+		runURL(t, "zks://"+s.Addr()+"/fencelock-tls?"+f.Query(), zkCaps)
 	})
 }
