@@ -8,6 +8,7 @@
 //
 //	zk://h1:2181,h2:2181/locks?ttl=10s
 //	zk://alice:s3cret@h1:2181/locks?session_timeout=10s   (with zookeeper.Open)
+//	zks://h1:2281,h2:2281/locks?ttl=10s&cacert=ca.pem&cert=client.pem&key=client-key.pem
 //
 // # Recipe
 //
@@ -168,6 +169,21 @@
 // only, so through backend.Open write ttl=10s (session_timeout, if also
 // given, must agree); Open, this package's, applies session_timeout as the
 // default TTL. A Locker opened from a URL owns its sessions.
+//
+// zks:// is zk:// over TLS (Config.TLS), for servers that serve their
+// secureClientPort (which needs
+// serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory).
+// It takes backend.TLSParams: cacert, the CA bundle that verifies the
+// servers (default: the system roots), and cert and key, the client
+// certificate for a server with ssl.clientAuth=need; on zk:// they are an
+// error matching backend.ErrInvalidURL. Every connection, to every server of
+// the list and on every reconnection, is TLS, and each server's certificate
+// must name it as the URL writes it (DNS name or IP address). go-zookeeper
+// retries a failing server forever; Open gives up, with the TLS error (a
+// certificate from an unknown authority, a refused client certificate), as
+// soon as every server has failed TLS once in a row, context deadline or
+// not. A plain zk:// URL to a TLS port gets no session: only the context
+// ends that wait.
 //
 // # Caveats
 //
