@@ -197,13 +197,37 @@ func (ls *Lease) granted(token fencing.Token, restarted time.Time) error {
 	return nil
 }
 
+// abandonGrace is how long a failed Acquire waits for the removal of what
+// it left in the backend (one request to a reachable server) before it
+// returns and lets the removal finish in the background.
+const abandonGrace = 100 * time.Millisecond
+
 // abandon ends a lease whose acquisition failed and removes whatever it left
 // in the backend.
+//
+// It waits for that removal for abandonGrace at most, so that a failed
+// Acquire returns soon after its context ends even when the backend cannot
+// be reached; the removal goes on in the background, until it succeeds,
+// the TTL has passed (the backend then removes it itself) or the Locker
+// closes (Close waits for it).
 func (ls *Lease) abandon() {
 	ls.end(fmt.Errorf("%w: acquisition failed", ErrReleased))
-	ctx, cancel := context.WithTimeout(context.Background(), ls.s.ttl)
-	defer cancel()
-	_ = ls.releaseDriver(ctx) // on failure the TTL removes it
+	l := ls.locker
+	l.pending.Add(1) // the failed acquisition holds a slot: Close is not past Wait
+	done := make(chan struct{})
+	go func() {
+		defer l.pending.Done()
+		defer close(done)
+		ctx, cancel := context.WithTimeout(l.closing, ls.s.ttl)
+		defer cancel()
+		_ = ls.releaseDriver(ctx) // on failure the TTL removes it
+	}()
+	t := time.NewTimer(abandonGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // extendLocked moves the deadline to sent + TTL - drift and schedules the

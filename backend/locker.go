@@ -54,7 +54,10 @@ func defaults(drv Driver, opts []Option) (settings, error) {
 
 // Acquire blocks until it holds the lock called name or ctx is done. A
 // cancelled or expired ctx returns an error matching both ErrNotAcquired and
-// ctx.Err(), and leaves nothing behind in the backend. If the lease is lost
+// ctx.Err(), and leaves nothing behind in the backend: Acquire returns once
+// what it queued there is removed, or 100ms after the failure at most (when
+// the backend cannot be reached), with the removal going on in the
+// background until it succeeds or the TTL removes it. If the lease is lost
 // while waiting (it could not be renewed, or the backend dropped it), Acquire
 // returns an error matching ErrLeaseLost, never a grant.
 func (l *Locker) Acquire(ctx context.Context, name string, opts ...Option) (*Lease, error) {

@@ -92,7 +92,10 @@ func (c Config) check() (Config, error) {
 
 // New returns a Locker that keeps its locks in Redis through client, with
 // the default Config. opts are the Locker's defaults (see backend.Option).
-// Closing the Locker does not close client.
+// Closing the Locker does not close client. Give client
+// ContextTimeoutEnabled (as a Locker opened from a URL has): without it,
+// go-redis waits out its read timeout on a server it cannot reach, and
+// Acquire returns that long after its context ends.
 func New(client Client, opts ...backend.Option) (*backend.Locker, error) {
 	return NewWithConfig(client, Config{}, opts...)
 }

@@ -38,6 +38,10 @@ func open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A blocked request returns when its context ends, not after the
+	// client's read timeout: Acquire's deadline holds while the server
+	// cannot be reached.
+	opt.ContextTimeoutEnabled = true
 	c := goredis.NewClient(opt)
 	d, err := newDriver(c, cfg, c)
 	if err != nil {
