@@ -55,6 +55,19 @@ type WaiterRevoker interface {
 	RevokeWaiters(t testing.TB, name string) int
 }
 
+// Partitioner is an optional extension of Harness. A harness that
+// implements it runs the Partitioned case (a blocked Acquire must return
+// when its context ends even when the backend cannot be reached, and leave
+// nothing behind once the partition heals); one that does not, such as an
+// in-process backend's, does not have the case.
+type Partitioner interface {
+	// Partition cuts l off from the backend as a network partition does:
+	// its connections stay open but nothing gets through either way, and
+	// new ones hang too, until heal is called. Bytes sent meanwhile may be
+	// delivered after heal.
+	Partition(t testing.TB, l *backend.Locker) (heal func())
+}
+
 // RevokeWaitersByID is RevokeWaiters for a harness whose backend implements
 // Locker.Status and Locker.RevokeID: it revokes, through admin, every
 // waiter that admin's Status lists for name, by its Entry.ID.

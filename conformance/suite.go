@@ -37,6 +37,9 @@ func Run(t *testing.T, h Harness) {
 	t.Run("BadInput", s.testBadInput)
 	t.Run("Close", s.testClose)
 	t.Run("FIFO", s.testFIFO)
+	if p, ok := h.(Partitioner); ok {
+		t.Run("Partitioned", func(t *testing.T) { s.testPartitioned(t, p) })
+	}
 }
 
 // suite carries the harness and the time bounds derived from its TTL.

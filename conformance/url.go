@@ -33,7 +33,8 @@ var URLCapabilities = map[string]Capabilities{
 // URLHarness runs the suite against the backend at a URL, such as your own
 // cluster, with no code of your own: every Locker is opened from the URL
 // through its own TCP proxies on 127.0.0.1 (one per host in the URL), so
-// that Crash can cut one Locker off; Revoke and RevokeWaiters go through a
+// that Crash can cut one Locker off and Partition can make its connections
+// hang; Revoke and RevokeWaiters go through a
 // separate Locker's Revoke, Status and RevokeID, which the backend must
 // implement (every adapter in this module does). Import the adapter that
 // registers the URL's scheme. The hosts in the URL need explicit ports, and
@@ -44,8 +45,9 @@ type URLHarness struct {
 
 	crashers locktest.Crashers
 
-	mu    sync.Mutex
-	admin *backend.Locker
+	mu      sync.Mutex
+	admin   *backend.Locker
+	proxies map[*backend.Locker][]*faultproxy.Proxy // each Locker's, for Partition
 }
 
 // NewURLHarness returns a harness for rawURL with caps, or, if caps is the
@@ -96,7 +98,16 @@ func (h *URLHarness) NewLocker(t testing.TB, opts ...backend.Option) *backend.Lo
 		}
 		return nil
 	})
+	h.mu.Lock()
+	if h.proxies == nil {
+		h.proxies = make(map[*backend.Locker][]*faultproxy.Proxy)
+	}
+	h.proxies[l] = proxies
+	h.mu.Unlock()
 	t.Cleanup(func() {
+		h.mu.Lock()
+		delete(h.proxies, l)
+		h.mu.Unlock()
 		if err := l.Close(); err != nil {
 			t.Logf("closing a Locker at the end of the test: %v", err)
 		}
@@ -105,6 +116,24 @@ func (h *URLHarness) NewLocker(t testing.TB, opts ...backend.Option) *backend.Lo
 		}
 	})
 	return l
+}
+
+// Partition implements Partitioner: it partitions the Locker's proxies
+// (connections hang) until heal.
+func (h *URLHarness) Partition(t testing.TB, l *backend.Locker) (heal func()) {
+	t.Helper()
+	h.mu.Lock()
+	proxies, ok := h.proxies[l]
+	h.mu.Unlock()
+	require.True(t, ok, "Partition: the Locker is not one of this harness's")
+	for _, p := range proxies {
+		p.Partition()
+	}
+	return func() {
+		for _, p := range proxies {
+			p.Heal()
+		}
+	}
 }
 
 // Crash implements Harness: it cuts the Locker's proxies.
