@@ -47,6 +47,9 @@
 //   - Optionally, WaiterRevoker enables the WaiterRevoked case; a backend
 //     with Locker.Status and Locker.RevokeID gets it from
 //     RevokeWaitersByID. URLHarness has it for every scheme.
+//   - Optionally, Partitioner adds the Partitioned case (an Acquire cut
+//     off by a network partition returns when its context ends, and leaves
+//     nothing once it heals). URLHarness has it, through its proxies.
 //
 // Lock names are unique per run (test name plus a random suffix, under
 // "fencelock-conformance/"), so the suite can run repeatedly against a live
