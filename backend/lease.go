@@ -208,8 +208,8 @@ const abandonGrace = 100 * time.Millisecond
 // It waits for that removal for abandonGrace at most, so that a failed
 // Acquire returns soon after its context ends even when the backend cannot
 // be reached; the removal goes on in the background, until it succeeds,
-// the TTL has passed (the backend then removes it itself) or the Locker
-// closes (Close waits for it).
+// the TTL has passed (the backend then removes it itself), or for
+// closeReleaseTimeout once the Locker closes (Close waits for it).
 func (ls *Lease) abandon() {
 	ls.end(fmt.Errorf("%w: acquisition failed", ErrReleased))
 	l := ls.locker
@@ -218,8 +218,13 @@ func (ls *Lease) abandon() {
 	go func() {
 		defer l.pending.Done()
 		defer close(done)
-		ctx, cancel := context.WithTimeout(l.closing, ls.s.ttl)
+		// Not under l.closing: an Acquire that failed because the Locker
+		// is closing must still remove its entry. Close then waits for it
+		// as long as for the release of a held lease.
+		ctx, cancel := context.WithTimeout(context.Background(), ls.s.ttl)
 		defer cancel()
+		stop := context.AfterFunc(l.closing, func() { time.AfterFunc(closeReleaseTimeout, cancel) })
+		defer stop()
 		_ = ls.releaseDriver(ctx) // on failure the TTL removes it
 	}()
 	t := time.NewTimer(abandonGrace)
