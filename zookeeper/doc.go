@@ -75,19 +75,25 @@
 //   - TryAcquire: 1 getChildren first; a held lock stops there, without a
 //     write. A free one then costs the 1 of Acquire.
 //   - Release: 1 delete.
-//   - Waiting: a getData watch on the predecessor (1) and, two or more
-//     places back, one on the node ahead of it (1). Sequence numbers only
-//     grow, so no node can join ahead: when the predecessor was the only
-//     node ahead and goes, the waiter holds the lock without a read. When
+//   - Waiting: a getData watch on the predecessor (1), one on our own node
+//     (1) and, two or more places back, one on the node ahead of the
+//     predecessor (1). Sequence numbers only grow, so no node can join
+//     ahead: when the predecessor was the only node ahead and goes, the
+//     waiter holds the lock without a read. When
 //     the node ahead of the predecessor goes, the predecessor has most
 //     likely just been granted the lock, and the waiter reads the children
 //     then (1), while the predecessor holds, to learn that only the
 //     predecessor is left ahead. A handoff thus costs the release's delete
 //     and one watch event, where zk.Lock and Curator add a getChildren
 //     after the event; the read moves off the handoff, at the price of one
-//     more watch and event per grant. Counted at the server with 8
-//     contenders and zero-length holds (TestContendedRequestsPerGrant): 6
-//     requests and 2 watch events per grant, where zk.Lock makes 5 and 1.
+//     more watch and event per grant. The watch on our own node is what
+//     makes a grant without a read safe: events arrive in the server's
+//     order, so a deletion of our node (a revocation, an operator's
+//     delete) is seen before the predecessor's, and a waiter never takes
+//     the lock without its node; once granted, the same watch signals a
+//     loss. Counted at the server with 8 contenders and zero-length holds
+//     (TestContendedRequestsPerGrant): 7 requests and 3 watch events per
+//     grant, where zk.Lock makes 5 and 1 (it reads after every wake-up).
 //     Measured beside zk.Lock: handoff p50 lower in every setting; p99
 //     lower once holds last a millisecond, and with zero-length holds lower
 //     or level on one machine and higher on a faster one (see README).

@@ -16,11 +16,12 @@ import (
 	"github.com/fencelock/fencelock/fencing"
 )
 
-// ownWatchDelay is how long our node must have existed (waiting or held)
-// before the lease watches it (a data watch that closes Lost when it is
-// deleted). Most uncontended holds and short waits are over sooner, and the
-// watch would cost them a request; a deletion is still seen within this
-// delay (and by the next renewal in any case).
+// ownWatchDelay is how long a lock granted without waiting must have been
+// held before the lease watches our node (a data watch that closes Lost
+// when it is deleted). Most uncontended holds are over sooner, and the watch
+// would cost them a request; a deletion is still seen within this delay
+// (and by the next renewal in any case). A waiter watches its node from the
+// start of its wait, and keeps that watch once granted.
 const ownWatchDelay = 50 * time.Millisecond
 
 // createAttempts bounds the create retries (missing parents, a lost reply).
@@ -155,13 +156,18 @@ func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 		return 0, time.Time{}, fmt.Errorf("zookeeper: created node %s has no sequence suffix", path)
 	}
 
-	if err := l.waitFirst(ctx, first, name, seq, wait); err != nil {
+	own, err := l.waitFirst(ctx, first, name, seq, wait)
+	if err != nil {
 		return 0, time.Time{}, err
 	}
 	l.mu.Lock()
 	l.st = stHeld
 	l.mu.Unlock()
-	l.watchOwnSoon()
+	if own != nil {
+		l.watchOwn(own) // the watch the wait set, still armed
+	} else {
+		l.watchOwnSoon()
+	}
 	return fencing.Token(czxid), sent, nil
 }
 
@@ -171,7 +177,7 @@ func (l *lease) watchOwnSoon() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.watching && l.watchTimer == nil {
-		l.watchTimer = time.AfterFunc(ownWatchDelay, l.watchOwn)
+		l.watchTimer = time.AfterFunc(ownWatchDelay, func() { l.watchOwn(nil) })
 	}
 }
 
@@ -187,7 +193,14 @@ func (l *lease) watchOwnSoon() {
 // ahead of it, pred is alone ahead. A node that goes otherwise (a waiter
 // ahead gave up) makes it read the children again. Watches stay set across
 // reads, so a predecessor is watched once.
-func (l *lease) waitFirst(ctx context.Context, first []string, name string, seq int64, wait bool) error {
+//
+// While it waits it also watches our own node, on this goroutine: the
+// client delivers events in the server's order, so when the predecessor's
+// deletion arrives, a deletion of our node before it (a revocation, or an
+// operator's delete) has already arrived, and we never take the lock
+// without a node. own is that watch, still armed, for the holder's loss
+// signal (nil if it did not wait).
+func (l *lease) waitFirst(ctx context.Context, first []string, name string, seq int64, wait bool) (own <-chan zk.Event, err error) {
 	watches := make(map[string]<-chan zk.Event)
 	for {
 		kids, err := first, error(nil)
@@ -199,38 +212,37 @@ func (l *lease) waitFirst(ctx context.Context, first []string, name string, seq 
 			if l.retryLater(ctx, err) {
 				continue
 			}
-			return err
+			return nil, err
 		}
 		found, pred, pred2, ahead := queuePosition(kids, name, seq)
 		if !found {
 			l.markLost()
-			return l.lostError("deleted while waiting")
+			return nil, l.lostError("deleted while waiting")
 		}
 		if pred == "" {
-			return nil
+			return watches[name], nil
 		}
 		if !wait {
-			return fmt.Errorf("%w: zookeeper: %s is held (%s is before us)", backend.ErrNotAcquired, l.dir, pred)
+			return nil, fmt.Errorf("%w: zookeeper: %s is held (%s is before us)", backend.ErrNotAcquired, l.dir, pred)
 		}
-		l.watchOwnSoon()
 		for {
 			second := ""
 			if ahead >= 2 {
 				second = pred2
 			}
-			gone, err := l.waitGone(ctx, watches, pred, second)
+			gone, err := l.waitGone(ctx, watches, name, pred, second)
 			if err != nil {
 				if !l.retryLater(ctx, err) {
-					return err
+					return nil, err
 				}
 				break
 			}
 			if gone == pred && ahead == 1 {
 				if l.isLost() || l.g.ended() {
 					l.markLost()
-					return l.lostError("the session ended while waiting")
+					return nil, l.lostError("the session ended while waiting")
 				}
-				return nil
+				return watches[name], nil
 			}
 			if gone == pred2 && ahead == 2 {
 				ahead, pred2 = 1, ""
@@ -267,11 +279,15 @@ func queuePosition(kids []string, name string, seq int64) (found bool, pred, pre
 
 // waitGone waits until the node named node, or second if not empty (both
 // children of our directory), is deleted or found missing, our lease is
-// lost, or ctx ends. It sets a data watch on each unless watches already
-// holds one. gone is the node that went, or empty if a watch fired for
-// another reason (its data changed): read the queue again.
-func (l *lease) waitGone(ctx context.Context, watches map[string]<-chan zk.Event, node, second string) (gone string, err error) {
-	for _, n := range []string{node, second} {
+// lost, or ctx ends. It sets a data watch on each, and on our own node
+// (self), unless watches already holds one. gone is the node that went, or
+// empty if a watch fired for another reason (data written): read the queue
+// again. Our own node found deleted, now or before the event that woke us,
+// is a lost lease.
+func (l *lease) waitGone(ctx context.Context, watches map[string]<-chan zk.Event, self, node, second string) (gone string, err error) {
+	// Our own node first: once its watch is set, whatever happens to it
+	// reaches us before anything later happens to the others.
+	for _, n := range []string{self, node, second} {
 		if _, ok := watches[n]; ok || n == "" {
 			continue
 		}
@@ -287,9 +303,13 @@ func (l *lease) waitGone(ctx context.Context, watches map[string]<-chan zk.Event
 			if !l.alive(sent) {
 				return "", l.lostError("the session ended")
 			}
-			return n, nil
+			if n == self {
+				l.markLost()
+				return "", l.lostError("deleted while waiting")
+			}
+			return l.ownFirst(watches, self, n)
 		case err != nil:
-			return "", l.opError("watch predecessor", err)
+			return "", l.opError("watch "+n, err)
 		}
 		if !l.alive(sent) {
 			return "", l.lostError("the session ended")
@@ -306,12 +326,24 @@ func (l *lease) waitGone(ctx context.Context, watches map[string]<-chan zk.Event
 		gone = node
 	case ev = <-watches[second]: // nil (never ready) when second is empty
 		gone = second
+	case ev = <-watches[self]:
+		gone = self
 	}
 	delete(watches, gone) // a watch fires once
-	switch ev.Type {
-	case zk.EventNodeDeleted:
+	if gone != self {
+		if g, err := l.ownFirst(watches, self, gone); g == "" || err != nil {
+			return g, err
+		}
+	}
+	switch {
+	case gone == self:
+		if err := l.ownEvent(ev); err != nil {
+			return "", err
+		}
+		return "", nil
+	case ev.Type == zk.EventNodeDeleted:
 		return gone, nil
-	case zk.EventNotWatching:
+	case ev.Type == zk.EventNotWatching:
 		if l.g.ended() || sessionGone(ev.Err) {
 			l.markLost()
 			return "", l.lostError("the session ended while waiting")
@@ -319,6 +351,34 @@ func (l *lease) waitGone(ctx context.Context, watches map[string]<-chan zk.Event
 		return "", fmt.Errorf("zookeeper: watch on %s ended: %v", gone, ev.Err)
 	}
 	return "", nil // data changed (someone wrote the node): read again
+}
+
+// ownFirst returns gone, the node found deleted, unless an event on our own
+// node came first: the client delivers events and replies in the server's
+// order, so such an event is in the channel of our node's watch already. A
+// deletion of our node is a lost lease; a data change, a read again ("").
+func (l *lease) ownFirst(watches map[string]<-chan zk.Event, self, gone string) (string, error) {
+	select {
+	case ev := <-watches[self]:
+		delete(watches, self)
+		return "", l.ownEvent(ev)
+	default:
+		return gone, nil
+	}
+}
+
+// ownEvent maps an event of the watch on our own node while waiting: its
+// deletion (or the session's end) loses the lease; a data change does not.
+func (l *lease) ownEvent(ev zk.Event) error {
+	switch ev.Type {
+	case zk.EventNodeDeleted:
+		l.markLost()
+		return l.lostError("deleted while waiting")
+	case zk.EventNotWatching:
+		l.markLost()
+		return l.lostError("the session ended while waiting")
+	}
+	return nil
 }
 
 // retryLater reports whether a waiter should read again after err: the
@@ -591,9 +651,10 @@ func (l *lease) makeDir() error {
 	return nil
 }
 
-// watchOwn sets a data watch on our node (once) and closes Lost when the
-// node is deleted by anyone but our Release.
-func (l *lease) watchOwn() {
+// watchOwn watches our node (once) and closes Lost when the node is
+// deleted by anyone but our Release. armed, if not nil, is a data watch on
+// it already set; otherwise it sets one.
+func (l *lease) watchOwn(armed <-chan zk.Event) {
 	l.mu.Lock()
 	if l.watching || l.path == "" {
 		l.mu.Unlock()
@@ -610,21 +671,26 @@ func (l *lease) watchOwn() {
 	l.mu.Unlock()
 	go func() {
 		for {
-			_, _, ch, err := l.s.conn.GetW(path)
-			select {
-			case <-l.released:
-				return
-			default:
-			}
-			switch {
-			case errors.Is(err, zk.ErrNoNode):
-				l.markLost()
-				return
-			case err != nil:
-				if sessionGone(err) {
-					l.markLost()
+			ch := armed
+			armed = nil
+			if ch == nil {
+				var err error
+				_, _, ch, err = l.s.conn.GetW(path)
+				select {
+				case <-l.released:
+					return
+				default:
 				}
-				return // the renewal finds out
+				switch {
+				case errors.Is(err, zk.ErrNoNode):
+					l.markLost()
+					return
+				case err != nil:
+					if sessionGone(err) {
+						l.markLost()
+					}
+					return // the renewal finds out
+				}
 			}
 			select {
 			case <-l.released:

@@ -488,3 +488,39 @@ func TestSuspendedIsNotLost(t *testing.T) {
 	require.NoError(t, ls.Err())
 	release(t, ls)
 }
+
+// A waiter whose node is deleted by someone else (an operator, a
+// revocation) just before its predecessor goes must fail with
+// ErrLeaseLost, never be granted: it takes over without reading the
+// children, so it must learn of its own node's deletion first. Both nodes
+// go in one transaction, at every moment of the waiter's setting up (its
+// first read, its watches), over many rounds.
+func TestWaiterNodeDeletedBeforePredecessor(t *testing.T) {
+	pfx := testPrefix(t)
+	la := dialLocker(t, srv.Addr(), pfx, 4*time.Second)
+	lb := dialLocker(t, srv.Addr(), pfx, 4*time.Second)
+	raw := srv.Connect(t, 10*time.Second)
+	for round := 0; round < 30; round++ {
+		ctx := tctx(t, 20*time.Second)
+		held := mustTry(t, la, "n")
+		ch := goAcquire(ctx, lb, "n")
+		var nodes []string
+		require.Eventually(t, func() bool {
+			nodes = lockNodes(t, raw, pfx, "n")
+			return len(nodes) == 2
+		}, 5*time.Second, time.Millisecond)
+		// Delay the deletion by a different amount each round, to land
+		// before, between and after the waiter's watches are set.
+		time.Sleep(time.Duration(round%10) * time.Millisecond)
+		dir := lockDir(pfx, "n")
+		_, err := raw.Multi(
+			&zk.DeleteRequest{Path: dir + "/" + nodes[1], Version: -1},
+			&zk.DeleteRequest{Path: dir + "/" + nodes[0], Version: -1},
+		)
+		require.NoError(t, err)
+		r := waitAcquired(t, ch, 10*time.Second)
+		require.Nil(t, r.Lease, "round %d: a waiter without a node was granted the lock", round)
+		require.ErrorIs(t, r.Err, backend.ErrLeaseLost, "round %d", round)
+		_ = held.Release(ctx) // its node is gone: an error is expected
+	}
+}
