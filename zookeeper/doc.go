@@ -94,9 +94,9 @@
 //     loss. Counted at the server with 8 contenders and zero-length holds
 //     (TestContendedRequestsPerGrant): 7 requests and 3 watch events per
 //     grant, where zk.Lock makes 5 and 1 (it reads after every wake-up).
-//     Measured beside zk.Lock: handoff p50 lower in every setting; p99
-//     lower once holds last a millisecond, and with zero-length holds lower
-//     or level on one machine and higher on a faster one (see README).
+//     Measured beside zk.Lock: handoff p50 lower or level, p99 level or
+//     higher with zero-length holds, both lower once holds last a
+//     millisecond on a quiet machine (see README).
 //   - Renewal: 1 exists of our node every TTL/3 (scheduled by the backend
 //     package): it proves the session alive (the server renews a session on
 //     every request) and our node present.
