@@ -1,16 +1,15 @@
 package etcd
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/internal/etcdtest"
+	"github.com/fencelock/fencelock/internal/locktest"
 	"github.com/fencelock/fencelock/internal/tlstest"
 )
 
@@ -32,29 +31,12 @@ func TestOpenTLS(t *testing.T) {
 	release(t, ls)
 	require.NoError(t, l.Close())
 
-	for _, tc := range []struct {
-		name, url, want string
-	}{
+	locktest.Refused(t, 10*time.Second, []locktest.Refusal{
 		// No cacert: the system roots do not know the test CA.
-		{"system roots", base + "&cert=" + f.ClientCert + "&key=" + f.ClientKey, "x509: certificate signed by unknown authority"},
+		{Name: "system roots", URL: base + "&cert=" + f.ClientCert + "&key=" + f.ClientKey, Want: "x509: certificate signed by unknown authority", Bound: 5 * time.Second},
 		// The server requires a client certificate.
-		{"no client certificate", base + "&cacert=" + f.CA, "certificate required"},
+		{Name: "no client certificate", URL: base + "&cacert=" + f.CA, Want: "certificate required", Bound: 5 * time.Second},
 		// Plain gRPC to a TLS port.
-		{"plain URL", strings.Replace(base, "etcds://", "etcd://", 1), "cannot reach"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			start := time.Now()
-			l, err := backend.Open(ctx, tc.url)
-			if err == nil {
-				_ = l.Close()
-			}
-			t.Logf("after %v: %v", time.Since(start), err)
-			require.Error(t, err)
-			assert.NotErrorIs(t, err, backend.ErrInvalidURL)
-			assert.Contains(t, err.Error(), tc.want)
-			assert.Less(t, time.Since(start), 5*time.Second, "bounded by dial_timeout, not the context")
-		})
-	}
+		{Name: "plain URL", URL: strings.Replace(base, "etcds://", "etcd://", 1), Want: "cannot reach", Bound: 5 * time.Second},
+	}, locktest.OpenErr) // bounded by dial_timeout, not the context
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/internal/locktest"
 	"github.com/fencelock/fencelock/internal/tlstest"
 	"github.com/fencelock/fencelock/internal/zktest"
 )
@@ -38,33 +39,15 @@ func TestOpenTLS(t *testing.T) {
 	require.NoError(t, ls.Release(ctx))
 	require.NoError(t, l.Close())
 
-	for _, tc := range []struct {
-		name, url, want string
-		bound           time.Duration
-	}{
+	locktest.Refused(t, 4*time.Second, []locktest.Refusal{
 		// No cacert: the system roots do not know the test CA.
-		{"system roots", base + clientPair, "x509: certificate signed by unknown authority", 3 * time.Second},
+		{Name: "system roots", URL: base + clientPair, Want: "x509: certificate signed by unknown authority", Bound: 3 * time.Second},
 		// ssl.clientAuth=need.
-		{"no client certificate", base + "&cacert=" + url.QueryEscape(f.CA), "remote error: tls: ", 3 * time.Second},
+		{Name: "no client certificate", URL: base + "&cacert=" + url.QueryEscape(f.CA), Want: "remote error: tls: ", Bound: 3 * time.Second},
 		// Plain ZooKeeper to a TLS port: the server drops the connection,
 		// which is no TLS error, so only the context bounds it.
-		{"plain URL", strings.Replace(base, "zks://", "zk://", 1), "context deadline exceeded", 6 * time.Second},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
-			defer cancel()
-			start := time.Now()
-			l, err := backend.Open(ctx, tc.url)
-			if err == nil {
-				_ = l.Close()
-			}
-			t.Logf("after %v: %v", time.Since(start), err)
-			require.Error(t, err)
-			assert.NotErrorIs(t, err, backend.ErrInvalidURL)
-			assert.Contains(t, err.Error(), tc.want)
-			assert.Less(t, time.Since(start), tc.bound)
-		})
-	}
+		{Name: "plain URL", URL: strings.Replace(base, "zks://", "zk://", 1), Want: "context deadline exceeded", Bound: 6 * time.Second},
+	}, locktest.OpenErr)
 
 	// Without a context deadline, a TLS failure still ends Open.
 	t.Run("no deadline", func(t *testing.T) {
