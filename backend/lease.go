@@ -139,7 +139,10 @@ func (ls *Lease) Refresh(ctx context.Context) error {
 // had been lost, Release still cleans up and returns an error matching
 // ErrLeaseLost. If the backend cannot be reached, Release returns that error
 // and may be called again; renewal has stopped, so at worst the lock expires
-// with its TTL.
+// with its TTL. The request of a Release that failed so may still have
+// reached the backend: a later Release then finds the lock key gone and, as
+// it cannot tell that from a lost lease, returns an error matching
+// ErrLeaseLost. The lock is not held by this lease either way.
 func (ls *Lease) Release(ctx context.Context) error {
 	ls.end(fmt.Errorf("%w: %q", ErrReleased, ls.name))
 	ls.opMu.Lock() // waits for a Refresh in flight

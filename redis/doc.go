@@ -211,4 +211,10 @@
 //   - The counter keys stay after their locks are released (one small key
 //     per lock name ever used); deleting one restarts that name's tokens
 //     (unless ClockFloor is on).
+//   - An Acquire that gave up (its context ended) while its script was held
+//     in the network removes what it queued, but the script can still
+//     arrive after that removal and take the lock, or a place in the
+//     queue, for its TTL at the most: nothing is left to release it. The
+//     etcd adapter revokes such an attempt's lease, and the ZooKeeper
+//     adapter waits for the create's outcome, so neither has this.
 package redis
