@@ -56,6 +56,7 @@
 //	P:{N}:token         the token counter (INCR); it never expires
 //	P:{N}:queue         the waiters in arrival order (sorted set: owner -> arrival number)
 //	P:{N}:queue:expiry  when each waiter's entry lapses (sorted set: owner -> server time in ms)
+//	P:{N}:ended:<owner> an acquisition released while its last attempt's fate was unknown (PX: 10 TTLs, 1 minute at least)
 //	P:wake:<locker id>  the pub/sub channel of one Locker's waiters
 //
 // All keys of a name share the hash tag {N}, so a Cluster keeps them in one
@@ -212,9 +213,10 @@
 //     per lock name ever used); deleting one restarts that name's tokens
 //     (unless ClockFloor is on).
 //   - An Acquire that gave up (its context ended) while its script was held
-//     in the network removes what it queued, but the script can still
-//     arrive after that removal and take the lock, or a place in the
-//     queue, for its TTL at the most: nothing is left to release it. The
-//     etcd adapter revokes such an attempt's lease, and the ZooKeeper
-//     adapter waits for the create's outcome, so neither has this.
+//     in the network removes what it queued and leaves an end mark, so
+//     that the script, if it still arrives, takes nothing (the etcd
+//     adapter revokes such an attempt's lease, and the ZooKeeper adapter
+//     waits for the create's outcome). The mark lasts 10 TTLs, a minute at
+//     least: a script that arrives later still can hold the lock for its
+//     TTL.
 package redis

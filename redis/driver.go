@@ -219,11 +219,13 @@ func (d *driver) Close() error {
 // name>}, so a Cluster keeps them in one slot.
 type keys struct {
 	lock, counter, queue, expiry string
+	ended                        string // + owner: an acquisition's end mark
 }
 
 func keysOf(prefix, name string) keys {
 	base := prefix + ":{" + escapeName(name) + "}"
-	return keys{lock: base, counter: base + ":token", queue: base + ":queue", expiry: base + ":queue:expiry"}
+	return keys{lock: base, counter: base + ":token", queue: base + ":queue", expiry: base + ":queue:expiry",
+		ended: base + ":ended:"}
 }
 
 // direct reports whether a release grants the lock to the next waiter
@@ -303,7 +305,7 @@ const (
 // acquire runs the acquire script once (and WAIT after it if configured).
 func (d *driver) acquire(ctx context.Context, l *lease, mode queueMode) (acquireResult, error) {
 	d.attempts.Add(1)
-	k := []string{l.k.lock, l.k.counter, l.k.queue, l.k.expiry}
+	k := []string{l.k.lock, l.k.counter, l.k.queue, l.k.expiry, l.k.ended + l.owner}
 	args := []any{l.owner, l.ttlMs, string(mode), flag(d.cfg.ClockFloor), wakeChannel(d.cfg.Prefix, ""), flag(d.direct())}
 	if d.cfg.WaitReplicas == 0 {
 		res, err := acquireScript.Run(ctx, d.c, k, args...).Int64Slice()
@@ -367,7 +369,7 @@ func parseAcquire(res []int64, err error) (acquireResult, error) {
 	case len(res) == 3 && res[0] == 0:
 		return acquireResult{next: res[2] == 1, wait: res[1]}, nil
 	case len(res) == 1 && res[0] == -1:
-		return acquireResult{}, fmt.Errorf("%w: redis: queue entry lapsed or was removed", backend.ErrLeaseLost)
+		return acquireResult{}, fmt.Errorf("%w: redis: queue entry lapsed or was removed, or the acquisition had ended", backend.ErrLeaseLost)
 	}
 	return acquireResult{}, fmt.Errorf("redis: acquire script returned %v", res)
 }

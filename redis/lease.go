@@ -28,6 +28,16 @@ const (
 // (server unreachable).
 const retryMax = time.Second
 
+// An acquisition released while its last attempt's fate was unknown leaves
+// an end mark in Redis for endMarkTTLs times its TTL, endMarkMin at least:
+// a copy of that attempt that arrives meanwhile (held in the network) takes
+// neither the lock nor a queue place. One arriving later still can hold the
+// lock for its TTL.
+const (
+	endMarkTTLs = 10
+	endMarkMin  = time.Minute
+)
+
 // lease implements backend.DriverLease: one acquisition. Its value in the
 // lock key is "<owner>:<token>", owner being unique to this acquisition;
 // while it waits, owner is its entry in the lock's queue.
@@ -260,8 +270,14 @@ func (l *lease) Release(ctx context.Context) error {
 		l.st = stReleased
 		return nil
 	}
-	n, err := releaseScript.Run(ctx, l.d.c, []string{l.k.lock, l.k.counter, l.k.queue, l.k.expiry}, l.owner,
-		wakeChannel(l.d.cfg.Prefix, ""), flag(l.d.cfg.ClockFloor), flag(l.d.direct())).Int64()
+	var endMark int64
+	if l.st == stUnknown {
+		// The last attempt may still be on its way (held in the network):
+		// mark the acquisition ended, so that it takes nothing if it lands.
+		endMark = max(endMarkTTLs*l.ttlMs, endMarkMin.Milliseconds())
+	}
+	n, err := releaseScript.Run(ctx, l.d.c, []string{l.k.lock, l.k.counter, l.k.queue, l.k.expiry, l.k.ended + l.owner}, l.owner,
+		wakeChannel(l.d.cfg.Prefix, ""), flag(l.d.cfg.ClockFloor), flag(l.d.direct()), endMark).Int64()
 	if err != nil {
 		return fmt.Errorf("redis: release script: %w", err)
 	}

@@ -404,3 +404,37 @@ func TestClosedClientWaiter(t *testing.T) {
 	_ = lb2.Close()
 	release(t, held)
 }
+
+// An attempt whose fate was unknown when its acquisition was released (its
+// request held in the network, say) takes nothing if it lands afterwards:
+// the release leaves an end mark that the acquire script honours.
+func TestLateAttemptTakesNothing(t *testing.T) {
+	prefix := testPrefix(t)
+	raw := newClient(t, srv.Addr())
+	_, d := driverLocker(t, newClient(t, srv.Addr()), Config{Prefix: prefix})
+	ctx := tctx(t, 10*time.Second)
+	dl, _, err := d.NewLease(ctx, backend.Request{Name: "n", TTL: 5 * time.Second})
+	require.NoError(t, err)
+	l := dl.(*lease)
+
+	// An attempt that got no reply: whether it applied is unknown.
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	_, _, err = l.Lock(gone, false)
+	require.ErrorIs(t, err, context.Canceled)
+	require.NoError(t, l.Release(ctx))
+	k := keysOf(prefix, "n")
+	mark, err := raw.PTTL(ctx, k.ended+l.owner).Result()
+	require.NoError(t, err)
+	assert.Greater(t, mark, 50*time.Second, "end mark lifetime: max(10 TTLs, 1m)")
+
+	// The attempt lands now, as a waiter would join: it takes nothing.
+	_, err = d.acquire(ctx, l, queueJoin)
+	require.ErrorIs(t, err, backend.ErrLeaseLost)
+	n, err := raw.Exists(ctx, k.lock, k.queue, k.expiry).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "lock key or queue entry left by the late attempt")
+	ls, err := locker(t, srv.Addr(), Config{Prefix: prefix}).TryAcquire(ctx, "n")
+	require.NoError(t, err, "the lock is free")
+	release(t, ls)
+}

@@ -1,7 +1,8 @@
 -- fencelock acquire: take the lock key if it is free and no earlier waiter
 -- is in line, and issue a token; otherwise (when asked to) join the queue.
 -- KEYS[1] lock key, KEYS[2] token counter, KEYS[3] queue, KEYS[4] queue
--- expiries. ARGV[1] owner (this acquisition's id), ARGV[2] TTL in ms,
+-- expiries, KEYS[5] this acquisition's end mark (see release.lua).
+-- ARGV[1] owner (this acquisition's id), ARGV[2] TTL in ms,
 -- ARGV[3] what to do with the queue when not granted: "0" nothing, "1" join
 -- it, "2" renew the entry an earlier attempt made; ARGV[4] "1" for the
 -- clock floor, ARGV[5] the wake channels' prefix, ARGV[6] "1" to grant a
@@ -10,8 +11,12 @@
 -- earlier waiter is in line, and ms how long the lock key will still live
 -- (-1: no expiry); else next is 0 and ms the time left to the first
 -- waiter's entry (it may have crashed); {-1} if ARGV[3] is "2" and the
--- entry is gone (it lapsed, or an operator removed it).
+-- entry is gone (it lapsed, or an operator removed it), or if the
+-- acquisition has ended (a late copy of an attempt it gave up on).
 local owner, ttl = ARGV[1], tonumber(ARGV[2])
+if redis.call('GET', KEYS[5]) then
+  return {-1}
+end
 local now = now_ms()
 purge(KEYS[3], KEYS[4], now)
 local v = redis.call('GET', KEYS[1])

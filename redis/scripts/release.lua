@@ -2,10 +2,16 @@
 -- hand the lock over to the next waiter; drop this acquisition's queue
 -- entry if any.
 -- KEYS[1] lock key, KEYS[2] token counter, KEYS[3] queue, KEYS[4] queue
--- expiries. ARGV[1] owner, ARGV[2] the wake channels' prefix, ARGV[3] "1"
--- for the clock floor, ARGV[4] "1" to grant directly (see hand_over).
+-- expiries, KEYS[5] this acquisition's end mark. ARGV[1] owner, ARGV[2] the
+-- wake channels' prefix, ARGV[3] "1" for the clock floor, ARGV[4] "1" to
+-- grant directly (see hand_over), ARGV[5] how long (ms) to keep the end
+-- mark, "0" for none: an acquisition whose last attempt's fate is unknown
+-- leaves one, so that the attempt, if it still arrives, takes nothing.
 -- Returns 1 if the lock key was deleted, 0 if it was gone or someone else's.
 local owner = ARGV[1]
+if tonumber(ARGV[5]) > 0 then
+  redis.call('SET', KEYS[5], '1', 'PX', ARGV[5])
+end
 local v = redis.call('GET', KEYS[1])
 local deleted = 0
 if token_of(v, owner) then
