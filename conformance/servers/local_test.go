@@ -2,11 +2,9 @@ package servers_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelock/fencelock/backend"
@@ -38,7 +36,7 @@ func TestLocal(t *testing.T) {
 
 		require.NoError(t, s.Members[0].Disconnect(ctx))
 		start := time.Now()
-		err := pgSelectWithin(ctx, s.URL, partitionProbe)
+		err := servers.PgSelectWithin(ctx, s.URL, partitionProbe)
 		require.Error(t, err, "a query got through a partition")
 		require.GreaterOrEqual(t, time.Since(start), partitionProbe*9/10, "failed fast (%v), as on a closed connection, not by timing out", err)
 		require.NoError(t, s.Members[0].Reconnect(ctx))
@@ -105,26 +103,7 @@ func TestLocalRedisHooks(t *testing.T) {
 
 func pgSelect(t *testing.T, ctx context.Context, dsn string) {
 	t.Helper()
-	require.NoError(t, pgSelectWithin(ctx, dsn, 30*time.Second))
-}
-
-// pgSelectWithin connects and runs SELECT 1 within d.
-func pgSelectWithin(ctx context.Context, dsn string, d time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	c, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		return err
-	}
-	defer c.Close(ctx)
-	var n int
-	if err := c.QueryRow(ctx, "SELECT 1").Scan(&n); err != nil {
-		return err
-	}
-	if n != 1 {
-		return fmt.Errorf("SELECT 1 returned %d", n)
-	}
-	return nil
+	require.NoError(t, servers.PgSelectWithin(ctx, dsn, 30*time.Second))
 }
 
 // TestLocalMissingBinaryFails: a missing binary fails the test, with the

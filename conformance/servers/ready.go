@@ -190,8 +190,11 @@ func sentinelFailover(ctx context.Context, addr string) error {
 }
 
 // pgReady connects and runs SELECT 1.
-func pgReady(ctx context.Context, dsn string) error {
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+func pgReady(ctx context.Context, dsn string) error { return pgSelectWithin(ctx, dsn, probeTimeout) }
+
+// pgSelectWithin connects and runs SELECT 1 within d.
+func pgSelectWithin(ctx context.Context, dsn string, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	c, err := pgx.Connect(ctx, dsn)
 	if err != nil {

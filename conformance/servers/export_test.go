@@ -1,0 +1,4 @@
+package servers
+
+// PgSelectWithin is pgSelectWithin, for the external tests.
+var PgSelectWithin = pgSelectWithin
