@@ -13,7 +13,6 @@ import (
 
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/internal/faultproxy"
-	"github.com/fencelock/fencelock/internal/locktest"
 )
 
 // URLCapabilities are the suite's settings for the networked schemes whose
@@ -43,11 +42,9 @@ type URLHarness struct {
 	rawURL string
 	caps   Capabilities
 
-	crashers locktest.Crashers
-
 	mu      sync.Mutex
 	admin   *backend.Locker
-	proxies map[*backend.Locker][]*faultproxy.Proxy // each Locker's, for Partition
+	proxies map[*backend.Locker][]*faultproxy.Proxy // each Locker's, for Crash and Partition
 }
 
 // NewURLHarness returns a harness for rawURL with caps, or, if caps is the
@@ -92,12 +89,6 @@ func (h *URLHarness) NewLocker(t testing.TB, opts ...backend.Option) *backend.Lo
 	defer cancel()
 	l, err := backend.Open(ctx, u.String(), opts...)
 	require.NoError(t, err)
-	h.crashers.Add(t, l, func() error {
-		for _, p := range proxies {
-			p.Cut()
-		}
-		return nil
-	})
 	h.mu.Lock()
 	if h.proxies == nil {
 		h.proxies = make(map[*backend.Locker][]*faultproxy.Proxy)
@@ -122,10 +113,7 @@ func (h *URLHarness) NewLocker(t testing.TB, opts ...backend.Option) *backend.Lo
 // (connections hang) until heal.
 func (h *URLHarness) Partition(t testing.TB, l *backend.Locker) (heal func()) {
 	t.Helper()
-	h.mu.Lock()
-	proxies, ok := h.proxies[l]
-	h.mu.Unlock()
-	require.True(t, ok, "Partition: the Locker is not one of this harness's")
+	proxies := h.proxiesOf(t, l)
 	for _, p := range proxies {
 		p.Partition()
 	}
@@ -137,7 +125,23 @@ func (h *URLHarness) Partition(t testing.TB, l *backend.Locker) (heal func()) {
 }
 
 // Crash implements Harness: it cuts the Locker's proxies.
-func (h *URLHarness) Crash(t testing.TB, l *backend.Locker) { h.crashers.Crash(t, l) }
+func (h *URLHarness) Crash(t testing.TB, l *backend.Locker) {
+	t.Helper()
+	for _, p := range h.proxiesOf(t, l) {
+		p.Cut()
+	}
+}
+
+// proxiesOf returns the proxies of l, failing t if l is not one of the
+// Lockers this harness made (or its test has ended).
+func (h *URLHarness) proxiesOf(t testing.TB, l *backend.Locker) []*faultproxy.Proxy {
+	t.Helper()
+	h.mu.Lock()
+	proxies, ok := h.proxies[l]
+	h.mu.Unlock()
+	require.True(t, ok, "a Locker this harness did not make")
+	return proxies
+}
 
 func (h *URLHarness) adminLocker(t testing.TB) *backend.Locker {
 	h.mu.Lock()
