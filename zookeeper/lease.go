@@ -337,10 +337,7 @@ func (l *lease) waitGone(ctx context.Context, watches map[string]<-chan zk.Event
 	}
 	switch {
 	case gone == self:
-		if err := l.ownEvent(ev); err != nil {
-			return "", err
-		}
-		return "", nil
+		return "", l.ownEvent(ev) // nil for a data change: read again
 	case ev.Type == zk.EventNodeDeleted:
 		return gone, nil
 	case ev.Type == zk.EventNotWatching:
@@ -670,26 +667,10 @@ func (l *lease) watchOwn(armed <-chan zk.Event) {
 	path := l.path
 	l.mu.Unlock()
 	go func() {
-		for {
-			ch := armed
-			armed = nil
+		for ch := armed; ; ch = nil {
 			if ch == nil {
-				var err error
-				_, _, ch, err = l.s.conn.GetW(path)
-				select {
-				case <-l.released:
+				if ch = l.rewatchOwn(path); ch == nil {
 					return
-				default:
-				}
-				switch {
-				case errors.Is(err, zk.ErrNoNode):
-					l.markLost()
-					return
-				case err != nil:
-					if sessionGone(err) {
-						l.markLost()
-					}
-					return // the renewal finds out
 				}
 			}
 			select {
@@ -715,6 +696,29 @@ func (l *lease) watchOwn(armed <-chan zk.Event) {
 			}
 		}
 	}()
+}
+
+// rewatchOwn sets a data watch on our node for watchOwn; nil if watchOwn is
+// to stop: released meanwhile, the node gone (a loss), or the request
+// failed (the renewal finds out).
+func (l *lease) rewatchOwn(path string) <-chan zk.Event {
+	_, _, ch, err := l.s.conn.GetW(path)
+	select {
+	case <-l.released:
+		return nil
+	default:
+	}
+	switch {
+	case errors.Is(err, zk.ErrNoNode):
+		l.markLost()
+		return nil
+	case err != nil:
+		if sessionGone(err) {
+			l.markLost()
+		}
+		return nil
+	}
+	return ch
 }
 
 // KeepAlive implements backend.DriverLease with one Exists of our node (of
