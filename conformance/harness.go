@@ -68,15 +68,29 @@ type Partitioner interface {
 	Partition(t testing.TB, l *backend.Locker) (heal func())
 }
 
+// waiterListed bounds how long RevokeWaitersByID waits for a waiter that
+// has blocked to show in Status.
+const waiterListed = 5 * time.Second
+
 // RevokeWaitersByID is RevokeWaiters for a harness whose backend implements
 // Locker.Status and Locker.RevokeID: it revokes, through admin, every
-// waiter that admin's Status lists for name, by its Entry.ID.
+// waiter that admin's Status lists for name, by its Entry.ID. A waiter can
+// join the backend's queue a moment after its Acquire blocks (a Redis
+// Locker's first wait subscribes before it queues), so it reads Status
+// until it lists a waiter, for waiterListed at most.
 func RevokeWaitersByID(t testing.TB, admin *backend.Locker, name string) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, err := admin.Status(ctx, name)
-	require.NoError(t, err)
+	var st backend.Status
+	for listed := time.Now().Add(waiterListed); ; time.Sleep(10 * time.Millisecond) {
+		var err error
+		st, err = admin.Status(ctx, name)
+		require.NoError(t, err)
+		if len(st.Waiters) > 0 || time.Now().After(listed) {
+			break
+		}
+	}
 	n := 0
 	for _, w := range st.Waiters {
 		found, err := admin.RevokeID(ctx, name, w.ID)
