@@ -12,7 +12,7 @@
 // session timeouts from 400ms (2 ticks) to 120s are accepted as asked. It
 // does not fsync its transaction log (forceSync=no): data survives a
 // restart of the process, not of the machine. The JVM is kept lean
-// (-Xmx256m, serial GC, C1 only) for small CI machines.
+// (LeanJVMFlags: -Xmx256m, serial GC, C1 only) for small CI machines.
 package zktest
 
 import (
@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -85,6 +86,14 @@ func WithTLS(f *tlstest.Files) Option { return func(c *config) { c.tls = f } }
 // them, and without them every TLS connection fails with
 // NoClassDefFoundError io/netty/handler/codec/ByteToMessageDecoder.
 var NettyJars = []string{"/usr/share/java/netty-codec.jar"}
+
+// LeanJVMFlags are the server's JVM flags: a small heap, the serial
+// collector and the C1 compiler alone, for small CI machines. The
+// environment variable FENCELOCK_ZK_JVM_FLAGS, when set, replaces them (a
+// space-separated list; empty for the JVM's defaults, as Debian's service
+// runs the server), for example to benchmark a server configured as in
+// production.
+var LeanJVMFlags = []string{"-Xmx256m", "-Xms32m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto"}
 
 // Server is a running ZooKeeper server process.
 type Server struct {
@@ -260,14 +269,17 @@ func (s *Server) launch() error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(java,
-		"-Xmx256m", "-Xms32m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto",
+	jvm := LeanJVMFlags
+	if v, ok := os.LookupEnv("FENCELOCK_ZK_JVM_FLAGS"); ok {
+		jvm = strings.Fields(v)
+	}
+	cmd := exec.Command(java, append(slices.Clone(jvm),
 		"-Dzookeeper.log.dir="+filepath.Dir(s.logPath),
 		"-Dzookeeper.admin.enableServer=false",
 		"-Dzookeeper.forceSync=no",
 		"-Dznode.container.checkIntervalMs=1000",
 		"-cp", cp,
-		"org.apache.zookeeper.server.ZooKeeperServerMain", s.cfgPath)
+		"org.apache.zookeeper.server.ZooKeeperServerMain", s.cfgPath)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

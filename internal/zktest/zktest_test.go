@@ -1,6 +1,12 @@
 package zktest_test
 
 import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,4 +79,49 @@ func TestTLS(t *testing.T) {
 	if st := plain.State(); st == zk.StateHasSession {
 		t.Fatal("a plain client got a session on the TLS port")
 	}
+}
+
+// FENCELOCK_ZK_JVM_FLAGS replaces the lean JVM flags.
+func TestJVMFlagsFromEnvironment(t *testing.T) {
+	t.Setenv("FENCELOCK_ZK_JVM_FLAGS", "-Xmx128m -Dfencelock.test=jvmflags")
+	zktest.Start(t)
+	args := childJavaArgs(t)
+	if !slices.Contains(args, "-Dfencelock.test=jvmflags") || !slices.Contains(args, "-Xmx128m") {
+		t.Fatalf("java started with %q", args)
+	}
+	for _, lean := range zktest.LeanJVMFlags {
+		if slices.Contains(args, lean) {
+			t.Fatalf("lean flag %s kept: %q", lean, args)
+		}
+	}
+}
+
+// childJavaArgs returns the command line of this process's java child.
+func childJavaArgs(t *testing.T) []string {
+	t.Helper()
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		stat, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(fields) < 2 || fields[1] != strconv.Itoa(os.Getpid()) {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+		if strings.HasSuffix(args[0], "java") {
+			return args
+		}
+	}
+	t.Fatal("no java child process")
+	return nil
 }
