@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -199,13 +200,15 @@ func (d *driver) dial(ctx context.Context, ttl time.Duration, anyTimeout bool) (
 	}
 	setup := func(c *zk.Conn) {
 		s.conn = c
-		switch {
-		case td != nil:
-			zk.WithDialer(td.dial)(c)
-			zk.WithHostProvider(&namedHosts{})(c)
-		case d.cfg.Dialer != nil:
-			zk.WithDialer(d.cfg.Dialer)(c)
+		dial := d.cfg.Dialer
+		if dial == nil {
+			dial = net.DialTimeout
 		}
+		if td != nil {
+			dial = td.dial
+			zk.WithHostProvider(&namedHosts{})(c)
+		}
+		zk.WithDialer(buffered(dial))(c)
 	}
 	if _, _, err := zk.Connect(d.cfg.Servers, ttl, zk.WithLogger(logger), zk.WithLogInfo(false),
 		zk.WithEventCallback(s.onEvent), setup); err != nil {
