@@ -134,6 +134,9 @@ type driver struct {
 	closing    chan struct{}
 	childReads atomic.Int64 // getChildren requests of acquisitions, for tests
 
+	hintMu    sync.Mutex
+	contended map[string]struct{} // lock directories whose last acquisition here waited
+
 	mu       sync.Mutex
 	closed   bool
 	sessions map[time.Duration]*session      // by TTL = negotiated timeout
@@ -145,6 +148,35 @@ func newDriver(prefix string, acl []zk.ACL) *driver {
 	return &driver{prefix: prefix, acl: acl, closing: make(chan struct{}),
 		sessions: make(map[time.Duration]*session), dialing: make(map[time.Duration]chan struct{}),
 		refused: make(map[time.Duration]time.Duration)}
+}
+
+// maxContendedHints bounds the number of lock directories a driver
+// remembers as contended; past it, further ones are not remembered (their
+// acquisitions use the Multi, as for a free lock).
+const maxContendedHints = 1024
+
+// wasContended reports whether the last acquisition of the lock in dir
+// through this driver had to wait: the next one likely will too, and then
+// creates its node with a plain create (see lease.create).
+func (d *driver) wasContended(dir string) bool {
+	d.hintMu.Lock()
+	defer d.hintMu.Unlock()
+	_, ok := d.contended[dir]
+	return ok
+}
+
+// noteContended records whether an acquisition of the lock in dir waited.
+func (d *driver) noteContended(dir string, waited bool) {
+	d.hintMu.Lock()
+	defer d.hintMu.Unlock()
+	switch {
+	case !waited:
+		delete(d.contended, dir)
+	case d.contended == nil:
+		d.contended = map[string]struct{}{dir: {}}
+	case len(d.contended) < maxContendedHints:
+		d.contended[dir] = struct{}{}
+	}
 }
 
 func dialDriver(ctx context.Context, cfg Config) (*driver, error) {

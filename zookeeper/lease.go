@@ -122,7 +122,10 @@ func (l *lease) alive(sent time.Time) bool {
 // stops there without writing; otherwise, and for Acquire, one Multi creates
 // our node and returns its czxid (1) and whether it is alone in the
 // directory; if not, one getChildren (1) tells whether it is first. A
-// waiter then waits as waitFirst says.
+// waiter then waits as waitFirst says. An Acquire that follows one that
+// waited creates with a plain create instead (1, no czxid) and always reads
+// the children; its czxid comes with the watch on its node, or from one
+// exists if it does not wait.
 func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, error) {
 	l.mu.Lock()
 	if l.st != stIdle || l.createDone != nil {
@@ -142,7 +145,7 @@ func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 	}
 
 	sent := time.Now()
-	first, err := l.create(ctx)
+	first, err := l.create(ctx, wait && l.d.wasContended(l.dir))
 	if err != nil {
 		return 0, time.Time{}, err
 	}
@@ -156,9 +159,20 @@ func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 		return 0, time.Time{}, fmt.Errorf("zookeeper: created node %s has no sequence suffix", path)
 	}
 
-	own, err := l.waitFirst(ctx, first, name, seq, wait)
+	own, waited, err := l.waitFirst(ctx, first, name, seq, wait)
 	if err != nil {
 		return 0, time.Time{}, err
+	}
+	if wait {
+		l.d.noteContended(l.dir, waited)
+	}
+	l.mu.Lock()
+	czxid = l.czxid // from the watch on our node, after a plain create
+	l.mu.Unlock()
+	if czxid == 0 {
+		if czxid, err = l.readCzxid(ctx, path); err != nil {
+			return 0, time.Time{}, err
+		}
 	}
 	l.mu.Lock()
 	l.st = stHeld
@@ -199,8 +213,9 @@ func (l *lease) watchOwnSoon() {
 // deletion arrives, a deletion of our node before it (a revocation, or an
 // operator's delete) has already arrived, and we never take the lock
 // without a node. own is that watch, still armed, for the holder's loss
-// signal (nil if it did not wait).
-func (l *lease) waitFirst(ctx context.Context, first []string, name string, seq int64, wait bool) (own <-chan zk.Event, err error) {
+// signal (nil if it did not wait); its request also brings our node's
+// czxid (noteCzxid). waited reports whether it waited at all.
+func (l *lease) waitFirst(ctx context.Context, first []string, name string, seq int64, wait bool) (own <-chan zk.Event, waited bool, err error) {
 	watches := make(map[string]<-chan zk.Event)
 	for {
 		kids, err := first, error(nil)
@@ -212,37 +227,38 @@ func (l *lease) waitFirst(ctx context.Context, first []string, name string, seq 
 			if l.retryLater(ctx, err) {
 				continue
 			}
-			return nil, err
+			return nil, waited, err
 		}
 		found, pred, pred2, ahead := queuePosition(kids, name, seq)
 		if !found {
 			l.markLost()
-			return nil, l.lostError("deleted while waiting")
+			return nil, waited, l.lostError("deleted while waiting")
 		}
 		if pred == "" {
-			return watches[name], nil
+			return watches[name], waited, nil
 		}
 		if !wait {
-			return nil, fmt.Errorf("%w: zookeeper: %s is held (%s is before us)", backend.ErrNotAcquired, l.dir, pred)
+			return nil, waited, fmt.Errorf("%w: zookeeper: %s is held (%s is before us)", backend.ErrNotAcquired, l.dir, pred)
 		}
 		for {
 			second := ""
 			if ahead >= 2 {
 				second = pred2
 			}
+			waited = true
 			gone, err := l.waitGone(ctx, watches, name, pred, second)
 			if err != nil {
 				if !l.retryLater(ctx, err) {
-					return nil, err
+					return nil, waited, err
 				}
 				break
 			}
 			if gone == pred && ahead == 1 {
 				if l.isLost() || l.g.ended() {
 					l.markLost()
-					return nil, l.lostError("the session ended while waiting")
+					return nil, waited, l.lostError("the session ended while waiting")
 				}
-				return watches[name], nil
+				return watches[name], waited, nil
 			}
 			if gone == pred2 && ahead == 2 {
 				ahead, pred2 = 1, ""
@@ -292,10 +308,11 @@ func (l *lease) waitGone(ctx context.Context, watches map[string]<-chan zk.Event
 			continue
 		}
 		var ch <-chan zk.Event
+		var st *zk.Stat
 		sent := time.Now()
 		err := call(ctx, func() error {
 			var err error
-			_, _, ch, err = l.s.conn.GetW(l.dir + "/" + n)
+			_, st, ch, err = l.s.conn.GetW(l.dir + "/" + n)
 			return err
 		})
 		switch {
@@ -313,6 +330,9 @@ func (l *lease) waitGone(ctx context.Context, watches map[string]<-chan zk.Event
 		}
 		if !l.alive(sent) {
 			return "", l.lostError("the session ended")
+		}
+		if n == self {
+			l.noteCzxid(st)
 		}
 		watches[n] = ch
 	}
@@ -348,6 +368,40 @@ func (l *lease) waitGone(ctx context.Context, watches map[string]<-chan zk.Event
 		return "", fmt.Errorf("zookeeper: watch on %s ended: %v", gone, ev.Err)
 	}
 	return "", nil // data changed (someone wrote the node): read again
+}
+
+// noteCzxid records our node's czxid from st, its Stat, if a plain create
+// left it unknown.
+func (l *lease) noteCzxid(st *zk.Stat) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.czxid == 0 && st != nil {
+		l.czxid = st.Czxid
+	}
+}
+
+// readCzxid reads the czxid of our node (path) after a plain create that
+// did not wait (1 round trip).
+func (l *lease) readCzxid(ctx context.Context, path string) (int64, error) {
+	var st *zk.Stat
+	var ok bool
+	sent := time.Now()
+	err := call(ctx, func() error {
+		var err error
+		ok, st, err = l.s.conn.Exists(path)
+		return err
+	})
+	switch {
+	case err != nil:
+		return 0, l.opError("read czxid of "+path, err)
+	case !l.alive(sent):
+		return 0, l.lostError("the session ended")
+	case !ok:
+		l.markLost()
+		return 0, l.lostError("deleted before the grant")
+	}
+	l.noteCzxid(st)
+	return st.Czxid, nil
 }
 
 // ownFirst returns gone, the node found deleted, unless an event on our own
@@ -450,7 +504,7 @@ func countLocks(kids []string) int {
 // goroutine, so Lock hands over to a goroutine once per acquisition rather
 // than once per request; kids is that check (nil if the read failed: Lock
 // reads again).
-func (l *lease) create(ctx context.Context) (kids []string, err error) {
+func (l *lease) create(ctx context.Context, plain bool) (kids []string, err error) {
 	done, read := make(chan struct{}), make(chan struct{})
 	l.mu.Lock()
 	l.st, l.createDone = stCreating, done
@@ -458,7 +512,7 @@ func (l *lease) create(ctx context.Context) (kids []string, err error) {
 	var first []string
 	go func() {
 		defer close(read)
-		path, czxid, alone, err := l.doCreate()
+		path, czxid, alone, err := l.doCreate(plain)
 		l.mu.Lock()
 		if err == nil {
 			l.path, l.czxid, l.version = path, czxid, 0
@@ -493,7 +547,8 @@ func (l *lease) create(ctx context.Context) (kids []string, err error) {
 	}
 }
 
-// doCreate creates our protected ephemeral sequential node with one Multi:
+// doCreate creates our protected ephemeral sequential node with a plain
+// create if contended (czxid 0: unknown yet), and otherwise with one Multi:
 // the create, and an unconditional empty setData on the lock directory in
 // the same transaction. The transaction has one zxid, so the directory's new
 // mzxid (returned by the setData) is our node's czxid: the token, without a
@@ -503,9 +558,13 @@ func (l *lease) create(ctx context.Context) (kids []string, err error) {
 // Multi retried. If the connection drops with the create in flight, our node
 // is looked up by its guid before anything else (protected mode), so there
 // is never a second one.
-func (l *lease) doCreate() (path string, czxid int64, alone bool, err error) {
+func (l *lease) doCreate(contended bool) (path string, czxid int64, alone bool, err error) {
 	conn := l.s.conn
 	nodePrefix := l.dir + "/" + protectedPrefix + l.guid + "-" + lockMarker
+	if contended {
+		path, czxid, err := l.createPlain(nodePrefix, false)
+		return path, czxid, false, err
+	}
 	var last error
 	for attempt := 0; attempt < createAttempts; attempt++ {
 		if l.g.ended() {
@@ -535,7 +594,7 @@ func (l *lease) doCreate() (path string, czxid int64, alone bool, err error) {
 		case errors.Is(err, zk.ErrNoAuth) && len(res) == 2 && res[1].Error != nil && errors.Is(res[1].Error, zk.ErrNoAuth):
 			// No write permission on the directory: plain create, then
 			// read the czxid.
-			path, czxid, err := l.createPlain(nodePrefix)
+			path, czxid, err := l.createPlain(nodePrefix, true)
 			return path, czxid, false, err
 		case connDown(err):
 			last = err
@@ -556,12 +615,43 @@ func (l *lease) doCreate() (path string, czxid int64, alone bool, err error) {
 	return "", 0, false, fmt.Errorf("zookeeper: create lock node under %s: gave up after %d attempts: %w", l.dir, createAttempts, last)
 }
 
-// createPlain creates our node with a plain create and reads its czxid: 2
-// round trips (used where we may not write the lock directory).
-func (l *lease) createPlain(nodePrefix string) (string, int64, error) {
+// createPlain creates our node with a plain create, then, if readCzxid,
+// reads its czxid (1 round trip more). The read is for where we may not
+// write the lock directory; a lock contended at our last acquisition skips
+// it, as a waiter's watch on its own node brings the czxid (see waitGone)
+// and Lock reads it only if it did not wait after all. czxid is 0 when not
+// read.
+func (l *lease) createPlain(nodePrefix string, readCzxid bool) (path string, czxid int64, err error) {
+	var last error
 	for attempt := 0; attempt < createAttempts; attempt++ {
+		if l.g.ended() {
+			l.markLost()
+			return "", 0, l.lostError("the session ended before the create")
+		}
+		sent := time.Now()
 		path, err := l.s.conn.Create(nodePrefix, l.data, zk.FlagEphemeralSequential, l.d.acl)
-		if connDown(err) {
+		switch {
+		case err == nil:
+			if !l.alive(sent) {
+				l.markLost()
+				return "", 0, l.lostError("the session changed during the create")
+			}
+			if !readCzxid {
+				return path, 0, nil
+			}
+			sent = time.Now()
+			_, st, err := l.s.conn.Exists(path)
+			if err == nil && l.alive(sent) && st != nil && st.Czxid != 0 {
+				return path, st.Czxid, nil
+			}
+			return path, 0, l.recordUnread(path, err)
+		case errors.Is(err, zk.ErrNoNode):
+			if err := l.makeDir(); err != nil {
+				return "", 0, err
+			}
+			last = err
+		case connDown(err):
+			last = err
 			p, czxid, found, ferr := l.findOwn()
 			if ferr != nil {
 				return "", 0, ferr
@@ -569,19 +659,14 @@ func (l *lease) createPlain(nodePrefix string) (string, int64, error) {
 			if found {
 				return p, czxid, nil
 			}
-			continue
-		}
-		if err != nil {
+		case sessionGone(err):
+			l.markLost()
+			return "", 0, l.lostError("the session ended during the create")
+		default:
 			return "", 0, l.opError("create lock node", err)
 		}
-		sent := time.Now()
-		_, st, err := l.s.conn.Exists(path)
-		if err == nil && l.alive(sent) && st != nil && st.Czxid != 0 {
-			return path, st.Czxid, nil
-		}
-		return path, 0, l.recordUnread(path, err)
 	}
-	return "", 0, fmt.Errorf("zookeeper: create lock node under %s: gave up", l.dir)
+	return "", 0, fmt.Errorf("zookeeper: create lock node under %s: gave up after %d attempts: %w", l.dir, createAttempts, last)
 }
 
 // recordUnread keeps path so that Release deletes it, and reports why the

@@ -12,7 +12,8 @@ import (
 
 // TestContendedRequestsPerGrant counts at the server what one grant costs
 // when 8 contenders take turns with zero-length holds: with fencelock, 7
-// requests (the release's delete, the Multi, one getChildren, watches on
+// requests (the release's delete, the create (a plain one: every
+// acquisition here follows one that waited), one getChildren, watches on
 // the predecessor, the node ahead of it and our own node, and one
 // getChildren while the predecessor holds) and 3 watch events (to the
 // successor, to the waiter behind it, and to the releaser's own watch);

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -152,13 +153,31 @@ func TestSessionExpiryGivenConn(t *testing.T) {
 }
 
 // The connection drops while the create is in flight and its reply is lost:
-// the node is found by its guid, and there is exactly one.
+// the node is found by its guid, and there is exactly one. Both creates
+// are checked: the Multi, and the plain create that follows a wait.
 func TestConnectionDropDuringCreate(t *testing.T) {
+	for _, waited := range []bool{false, true} {
+		t.Run(fmt.Sprintf("after_wait=%v", waited), func(t *testing.T) { testConnectionDropDuringCreate(t, waited) })
+	}
+}
+
+func testConnectionDropDuringCreate(t *testing.T, waited bool) {
 	pfx := testPrefix(t)
 	admin := srv.Connect(t, 10*time.Second)
 	p := zktest.NewProxy(t, srv.Addr())
 	l := dialLocker(t, p.Addr(), pfx, 6*time.Second)
-	release(t, mustTry(t, l, "d")) // a fresh proof of life: NewLease sends nothing
+	if waited {
+		other := dialLocker(t, srv.Addr(), pfx, 6*time.Second)
+		held := mustTry(t, other, "d")
+		ch := goAcquire(tctx(t, 10*time.Second), l, "d")
+		requireBlocked(t, ch, 200*time.Millisecond)
+		release(t, held)
+		r := waitAcquired(t, ch, 5*time.Second)
+		require.NoError(t, r.Err)
+		release(t, r.Lease) // also a fresh proof of life
+	} else {
+		release(t, mustTry(t, l, "d")) // a fresh proof of life: NewLease sends nothing
+	}
 
 	p.DropReplies(true)
 	ch := goAcquire(tctx(t, 30*time.Second), l, "d")
@@ -523,4 +542,59 @@ func TestWaiterNodeDeletedBeforePredecessor(t *testing.T) {
 		require.ErrorIs(t, r.Err, backend.ErrLeaseLost, "round %d", round)
 		_ = held.Release(ctx) // its node is gone: an error is expected
 	}
+}
+
+// After an acquisition that waited, the next acquisition of that lock by
+// the same Locker creates its node with a plain create, not the Multi (the
+// directory's version, which the Multi's setData bumps, stays put), and
+// still returns its node's czxid: from the watch on its node when it waits,
+// from one read when it finds the lock free after all. An acquisition that
+// did not wait puts the next one back on the Multi.
+func TestContendedCreateIsPlain(t *testing.T) {
+	pfx := testPrefix(t)
+	admin := srv.Connect(t, 10*time.Second)
+	cfg := Config{Servers: []string{srv.Addr()}, Prefix: pfx, SessionTimeout: 4 * time.Second}
+	_, la := driverLocker(t, cfg)
+	_, lb := driverLocker(t, cfg)
+	dir := lockDir(pfx, "n")
+	dirVersion := func() int32 {
+		_, st, err := admin.Get(dir)
+		require.NoError(t, err)
+		return st.Version
+	}
+	ctx := tctx(t, 30*time.Second)
+	waitBehind := func(multi bool) *backend.Lease {
+		t.Helper()
+		held := mustAcquire(t, la, "n", 10*time.Second)
+		v := dirVersion()
+		ch := goAcquire(ctx, lb, "n")
+		requireBlocked(t, ch, 200*time.Millisecond)
+		if multi {
+			assert.Equal(t, v+1, dirVersion(), "a first contended acquisition uses the Multi")
+		} else {
+			assert.Equal(t, v, dirVersion(), "after a wait, a plain create")
+		}
+		release(t, held)
+		r := waitAcquired(t, ch, 5*time.Second)
+		require.NoError(t, r.Err)
+		_, st := nodeOf(t, admin, pfx, r.Lease)
+		assert.Equal(t, int64(r.Lease.Token()), st.Czxid)
+		assert.Greater(t, r.Lease.Token(), held.Token())
+		return r.Lease
+	}
+	release(t, waitBehind(true))
+	release(t, waitBehind(false))
+
+	// Free after all: a plain create, then a read of the czxid.
+	v := dirVersion()
+	ls := mustAcquire(t, lb, "n", 10*time.Second)
+	assert.Equal(t, v, dirVersion(), "after a wait, a plain create even when the lock is free")
+	_, st := nodeOf(t, admin, pfx, ls)
+	assert.Equal(t, int64(ls.Token()), st.Czxid)
+	release(t, ls)
+
+	// That acquisition did not wait: the next one uses the Multi again.
+	ls = mustAcquire(t, lb, "n", 10*time.Second)
+	assert.Equal(t, v+1, dirVersion(), "after an acquisition that did not wait, the Multi")
+	release(t, ls)
 }
