@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/internal/zktest"
 	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/require"
 )
@@ -64,4 +66,86 @@ func readFrame(t testing.TB, c net.Conn) []byte {
 	_, err := io.ReadFull(c, b)
 	require.NoError(t, err, fmt.Sprintf("frame of %d bytes", len(b)))
 	return b
+}
+
+// A create sent while the connection is down waits in go-zookeeper's queue
+// and, if the session expires meanwhile, can be applied in the next session
+// of the same Conn: go-zookeeper keeps unsent requests while it moves on to
+// the next server, and only fails them once it has tried every server. The
+// acquisition fails with ErrLeaseLost and must delete that node, which
+// would otherwise hold the lock for as long as the Locker lives. Two
+// proxies to the one server stand for two servers. Both creates are
+// checked: the Multi, and the plain create that follows a wait.
+func TestCreateQueuedAcrossExpiryLeavesNoNode(t *testing.T) {
+	for _, waited := range []bool{false, true} {
+		t.Run(fmt.Sprintf("after_wait=%v", waited), func(t *testing.T) {
+			// The create must be queued within go-zookeeper's 1s pause
+			// between passes over the servers; a run where it was not,
+			// and so never landed, is tried again.
+			for range 3 {
+				if createQueuedAcrossExpiry(t, waited) {
+					return
+				}
+			}
+			t.Fatal("in 3 tries the queued create never reached the server")
+		})
+	}
+}
+
+// createQueuedAcrossExpiry runs the scenario once and reports whether the
+// queued create reached the server (in the new session); if it did, it
+// checks that the node is gone.
+func createQueuedAcrossExpiry(t *testing.T, waited bool) (landed bool) {
+	pfx := testPrefix(t)
+	admin := srv.Connect(t, 10*time.Second)
+	p1, p2 := zktest.NewProxy(t, srv.Addr()), zktest.NewProxy(t, srv.Addr())
+	const ttl = 6 * time.Second
+	d, l := driverLocker(t, Config{Servers: []string{p1.Addr(), p2.Addr()}, Prefix: pfx, SessionTimeout: ttl})
+	if waited {
+		other := dialLocker(t, srv.Addr(), pfx, ttl)
+		held := mustTry(t, other, "q")
+		ch := goAcquire(tctx(t, 10*time.Second), l, "q")
+		requireBlocked(t, ch, 200*time.Millisecond)
+		release(t, held)
+		r := waitAcquired(t, ch, 5*time.Second)
+		require.NoError(t, r.Err)
+		release(t, r.Lease) // also a fresh proof of life
+	} else {
+		release(t, mustTry(t, l, "q")) // a fresh proof of life: NewLease sends nothing
+	}
+	d.mu.Lock()
+	conn := d.sessions[ttl].conn
+	d.mu.Unlock()
+	// A child that is not a lock keeps the directory (a container) from
+	// being removed, so that the late create succeeds.
+	dir := lockDir(pfx, "q")
+	_, err := admin.Create(dir+"/keep", nil, 0, zk.WorldACL(zk.PermAll))
+	require.NoError(t, err)
+	_, before, err := admin.Exists(dir)
+	require.NoError(t, err)
+
+	p1.Kill()
+	p2.Kill()
+	require.Eventually(t, func() bool { return conn.State() != zk.StateHasSession }, 5*time.Second, 5*time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // go-zookeeper has tried both and pauses
+	ch := goAcquire(tctx(t, 30*time.Second), l, "q")
+	time.Sleep(100 * time.Millisecond) // the create waits in the queue
+	expireSession(t, srv.Addr(), conn)
+	p1.Revive()
+	p2.Revive()
+
+	r := waitAcquired(t, ch, 20*time.Second)
+	require.ErrorIs(t, r.Err, backend.ErrLeaseLost)
+	// The late create, if it comes, changes the directory's children.
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		_, st, err := admin.Exists(dir)
+		require.NoError(t, err)
+		if st.Cversion > before.Cversion {
+			waitNodes(t, admin, pfx, "q", 0)
+			return true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return false
 }

@@ -579,8 +579,7 @@ func (l *lease) doCreate(contended bool) (path string, czxid int64, alone bool, 
 		switch {
 		case err == nil && len(res) == 2 && res[1].Stat != nil:
 			if !l.alive(sent) {
-				// Created in a session that is no longer ours.
-				l.markLost()
+				l.dropStray(res[0].String)
 				return "", 0, false, l.lostError("the session changed during the create")
 			}
 			return res[0].String, res[1].Stat.Mzxid, res[1].Stat.NumChildren == 1, nil
@@ -633,7 +632,7 @@ func (l *lease) createPlain(nodePrefix string, readCzxid bool) (path string, czx
 		switch {
 		case err == nil:
 			if !l.alive(sent) {
-				l.markLost()
+				l.dropStray(path)
 				return "", 0, l.lostError("the session changed during the create")
 			}
 			if !readCzxid {
@@ -669,6 +668,22 @@ func (l *lease) createPlain(nodePrefix string, readCzxid bool) (path string, czx
 	return "", 0, fmt.Errorf("zookeeper: create lock node under %s: gave up after %d attempts: %w", l.dir, createAttempts, last)
 }
 
+// dropStray marks the lease lost and deletes our node at path, created by
+// a request that was answered in a session other than ours: go-zookeeper
+// keeps a request that could not be sent and sends it once the Conn has a
+// session again, a new one if ours expired meanwhile. The node would live
+// as long as that session, holding the lock. The request is retried while
+// the connection is down (a bounded number of times; if the new session
+// expires too, so does the node).
+func (l *lease) dropStray(path string) {
+	l.markLost()
+	for attempt := 0; attempt < createAttempts; attempt++ {
+		if err := l.s.conn.Delete(path, -1); !connDown(err) {
+			return
+		}
+	}
+}
+
 // recordUnread keeps path so that Release deletes it, and reports why the
 // create cannot complete.
 func (l *lease) recordUnread(path string, err error) error {
@@ -701,11 +716,16 @@ func (l *lease) findOwn() (path string, czxid int64, found bool, err error) {
 		if err != nil {
 			return "", 0, false, l.opError("find own node", err)
 		}
+		mark := protectedPrefix + l.guid + "-"
 		if !l.alive(sent) {
+			for _, k := range kids {
+				if strings.HasPrefix(k, mark) {
+					l.dropStray(l.dir + "/" + k)
+				}
+			}
 			l.markLost()
 			return "", 0, false, l.lostError("the session changed during the create")
 		}
-		mark := protectedPrefix + l.guid + "-"
 		for _, k := range kids {
 			if strings.HasPrefix(k, mark) {
 				p := l.dir + "/" + k
