@@ -41,7 +41,11 @@
 // deletes our node: the delete (and the wait for a create still in flight)
 // continues in the background after the caller's context ends, retrying
 // while the session lives, so a cancelled Acquire never leaves an orphan
-// that would block the next one (go-zookeeper#229). Release deletes our node
+// that would block the next one (go-zookeeper#229). A create that
+// go-zookeeper held back while disconnected and sent once reconnected, in a
+// new session because ours had expired, fails the acquisition with
+// backend.ErrLeaseLost and its node is deleted too: it would otherwise live
+// as long as the Locker's new session. Release deletes our node
 // with the version it was created with (0, never -1); the path, with its
 // guid, is ours alone, so a stale or repeated Release never touches another
 // holder's node. Release is idempotent; a node found gone after the grant
