@@ -75,9 +75,9 @@ const waiterListed = 5 * time.Second
 // RevokeWaitersByID is RevokeWaiters for a harness whose backend implements
 // Locker.Status and Locker.RevokeID: it revokes, through admin, every
 // waiter that admin's Status lists for name, by its Entry.ID. A waiter can
-// join the backend's queue a moment after its Acquire blocks (a Redis
-// Locker's first wait subscribes before it queues), so it reads Status
-// until it lists a waiter, for waiterListed at most.
+// join the backend's queue a moment after its Acquire is seen blocking (its
+// request may still be on its way), so it reads Status until it lists a
+// waiter, for waiterListed at most.
 func RevokeWaitersByID(t testing.TB, admin *backend.Locker, name string) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -85,9 +85,10 @@
 //     that is gone or someone else's is reported lost, never re-created).
 //   - Waiting: 1 acquire script that joins the queue, and 1 refresh script
 //     every TTL/3 for the waiter's queue entry; the grant arrives as a
-//     message. A Locker's first wait also subscribes to its wake channel (1
-//     SUBSCRIBE, and 1 acquire script before it); the subscription stays
-//     until the Locker closes.
+//     message. A Locker's first wait joins the queue with that script, then
+//     subscribes to its wake channel (1 SUBSCRIBE) and runs the script once
+//     more, which also finds a grant made before the subscription; the
+//     subscription stays until the Locker closes.
 //   - Handoff: the release script and one message, which is the physical
 //     minimum: the releaser's request reaches the server, and the grant
 //     reaches the waiter.

@@ -64,12 +64,14 @@ func (l *lease) Lost() <-chan struct{} { return nil }
 
 // Lock implements backend.DriverLease. An acquisition takes a free lock
 // that nobody waits for with one acquire script. A waiter joins the lock's
-// queue (with its first attempt if its driver's wake channel is already
-// subscribed, else with the attempt after subscribing) and tries again when
-// a release names it, or, in case the notice was lost or never sent (a
-// crashed holder or waiter), when the time the failed attempt returned has
-// passed. Its renewals (KeepAlive, every TTL/3) keep its queue entry and
-// wake it if it is next and the lock is free.
+// queue with its first attempt. If its driver's wake channel is not
+// subscribed yet, it subscribes then and tries again at once: a release
+// may have granted it the lock meanwhile, unseen (the acquire script
+// returns such a grant). It tries again when a release names it, or, in
+// case the notice was lost or never sent (a crashed holder or waiter), when
+// the time the failed attempt returned has passed. Its renewals (KeepAlive,
+// every TTL/3) keep its queue entry and wake it if it is next and the lock
+// is free.
 func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, error) {
 	l.mu.Lock()
 	if l.st != stIdle || l.queued {
@@ -79,7 +81,7 @@ func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 	l.mu.Unlock()
 
 	if !wait || !l.d.hub.subscribed() {
-		sent, res, err := l.attempt(ctx, false)
+		sent, res, err := l.attempt(ctx, wait)
 		if err != nil || res.granted {
 			return l.result(sent, res, err)
 		}
