@@ -103,7 +103,9 @@ func BenchmarkUncontended(b *testing.B) {
 // BenchmarkContended8 runs 8 contenders, each with its own connection, that
 // acquire and release one lock in a loop. One op is one grant. It reports
 // grants/s and the handoff time (from the moment a holder starts releasing
-// to the next grant), p50 and p99.
+// to the next grant), p50 and p99, and what each grant cost the server:
+// requests received and watch events sent (counted with mntr, so they
+// include the few pings of idle sessions).
 func BenchmarkContended8(b *testing.B) { benchContended(b, 0) }
 
 func benchContended(b *testing.B, hold time.Duration) {
@@ -116,6 +118,7 @@ func benchContended(b *testing.B, hold time.Duration) {
 			for i := range cs {
 				cs[i].Lock, cs[i].Unlock = impl.new(b, prefix, "contended")
 			}
+			count := packetCounter(b)
 			b.ResetTimer()
 			r, err := lockbench.RunContendedHold(context.Background(), cs, b.N, hold, nil)
 			b.StopTimer()
@@ -123,6 +126,9 @@ func benchContended(b *testing.B, hold time.Duration) {
 				b.Fatal(err)
 			}
 			r.Report(b)
+			requests, events := count(r.Grants)
+			b.ReportMetric(requests, "server-requests/grant")
+			b.ReportMetric(events, "server-events/grant")
 		})
 	}
 }
