@@ -70,8 +70,10 @@ func WithReplicaOf(addr string) Option { return func(c *config) { c.replicaOf = 
 // WithTLS serves clients over TLS only, on Addr (no plain port), with
 // f's server certificate, and requires client certificates signed by f's CA
 // (tls-auth-clients yes). The package's own clients (the readiness check,
-// NewClient, the replication helpers) present f's client certificate. For
-// standalone servers: replication stays plain, so no WithReplicaOf.
+// NewClient, the replication helpers) present f's client certificate. With
+// WithReplicaOf, replication runs over TLS too (tls-replication yes): the
+// replica checks the primary's certificate against f's CA and presents f's
+// client certificate, so primary and replica must share f.
 func WithTLS(f *tlstest.Files) Option { return func(c *config) { c.tls = f } }
 
 // WithArgs adds redis-server command-line arguments ("--maxmemory", "10mb").
@@ -196,9 +198,6 @@ func startIn(dir string, rm bool, opts []Option) (*Server, error) {
 	}
 	var clientTLS *tls.Config
 	if cfg.tls != nil {
-		if cfg.replicaOf != "" {
-			return nil, errors.New("WithTLS and WithReplicaOf: replication over TLS is not set up")
-		}
 		if clientTLS, err = cfg.tls.ClientConfig(); err != nil {
 			return nil, err
 		}
@@ -249,6 +248,11 @@ func (s *Server) args() []string {
 	if s.cfg.replicaOf != "" {
 		host, port, _ := net.SplitHostPort(s.cfg.replicaOf)
 		a = append(a, "--replicaof", host, port)
+		if f := s.cfg.tls; f != nil {
+			// The primary serves TLS only and wants a client certificate.
+			a = append(a, "--tls-replication", "yes",
+				"--tls-client-cert-file", f.ClientCert, "--tls-client-key-file", f.ClientKey)
+		}
 	}
 	return append(a, s.cfg.args...)
 }

@@ -97,3 +97,30 @@ func TestTLS(t *testing.T) {
 		t.Fatal("tls-auth-clients yes: a client without a certificate must be refused")
 	}
 }
+
+// A replica of a TLS primary replicates over TLS, with the client
+// certificate, and counts for WAIT.
+func TestTLSReplica(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	f := tlstest.New(t)
+	p := Start(t, WithTLS(f))
+	r := StartReplica(t, p, WithTLS(f))
+	pc := p.NewClient(t)
+	if err := pc.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := pc.Do(ctx, "WAIT", 1, 2000).Int64(); err != nil || n != 1 {
+		t.Fatalf("WAIT 1: %d replicas acknowledged (%v)", n, err)
+	}
+	if err := WaitReplicated(ctx, p, r); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := r.NewClient(t).Get(ctx, "k").Result(); err != nil || v != "v" {
+		t.Fatalf("replica has %q (%v)", v, err)
+	}
+	info, err := InfoField(ctx, r.NewClient(t), "master_link_status")
+	if err != nil || info != "up" {
+		t.Fatalf("master_link_status %q (%v)", info, err)
+	}
+}
