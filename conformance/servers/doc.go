@@ -41,7 +41,9 @@
 //     Reconnect: the proxy stops forwarding, both ways, and keeps every
 //     connection open, as a network partition does (requests time out,
 //     nothing is closed), until Reconnect. Besides, members have the
-//     hooks those helpers have: etcd Stop; ZooKeeper Stop/Kill (both
+//     hooks those helpers have: etcd Stop/Kill (both a stop: it runs in
+//     this process, so it cannot be killed or paused) and Restart;
+//     ZooKeeper Stop/Kill (both
 //     SIGKILL), Pause, Unpause, Restart; Redis Stop, Kill, Pause,
 //     Unpause, Restart; Postgres Restart.
 //   - auto: external if the kind's URL variable is set, else docker if the

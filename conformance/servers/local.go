@@ -28,9 +28,21 @@ func startLocal(t testing.TB, kind Kind) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
+		ready := func(ctx context.Context) error {
+			return poll(ctx, func(ctx context.Context) error { return etcdReady(ctx, p.Addr()) })
+		}
 		m := &Member{Name: "etcd", Addr: p.Addr(), h: hooks{
-			// The embedded server can be closed, not started again.
-			stop: func(context.Context) error { srv.Close(); return nil },
+			// The server runs in this process: it can be stopped and
+			// started again (same data, same port), not paused, and a
+			// kill is a stop.
+			stop: func(context.Context) error { srv.Stop(); return nil },
+			kill: func(context.Context) error { srv.Stop(); return nil },
+			restart: func(ctx context.Context) error {
+				if err := srv.Restart(); err != nil {
+					return err
+				}
+				return ready(ctx)
+			},
 		}}
 		m.h.disconnect, m.h.reconnect = partition(p, func(ctx context.Context) error { return etcdReady(ctx, p.Addr()) })
 		return &Server{URL: "etcd://" + p.Addr() + "/" + prefix(), Members: []*Member{m}}, nil

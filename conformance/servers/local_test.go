@@ -2,6 +2,7 @@ package servers_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/conformance/servers"
+	"github.com/fencelock/fencelock/fencing"
 )
 
 // The TestLocal* tests need Debian's zookeeper, redis-server and
@@ -99,6 +101,40 @@ func TestLocalRedisHooks(t *testing.T) {
 	require.NoError(t, m.Pause(ctx))
 	require.NoError(t, m.Unpause(ctx))
 	lockWorks(t, s.URL, 1)
+}
+
+// TestLocalEtcdHooks stops, restarts and kills a local (embedded) etcd:
+// it comes back with its data on the same address, tokens still grow, and
+// Pause is unsupported.
+func TestLocalEtcdHooks(t *testing.T) {
+	t.Parallel()
+	s := servers.StartWith(t, servers.Local, servers.Etcd, servers.Single)
+	ctx := hookCtx(t)
+	m := s.Members[0]
+	before := lockToken(t, s.URL)
+	require.NoError(t, m.Stop(ctx))
+	require.Error(t, lockOnce(s.URL), "a stopped server does not grant")
+	require.NoError(t, m.Restart(ctx))
+	after := lockToken(t, s.URL)
+	require.Greater(t, after, before, "the revision survived the restart")
+	require.NoError(t, m.Kill(ctx))
+	require.NoError(t, m.Restart(ctx))
+	lockWorks(t, s.URL, 1)
+	require.ErrorIs(t, m.Pause(ctx), errors.ErrUnsupported)
+}
+
+// lockToken acquires and releases a lock at u and returns its token.
+func lockToken(t *testing.T, u string) fencing.Token {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := backend.Open(ctx, u)
+	require.NoError(t, err)
+	defer l.Close()
+	ls, err := l.Acquire(ctx, "hooks")
+	require.NoError(t, err)
+	require.NoError(t, ls.Release(ctx))
+	return ls.Token()
 }
 
 func pgSelect(t *testing.T, ctx context.Context, dsn string) {

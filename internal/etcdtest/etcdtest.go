@@ -42,13 +42,19 @@ const startAttempts = 5
 
 // Server is a running embedded etcd server.
 type Server struct {
-	etcd      *embed.Etcd
 	endpoints []string
 	clientTLS *tls.Config // for WithClientTLS
 	dir       string
 	removeDir bool
 	logPath   string
-	closeOnce sync.Once
+	member    string   // the member's data directory
+	ports     [2]int   // client and peer ports, the same over a Restart
+	opts      []Option // as started
+
+	mu      sync.Mutex
+	etcd    *embed.Etcd
+	stopped bool
+	closed  bool
 }
 
 // LogPath returns the file the server logs its errors to.
@@ -120,7 +126,11 @@ func start(dir string, remove bool, opts []Option) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		s, err := startOnce(member, opts)
+		ports, err := freeport.Ports(2)
+		if err != nil {
+			return nil, err
+		}
+		s, err := startOnce(member, [2]int{ports[0], ports[1]}, opts)
 		if err == nil {
 			s.dir, s.removeDir = dir, remove
 			return s, nil
@@ -134,11 +144,8 @@ func start(dir string, remove bool, opts []Option) (*Server, error) {
 	return nil, errors.Join(errs...)
 }
 
-func startOnce(dir string, opts []Option) (*Server, error) {
-	ports, err := freeport.Ports(2)
-	if err != nil {
-		return nil, err
-	}
+func startOnce(dir string, ports [2]int, opts []Option) (*Server, error) {
+	var err error
 	clientURL := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[0])}
 	peerURL := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[1])}
 
@@ -192,7 +199,8 @@ func startOnce(dir string, opts []Option) (*Server, error) {
 		e.Close()
 		return nil, fmt.Errorf("server not ready after %v", readyTimeout)
 	}
-	return &Server{etcd: e, endpoints: []string{clientURL.String()}, clientTLS: clientTLS, logPath: cfg.LogOutputs[0]}, nil
+	return &Server{etcd: e, endpoints: []string{clientURL.String()}, clientTLS: clientTLS, logPath: cfg.LogOutputs[0],
+		member: dir, ports: ports, opts: opts}, nil
 }
 
 func isAddrInUse(err error) bool {
@@ -203,8 +211,47 @@ func isAddrInUse(err error) bool {
 // https:// with WithClientTLS).
 func (s *Server) Endpoints() []string { return append([]string(nil), s.endpoints...) }
 
-// Etcd returns the embedded server, for tests that need to reach into it.
-func (s *Server) Etcd() *embed.Etcd { return s.etcd }
+// Etcd returns the embedded server, for tests that need to reach into it
+// (a new one after each Restart).
+func (s *Server) Etcd() *embed.Etcd {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.etcd
+}
+
+// Stop stops the server and keeps its data, until Restart. It is
+// idempotent. The server runs in this process, so this is the closest it
+// comes to a crash too: it cannot be killed or paused.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopLocked()
+}
+
+func (s *Server) stopLocked() {
+	if !s.stopped {
+		s.etcd.Close()
+		s.stopped = true
+	}
+}
+
+// Restart stops the server if it runs and starts it again on the same data
+// directory and ports, with the options it was started with, and waits
+// until it is ready.
+func (s *Server) Restart() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("etcdtest: restart of a closed server")
+	}
+	s.stopLocked()
+	n, err := startOnce(s.member, s.ports, s.opts)
+	if err != nil {
+		return fmt.Errorf("etcdtest: restart: %w", err)
+	}
+	s.etcd, s.stopped = n.etcd, false
+	return nil
+}
 
 // NewClient returns a client of the server that is closed when tb ends.
 func (s *Server) NewClient(tb testing.TB) *clientv3.Client {
@@ -222,7 +269,7 @@ func (s *Server) Client() (*clientv3.Client, error) {
 	c, err := clientv3.New(clientv3.Config{
 		Endpoints:   s.Endpoints(),
 		DialTimeout: 5 * time.Second,
-		Logger:      s.etcd.GetLogger(), // the server's, at error level
+		Logger:      s.Etcd().GetLogger(), // the server's, at error level
 		TLS:         s.clientTLS.Clone(),
 	})
 	if err != nil {
@@ -234,10 +281,14 @@ func (s *Server) Client() (*clientv3.Client, error) {
 // Close stops the server and, for a server of StartServer with no directory
 // given, removes its data. It is idempotent.
 func (s *Server) Close() {
-	s.closeOnce.Do(func() {
-		s.etcd.Close()
-		if s.removeDir {
-			_ = os.RemoveAll(s.dir)
-		}
-	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.closed = true
+	s.stopLocked()
+	if s.removeDir {
+		_ = os.RemoveAll(s.dir)
+	}
 }

@@ -77,3 +77,44 @@ func TestClientTLS(t *testing.T) {
 		t.Fatalf("a client without a certificate: %v, want a certificate error", err)
 	}
 }
+
+// Stop and Restart keep the data and the endpoint; a client made before
+// the stop works again after it.
+func TestStopRestart(t *testing.T) {
+	s := etcdtest.Start(t)
+	c := s.NewClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	put, err := c.Put(ctx, "k", "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Stop()
+	s.Stop() // idempotent
+	short, cancelShort := context.WithTimeout(ctx, 500*time.Millisecond)
+	_, err = c.Get(short, "k")
+	cancelShort()
+	if err == nil {
+		t.Fatal("a stopped server answered")
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Get(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "v" || resp.Kvs[0].ModRevision != put.Header.Revision {
+		t.Fatalf("after restart: %v", resp.Kvs)
+	}
+	if err := s.Restart(); err != nil { // a running server restarts too
+		t.Fatal(err)
+	}
+	if _, err := c.Put(ctx, "k2", "v"); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if err := s.Restart(); err == nil {
+		t.Fatal("a closed server restarted")
+	}
+}
