@@ -111,7 +111,7 @@
 //     (TestContendedRequestsPerGrant): 7 requests and 3 watch events per
 //     grant, where zk.Lock makes 5 and 1 (it reads after every wake-up).
 //     Measured beside zk.Lock: with zero-length holds, handoff p50 lower
-//     or level but p99 about 1.2x higher (the extra requests meet the
+//     or level but p99 1.2–1.4x higher (the extra requests meet the
 //     handoff at a saturated server); with 1 ms holds, p50 about half and
 //     p99 a third to a half of zk.Lock's (see README).
 //   - Renewal: 1 exists of our node every TTL/3 (scheduled by the backend
