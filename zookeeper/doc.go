@@ -68,8 +68,9 @@
 // and the getChildren that zk.Lock and Curator send after their create is
 // not needed. The price: the directory's data is reserved (emptied,
 // its version bumped on every acquisition), and the client needs WRITE on
-// it; without it the adapter falls back to a plain create and an Exists (one
-// round trip more).
+// it; without it the adapter falls back to a plain create, whose czxid is
+// found as below for a contended lock (one exists more when it does not
+// wait).
 //
 // The setData is a write the server logs, so it is skipped where it buys
 // nothing: when a Locker's last acquisition of a lock had to wait, its next

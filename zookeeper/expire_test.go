@@ -101,18 +101,7 @@ func createQueuedAcrossExpiry(t *testing.T, waited bool) (landed bool) {
 	p1, p2 := zktest.NewProxy(t, srv.Addr()), zktest.NewProxy(t, srv.Addr())
 	const ttl = 6 * time.Second
 	d, l := driverLocker(t, Config{Servers: []string{p1.Addr(), p2.Addr()}, Prefix: pfx, SessionTimeout: ttl})
-	if waited {
-		other := dialLocker(t, srv.Addr(), pfx, ttl)
-		held := mustTry(t, other, "q")
-		ch := goAcquire(tctx(t, 10*time.Second), l, "q")
-		requireBlocked(t, ch, 200*time.Millisecond)
-		release(t, held)
-		r := waitAcquired(t, ch, 5*time.Second)
-		require.NoError(t, r.Err)
-		release(t, r.Lease) // also a fresh proof of life
-	} else {
-		release(t, mustTry(t, l, "q")) // a fresh proof of life: NewLease sends nothing
-	}
+	primeCreate(t, l, pfx, "q", waited)
 	d.mu.Lock()
 	conn := d.sessions[ttl].conn
 	d.mu.Unlock()

@@ -159,12 +159,12 @@ func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 		return 0, time.Time{}, fmt.Errorf("zookeeper: created node %s has no sequence suffix", path)
 	}
 
-	own, waited, err := l.waitFirst(ctx, first, name, seq, wait)
+	own, err := l.waitFirst(ctx, first, name, seq, wait)
 	if err != nil {
 		return 0, time.Time{}, err
 	}
 	if wait {
-		l.d.noteContended(l.dir, waited)
+		l.d.noteContended(l.dir, own != nil) // a waiter has the watch
 	}
 	l.mu.Lock()
 	czxid = l.czxid // from the watch on our node, after a plain create
@@ -214,8 +214,8 @@ func (l *lease) watchOwnSoon() {
 // operator's delete) has already arrived, and we never take the lock
 // without a node. own is that watch, still armed, for the holder's loss
 // signal (nil if it did not wait); its request also brings our node's
-// czxid (noteCzxid). waited reports whether it waited at all.
-func (l *lease) waitFirst(ctx context.Context, first []string, name string, seq int64, wait bool) (own <-chan zk.Event, waited bool, err error) {
+// czxid (noteCzxid).
+func (l *lease) waitFirst(ctx context.Context, first []string, name string, seq int64, wait bool) (own <-chan zk.Event, err error) {
 	watches := make(map[string]<-chan zk.Event)
 	for {
 		kids, err := first, error(nil)
@@ -227,38 +227,37 @@ func (l *lease) waitFirst(ctx context.Context, first []string, name string, seq 
 			if l.retryLater(ctx, err) {
 				continue
 			}
-			return nil, waited, err
+			return nil, err
 		}
 		found, pred, pred2, ahead := queuePosition(kids, name, seq)
 		if !found {
 			l.markLost()
-			return nil, waited, l.lostError("deleted while waiting")
+			return nil, l.lostError("deleted while waiting")
 		}
 		if pred == "" {
-			return watches[name], waited, nil
+			return watches[name], nil
 		}
 		if !wait {
-			return nil, waited, fmt.Errorf("%w: zookeeper: %s is held (%s is before us)", backend.ErrNotAcquired, l.dir, pred)
+			return nil, fmt.Errorf("%w: zookeeper: %s is held (%s is before us)", backend.ErrNotAcquired, l.dir, pred)
 		}
 		for {
 			second := ""
 			if ahead >= 2 {
 				second = pred2
 			}
-			waited = true
 			gone, err := l.waitGone(ctx, watches, name, pred, second)
 			if err != nil {
 				if !l.retryLater(ctx, err) {
-					return nil, waited, err
+					return nil, err
 				}
 				break
 			}
 			if gone == pred && ahead == 1 {
 				if l.isLost() || l.g.ended() {
 					l.markLost()
-					return nil, waited, l.lostError("the session ended while waiting")
+					return nil, l.lostError("the session ended while waiting")
 				}
-				return watches[name], waited, nil
+				return watches[name], nil
 			}
 			if gone == pred2 && ahead == 2 {
 				ahead, pred2 = 1, ""
@@ -547,24 +546,24 @@ func (l *lease) create(ctx context.Context, plain bool) (kids []string, err erro
 	}
 }
 
-// doCreate creates our protected ephemeral sequential node with a plain
-// create if contended (czxid 0: unknown yet), and otherwise with one Multi:
-// the create, and an unconditional empty setData on the lock directory in
-// the same transaction. The transaction has one zxid, so the directory's new
-// mzxid (returned by the setData) is our node's czxid: the token, without a
-// read; and its child count, in the same Stat, tells whether our node is
-// alone in it, in which case it holds the lock without a getChildren
-// (alone is false when that is not known). A missing directory is created (container nodes, top-down) and the
-// Multi retried. If the connection drops with the create in flight, our node
-// is looked up by its guid before anything else (protected mode), so there
-// is never a second one.
-func (l *lease) doCreate(contended bool) (path string, czxid int64, alone bool, err error) {
+// doCreate creates our protected ephemeral sequential node. With plain
+// (a lock contended at our last acquisition) it is a plain create, and
+// czxid is 0: unknown yet (a waiter's watch on its own node brings it, see
+// waitGone; Lock reads it if it did not wait after all). Otherwise it is
+// one Multi: the create, and an unconditional empty setData on the lock
+// directory in the same transaction. The transaction has one zxid, so the
+// directory's new mzxid (returned by the setData) is our node's czxid: the
+// token, without a read; and its child count, in the same Stat, tells
+// whether our node is alone in it, in which case it holds the lock without
+// a getChildren (alone is false when that is not known). Where we may not
+// write the directory, the Multi is refused and a plain create follows. A
+// missing directory is created (container nodes, top-down) and the create
+// retried. If the connection drops with the create in flight, our node is
+// looked up by its guid before anything else (protected mode), so there is
+// never a second one.
+func (l *lease) doCreate(plain bool) (path string, czxid int64, alone bool, err error) {
 	conn := l.s.conn
 	nodePrefix := l.dir + "/" + protectedPrefix + l.guid + "-" + lockMarker
-	if contended {
-		path, czxid, err := l.createPlain(nodePrefix, false)
-		return path, czxid, false, err
-	}
 	var last error
 	for attempt := 0; attempt < createAttempts; attempt++ {
 		if l.g.ended() {
@@ -572,17 +571,20 @@ func (l *lease) doCreate(contended bool) (path string, czxid int64, alone bool, 
 			return "", 0, false, l.lostError("the session ended before the create")
 		}
 		sent := time.Now()
-		res, err := conn.Multi(
-			&zk.CreateRequest{Path: nodePrefix, Data: l.data, Acl: l.d.acl, Flags: zk.FlagEphemeralSequential},
-			&zk.SetDataRequest{Path: l.dir, Data: nil, Version: -1},
-		)
+		var res []zk.MultiResponse
+		if plain {
+			path, err = conn.Create(nodePrefix, l.data, zk.FlagEphemeralSequential, l.d.acl)
+		} else {
+			res, err = conn.Multi(
+				&zk.CreateRequest{Path: nodePrefix, Data: l.data, Acl: l.d.acl, Flags: zk.FlagEphemeralSequential},
+				&zk.SetDataRequest{Path: l.dir, Data: nil, Version: -1},
+			)
+		}
 		switch {
+		case err == nil && plain:
+			czxid, alone = 0, false
 		case err == nil && len(res) == 2 && res[1].Stat != nil:
-			if !l.alive(sent) {
-				l.dropStray(res[0].String)
-				return "", 0, false, l.lostError("the session changed during the create")
-			}
-			return res[0].String, res[1].Stat.Mzxid, res[1].Stat.NumChildren == 1, nil
+			path, czxid, alone = res[0].String, res[1].Stat.Mzxid, res[1].Stat.NumChildren == 1
 		case err == nil:
 			return "", 0, false, fmt.Errorf("zookeeper: unexpected multi reply %+v", res)
 		case errors.Is(err, zk.ErrNoNode):
@@ -590,11 +592,12 @@ func (l *lease) doCreate(contended bool) (path string, czxid int64, alone bool, 
 				return "", 0, false, err
 			}
 			last = err
-		case errors.Is(err, zk.ErrNoAuth) && len(res) == 2 && res[1].Error != nil && errors.Is(res[1].Error, zk.ErrNoAuth):
-			// No write permission on the directory: plain create, then
-			// read the czxid.
-			path, czxid, err := l.createPlain(nodePrefix, true)
-			return path, czxid, false, err
+			continue
+		case !plain && errors.Is(err, zk.ErrNoAuth) && len(res) == 2 && res[1].Error != nil && errors.Is(res[1].Error, zk.ErrNoAuth):
+			// No write permission on the directory (the transaction
+			// created nothing): a plain create.
+			plain, last = true, err
+			continue
 		case connDown(err):
 			last = err
 			path, czxid, found, ferr := l.findOwn()
@@ -604,68 +607,20 @@ func (l *lease) doCreate(contended bool) (path string, czxid int64, alone bool, 
 			if found {
 				return path, czxid, false, nil
 			}
+			continue
 		case sessionGone(err):
 			l.markLost()
 			return "", 0, false, l.lostError("the session ended during the create")
 		default:
 			return "", 0, false, l.opError("create lock node", err)
 		}
+		if !l.alive(sent) {
+			l.dropStray(path)
+			return "", 0, false, l.lostError("the session changed during the create")
+		}
+		return path, czxid, alone, nil
 	}
 	return "", 0, false, fmt.Errorf("zookeeper: create lock node under %s: gave up after %d attempts: %w", l.dir, createAttempts, last)
-}
-
-// createPlain creates our node with a plain create, then, if readCzxid,
-// reads its czxid (1 round trip more). The read is for where we may not
-// write the lock directory; a lock contended at our last acquisition skips
-// it, as a waiter's watch on its own node brings the czxid (see waitGone)
-// and Lock reads it only if it did not wait after all. czxid is 0 when not
-// read.
-func (l *lease) createPlain(nodePrefix string, readCzxid bool) (path string, czxid int64, err error) {
-	var last error
-	for attempt := 0; attempt < createAttempts; attempt++ {
-		if l.g.ended() {
-			l.markLost()
-			return "", 0, l.lostError("the session ended before the create")
-		}
-		sent := time.Now()
-		path, err := l.s.conn.Create(nodePrefix, l.data, zk.FlagEphemeralSequential, l.d.acl)
-		switch {
-		case err == nil:
-			if !l.alive(sent) {
-				l.dropStray(path)
-				return "", 0, l.lostError("the session changed during the create")
-			}
-			if !readCzxid {
-				return path, 0, nil
-			}
-			sent = time.Now()
-			_, st, err := l.s.conn.Exists(path)
-			if err == nil && l.alive(sent) && st != nil && st.Czxid != 0 {
-				return path, st.Czxid, nil
-			}
-			return path, 0, l.recordUnread(path, err)
-		case errors.Is(err, zk.ErrNoNode):
-			if err := l.makeDir(); err != nil {
-				return "", 0, err
-			}
-			last = err
-		case connDown(err):
-			last = err
-			p, czxid, found, ferr := l.findOwn()
-			if ferr != nil {
-				return "", 0, ferr
-			}
-			if found {
-				return p, czxid, nil
-			}
-		case sessionGone(err):
-			l.markLost()
-			return "", 0, l.lostError("the session ended during the create")
-		default:
-			return "", 0, l.opError("create lock node", err)
-		}
-	}
-	return "", 0, fmt.Errorf("zookeeper: create lock node under %s: gave up after %d attempts: %w", l.dir, createAttempts, last)
 }
 
 // dropStray marks the lease lost and deletes our node at path, created by

@@ -2,7 +2,6 @@ package zookeeper
 
 import (
 	"fmt"
-	"github.com/fencelock/fencelock/internal/locktest"
 	"os"
 	"sort"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/internal/locktest"
 	"github.com/fencelock/fencelock/internal/zktest"
 )
 

@@ -166,18 +166,7 @@ func testConnectionDropDuringCreate(t *testing.T, waited bool) {
 	admin := srv.Connect(t, 10*time.Second)
 	p := zktest.NewProxy(t, srv.Addr())
 	l := dialLocker(t, p.Addr(), pfx, 6*time.Second)
-	if waited {
-		other := dialLocker(t, srv.Addr(), pfx, 6*time.Second)
-		held := mustTry(t, other, "d")
-		ch := goAcquire(tctx(t, 10*time.Second), l, "d")
-		requireBlocked(t, ch, 200*time.Millisecond)
-		release(t, held)
-		r := waitAcquired(t, ch, 5*time.Second)
-		require.NoError(t, r.Err)
-		release(t, r.Lease) // also a fresh proof of life
-	} else {
-		release(t, mustTry(t, l, "d")) // a fresh proof of life: NewLease sends nothing
-	}
+	primeCreate(t, l, pfx, "d", waited)
 
 	p.DropReplies(true)
 	ch := goAcquire(tctx(t, 30*time.Second), l, "d")
@@ -597,4 +586,54 @@ func TestContendedCreateIsPlain(t *testing.T) {
 	ls = mustAcquire(t, lb, "n", 10*time.Second)
 	assert.Equal(t, v+1, dirVersion(), "after an acquisition that did not wait, the Multi")
 	release(t, ls)
+}
+
+// primeCreate acquires and releases name once with l, so that l's next
+// Acquire of name creates its node with a plain create (waited: that
+// acquisition waited behind another Locker's hold) or with the Multi; it
+// also leaves l's session with a fresh proof of life, so that the next
+// NewLease sends nothing.
+func primeCreate(t *testing.T, l *backend.Locker, pfx, name string, waited bool) {
+	t.Helper()
+	if !waited {
+		release(t, mustTry(t, l, name))
+		return
+	}
+	other := dialLocker(t, srv.Addr(), pfx, 6*time.Second)
+	held := mustTry(t, other, name)
+	ch := goAcquire(tctx(t, 10*time.Second), l, name)
+	requireBlocked(t, ch, 200*time.Millisecond)
+	release(t, held)
+	r := waitAcquired(t, ch, 5*time.Second)
+	require.NoError(t, r.Err)
+	release(t, r.Lease)
+}
+
+// Where the client may create and delete in the lock directory but not
+// write it, the Multi (whose setData writes it) is refused, and a plain
+// create takes its place: the token is still the node's czxid, whether the
+// acquisition waits or not.
+func TestDirectoryWithoutWrite(t *testing.T) {
+	pfx := testPrefix(t)
+	admin := srv.Connect(t, 10*time.Second)
+	_, err := admin.Create(pfx, nil, 0, zk.WorldACL(zk.PermAll))
+	require.NoError(t, err)
+	_, err = admin.Create(lockDir(pfx, "w"), nil, 0, zk.WorldACL(zk.PermRead|zk.PermCreate|zk.PermDelete))
+	require.NoError(t, err)
+	la := dialLocker(t, srv.Addr(), pfx, 4*time.Second)
+	lb := dialLocker(t, srv.Addr(), pfx, 4*time.Second)
+
+	held := mustTry(t, la, "w")
+	_, st := nodeOf(t, admin, pfx, held)
+	assert.Equal(t, int64(held.Token()), st.Czxid)
+	ch := goAcquire(tctx(t, 10*time.Second), lb, "w")
+	requireBlocked(t, ch, 200*time.Millisecond)
+	release(t, held)
+	r := waitAcquired(t, ch, 5*time.Second)
+	require.NoError(t, r.Err)
+	_, st = nodeOf(t, admin, pfx, r.Lease)
+	assert.Equal(t, int64(r.Lease.Token()), st.Czxid)
+	assert.Greater(t, r.Lease.Token(), held.Token())
+	release(t, r.Lease)
+	waitNodes(t, admin, pfx, "w", 0)
 }
