@@ -28,9 +28,7 @@ func startLocal(t testing.TB, kind Kind) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		ready := func(ctx context.Context) error {
-			return poll(ctx, func(ctx context.Context) error { return etcdReady(ctx, p.Addr()) })
-		}
+		ready := func(ctx context.Context) error { return etcdReady(ctx, p.Addr()) }
 		m := &Member{Name: "etcd", Addr: p.Addr(), h: hooks{
 			// The server runs in this process: it can be stopped and
 			// started again (same data, same port), not paused, and a
@@ -41,10 +39,10 @@ func startLocal(t testing.TB, kind Kind) (*Server, error) {
 				if err := srv.Restart(); err != nil {
 					return err
 				}
-				return ready(ctx)
+				return poll(ctx, ready)
 			},
 		}}
-		m.h.disconnect, m.h.reconnect = partition(p, func(ctx context.Context) error { return etcdReady(ctx, p.Addr()) })
+		m.h.disconnect, m.h.reconnect = partition(p, ready)
 		return &Server{URL: "etcd://" + p.Addr() + "/" + prefix(), Members: []*Member{m}}, nil
 	case ZooKeeper:
 		if zktest.TickTime != ZooKeeperTick {
