@@ -18,10 +18,11 @@ import (
 )
 
 // The benchmarks compare this package with etcd's concurrency.Mutex on one
-// embedded server (with fsync, as a real member, unless -etcd.nofsync):
+// embedded server (with fsync, as a real member, unless -etcd.nofsync), in
+// alternating rounds (see lockbench.Interleave):
 //
-//	go test -run '^$' -bench . -benchtime 3s -count 6 ./etcd/ | tee bench.txt
-//	benchstat -col /impl bench.txt
+//	FENCELOCK_BENCH_ROUNDS=6 go test -run '^$' -bench . -benchtime 3s ./etcd/ | tee bench.txt
+//	benchstat -col /impl -ignore /round bench.txt
 //
 // Round trips per acquire+release, uncontended: fencelock 2 Txns (lease from
 // the pool), Mutex 1 Txn + 1 Delete (session created outside the loop).
@@ -105,19 +106,17 @@ var benchSeq atomic.Int64
 // code fencelock bench runs (internal/lockbench).
 func BenchmarkUncontended(b *testing.B) {
 	s := benchServer(b)
-	for _, impl := range impls {
-		b.Run("impl="+impl.name, func(b *testing.B) {
-			prefix := fmt.Sprintf("bench/%d", benchSeq.Add(1))
-			lock, unlock := impl.new(b, s, prefix, "uncontended")
-			b.ResetTimer()
-			// Warm up: connections, and for fencelock the lease pool.
-			r, err := lockbench.RunUncontended(context.Background(), lockbench.Contender{Lock: lock, Unlock: unlock}, 10, b.N, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			r.Report(b)
-		})
-	}
+	interleave(b, func(b *testing.B, impl lockImpl) {
+		prefix := fmt.Sprintf("bench/%d", benchSeq.Add(1))
+		lock, unlock := impl.new(b, s, prefix, "uncontended")
+		b.ResetTimer()
+		// Warm up: connections, and for fencelock the lease pool.
+		r, err := lockbench.RunUncontended(context.Background(), lockbench.Contender{Lock: lock, Unlock: unlock}, 10, b.N, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.Report(b)
+	})
 }
 
 // BenchmarkContended8 runs 8 contenders, each with its own client, that
@@ -127,22 +126,20 @@ func BenchmarkUncontended(b *testing.B) {
 func BenchmarkContended8(b *testing.B) {
 	const contenders = 8
 	s := benchServer(b)
-	for _, impl := range impls {
-		b.Run("impl="+impl.name, func(b *testing.B) {
-			prefix := fmt.Sprintf("bench/%d", benchSeq.Add(1))
-			cs := make([]lockbench.Contender, contenders)
-			for i := range cs {
-				cs[i].Lock, cs[i].Unlock = impl.new(b, s, prefix, "contended")
-			}
-			b.ResetTimer()
-			r, err := lockbench.RunContended(context.Background(), cs, b.N, nil)
-			b.StopTimer()
-			if err != nil {
-				b.Fatal(err)
-			}
-			r.Report(b)
-		})
-	}
+	interleave(b, func(b *testing.B, impl lockImpl) {
+		prefix := fmt.Sprintf("bench/%d", benchSeq.Add(1))
+		cs := make([]lockbench.Contender, contenders)
+		for i := range cs {
+			cs[i].Lock, cs[i].Unlock = impl.new(b, s, prefix, "contended")
+		}
+		b.ResetTimer()
+		r, err := lockbench.RunContended(context.Background(), cs, b.N, nil)
+		b.StopTimer()
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.Report(b)
+	})
 }
 
 // BenchmarkDriverUncontended is BenchmarkUncontended on the driver alone,
@@ -175,4 +172,9 @@ func BenchmarkDriverUncontended(b *testing.B) {
 	}
 	b.ReportMetric(float64(inLock.Microseconds())/float64(n), "acquire-us")
 	b.ReportMetric(float64(inUnlock.Microseconds())/float64(n), "release-us")
+}
+
+// interleave runs run for each impl in alternating rounds.
+func interleave(b *testing.B, run func(b *testing.B, impl lockImpl)) {
+	lockbench.Interleave(b, impls, func(i lockImpl) string { return i.name }, run)
 }

@@ -20,10 +20,11 @@ import (
 
 // The benchmarks compare this package with bsm/redislock v0.9.4 (which has
 // no fence-key option in that version) and redsync v4 (one pool) on one
-// redis-server of the same run:
+// redis-server of the same run, in alternating rounds (see
+// lockbench.Interleave):
 //
-//	go test -run '^$' -bench . -count 6 ./redis/ | tee bench.txt
-//	benchstat -col /impl -row .name bench.txt
+//	FENCELOCK_BENCH_ROUNDS=6 go test -run '^$' -bench . ./redis/ | tee bench.txt
+//	benchstat -col /impl -ignore /round bench.txt
 //
 // Round trips per acquire+release, uncontended: 2 for all three (fencelock:
 // acquire script, release script; redislock: obtain script, release script;
@@ -124,17 +125,15 @@ func benchPrefix() string {
 // BenchmarkUncontended: one acquire+release of a free lock.
 func BenchmarkUncontended(b *testing.B) {
 	s := benchServer(b)
-	for _, impl := range impls {
-		b.Run("impl="+impl.name, func(b *testing.B) {
-			c := impl.new(b, s, benchPrefix(), "uncontended")
-			b.ResetTimer()
-			r, err := lockbench.RunUncontended(context.Background(), c, 20, b.N, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			r.Report(b)
-		})
-	}
+	interleave(b, func(b *testing.B, impl lockImpl) {
+		c := impl.new(b, s, benchPrefix(), "uncontended")
+		b.ResetTimer()
+		r, err := lockbench.RunUncontended(context.Background(), c, 20, b.N, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.Report(b)
+	})
 }
 
 // BenchmarkContended8: 8 contenders, each with its own client, acquire and
@@ -146,39 +145,37 @@ func BenchmarkUncontended(b *testing.B) {
 func BenchmarkContended8(b *testing.B) {
 	const contenders = 8
 	s := benchServer(b)
-	for _, impl := range impls {
-		b.Run("impl="+impl.name, func(b *testing.B) {
+	interleave(b, func(b *testing.B, impl lockImpl) {
+		driversMu.Lock()
+		drivers = nil
+		driversMu.Unlock()
+		prefix := benchPrefix()
+		cs := make([]lockbench.Contender, contenders)
+		for i := range cs {
+			cs[i] = impl.new(b, s, prefix, "contended")
+		}
+		b.ResetTimer()
+		r, err := lockbench.RunContended(context.Background(), cs, b.N, nil)
+		b.StopTimer()
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.Report(b)
+		share := func(n int) float64 { return 100 * float64(n) / float64(r.Grants) }
+		b.ReportMetric(share(slices.Min(r.PerContender)), "min-share-%")
+		b.ReportMetric(share(slices.Max(r.PerContender)), "max-share-%")
+		if impl.name == "fencelock" {
 			driversMu.Lock()
-			drivers = nil
+			var wakeups, attempts int64
+			for _, d := range drivers {
+				wakeups += d.wakeups.Load()
+				attempts += d.attempts.Load()
+			}
 			driversMu.Unlock()
-			prefix := benchPrefix()
-			cs := make([]lockbench.Contender, contenders)
-			for i := range cs {
-				cs[i] = impl.new(b, s, prefix, "contended")
-			}
-			b.ResetTimer()
-			r, err := lockbench.RunContended(context.Background(), cs, b.N, nil)
-			b.StopTimer()
-			if err != nil {
-				b.Fatal(err)
-			}
-			r.Report(b)
-			share := func(n int) float64 { return 100 * float64(n) / float64(r.Grants) }
-			b.ReportMetric(share(slices.Min(r.PerContender)), "min-share-%")
-			b.ReportMetric(share(slices.Max(r.PerContender)), "max-share-%")
-			if impl.name == "fencelock" {
-				driversMu.Lock()
-				var wakeups, attempts int64
-				for _, d := range drivers {
-					wakeups += d.wakeups.Load()
-					attempts += d.attempts.Load()
-				}
-				driversMu.Unlock()
-				b.ReportMetric(float64(wakeups)/float64(r.Grants), "wakeups/grant")
-				b.ReportMetric(float64(attempts)/float64(r.Grants), "attempts/grant")
-			}
-		})
-	}
+			b.ReportMetric(float64(wakeups)/float64(r.Grants), "wakeups/grant")
+			b.ReportMetric(float64(attempts)/float64(r.Grants), "attempts/grant")
+		}
+	})
 }
 
 // BenchmarkRoundTrip is one PING on the same server: the unit for the
@@ -216,4 +213,9 @@ func BenchmarkDriverUncontended(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// interleave runs run for each impl in alternating rounds.
+func interleave(b *testing.B, run func(b *testing.B, impl lockImpl)) {
+	lockbench.Interleave(b, impls, func(i lockImpl) string { return i.name }, run)
 }

@@ -16,10 +16,10 @@ import (
 )
 
 // Benchmarks beside go-zookeeper's zk.Lock on the same server in the same
-// run:
+// run, in alternating rounds (see lockbench.Interleave):
 //
-//	go test -run '^$' -bench . -count 6 ./zookeeper/ | tee zk.txt
-//	benchstat -col /impl -row .name zk.txt
+//	FENCELOCK_BENCH_ROUNDS=8 go test -run '^$' -bench . ./zookeeper/ | tee zk.txt
+//	benchstat -col /impl -ignore /round zk.txt
 
 const benchSessionTimeout = 15 * time.Second
 
@@ -85,19 +85,17 @@ func warmServer(b *testing.B) {
 // BenchmarkUncontended measures one acquire+release of a free lock
 // (fencelock also returns the czxid token).
 func BenchmarkUncontended(b *testing.B) {
-	for _, impl := range impls {
-		b.Run("impl="+impl.name, func(b *testing.B) {
-			warmServer(b)
-			prefix := fmt.Sprintf("/bench/%d", benchSeq.Add(1))
-			lock, unlock := impl.new(b, prefix, "uncontended")
-			b.ResetTimer()
-			r, err := lockbench.RunUncontended(context.Background(), lockbench.Contender{Lock: lock, Unlock: unlock}, 10, b.N, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			r.Report(b)
-		})
-	}
+	interleave(b, func(b *testing.B, impl lockImpl) {
+		warmServer(b)
+		prefix := fmt.Sprintf("/bench/%d", benchSeq.Add(1))
+		lock, unlock := impl.new(b, prefix, "uncontended")
+		b.ResetTimer()
+		r, err := lockbench.RunUncontended(context.Background(), lockbench.Contender{Lock: lock, Unlock: unlock}, 10, b.N, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.Report(b)
+	})
 }
 
 // BenchmarkContended8 runs 8 contenders, each with its own connection, that
@@ -110,27 +108,30 @@ func BenchmarkContended8(b *testing.B) { benchContended(b, 0) }
 
 func benchContended(b *testing.B, hold time.Duration) {
 	const contenders = 8
-	for _, impl := range impls {
-		b.Run("impl="+impl.name, func(b *testing.B) {
-			warmServer(b)
-			prefix := fmt.Sprintf("/bench/%d", benchSeq.Add(1))
-			cs := make([]lockbench.Contender, contenders)
-			for i := range cs {
-				cs[i].Lock, cs[i].Unlock = impl.new(b, prefix, "contended")
-			}
-			count := packetCounter(b)
-			b.ResetTimer()
-			r, err := lockbench.RunContendedHold(context.Background(), cs, b.N, hold, nil)
-			b.StopTimer()
-			if err != nil {
-				b.Fatal(err)
-			}
-			r.Report(b)
-			requests, events := count(r.Grants)
-			b.ReportMetric(requests, "server-requests/grant")
-			b.ReportMetric(events, "server-events/grant")
-		})
-	}
+	interleave(b, func(b *testing.B, impl lockImpl) {
+		warmServer(b)
+		prefix := fmt.Sprintf("/bench/%d", benchSeq.Add(1))
+		cs := make([]lockbench.Contender, contenders)
+		for i := range cs {
+			cs[i].Lock, cs[i].Unlock = impl.new(b, prefix, "contended")
+		}
+		count := packetCounter(b)
+		b.ResetTimer()
+		r, err := lockbench.RunContendedHold(context.Background(), cs, b.N, hold, nil)
+		b.StopTimer()
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.Report(b)
+		requests, events := count(r.Grants)
+		b.ReportMetric(requests, "server-requests/grant")
+		b.ReportMetric(events, "server-events/grant")
+	})
+}
+
+// interleave runs run for each impl in alternating rounds.
+func interleave(b *testing.B, run func(b *testing.B, impl lockImpl)) {
+	lockbench.Interleave(b, impls, func(i lockImpl) string { return i.name }, run)
 }
 
 // BenchmarkContended8Hold is BenchmarkContended8 with each holder keeping

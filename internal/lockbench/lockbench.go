@@ -8,7 +8,10 @@ package lockbench
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -203,4 +206,48 @@ func (r Contended) Report(b *testing.B) {
 	b.ReportMetric(r.GrantsPerSecond(), "grants/s")
 	b.ReportMetric(ms(Percentile(r.Handoffs, 0.50)), "handoff-p50-ms")
 	b.ReportMetric(ms(Percentile(r.Handoffs, 0.99)), "handoff-p99-ms")
+}
+
+// RoundsEnv names the environment variable that sets how many rounds
+// Interleave runs (default 1).
+const RoundsEnv = "FENCELOCK_BENCH_ROUNDS"
+
+// Interleave runs run once per implementation and round, as the
+// sub-benchmark round=R/impl=NAME (NAME from name), alternating the
+// implementations within each round and their order between rounds (ABBA),
+// so that a machine or server that drifts during the run (a JIT warming
+// up, a noisy neighbour) weighs on all of them alike. go test -count
+// repeats each sub-benchmark back to back, which would measure one
+// implementation entirely before the next; use rounds instead, and pool
+// them with benchstat -col /impl -ignore /round.
+//
+// The number of rounds comes from the environment variable RoundsEnv.
+func Interleave[I any](b *testing.B, impls []I, name func(I) string, run func(b *testing.B, impl I)) {
+	rounds, err := Rounds()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for round := range rounds {
+		for i := range impls {
+			impl := impls[i]
+			if round%2 == 1 {
+				impl = impls[len(impls)-1-i]
+			}
+			b.Run(fmt.Sprintf("round=%d/impl=%s", round, name(impl)), func(b *testing.B) { run(b, impl) })
+		}
+	}
+}
+
+// Rounds returns the number of rounds set in the environment variable
+// RoundsEnv: 1 if it is unset.
+func Rounds() (int, error) {
+	v := os.Getenv(RoundsEnv)
+	if v == "" {
+		return 1, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("lockbench: %s=%q: want a positive number of rounds", RoundsEnv, v)
+	}
+	return n, nil
 }

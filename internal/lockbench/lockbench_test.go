@@ -83,3 +83,28 @@ func slicesSorted(ds []time.Duration) bool {
 	}
 	return true
 }
+
+func TestInterleave(t *testing.T) {
+	t.Setenv(lockbench.RoundsEnv, "3")
+	var order []string
+	testing.Benchmark(func(b *testing.B) {
+		lockbench.Interleave(b, []string{"a", "b", "c"}, func(s string) string { return s }, func(b *testing.B, impl string) {
+			if b.N == 1 {
+				order = append(order, impl)
+			}
+		})
+	})
+	assert.Equal(t, []string{"a", "b", "c", "c", "b", "a", "a", "b", "c"}, order, "alternating order, 3 rounds")
+}
+
+func TestRounds(t *testing.T) {
+	t.Setenv(lockbench.RoundsEnv, "")
+	n, err := lockbench.Rounds()
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+	for _, bad := range []string{"0", "-2", "x"} {
+		t.Setenv(lockbench.RoundsEnv, bad)
+		_, err := lockbench.Rounds()
+		assert.Error(t, err, bad)
+	}
+}
