@@ -111,10 +111,10 @@
 //     loss. Counted at the server with 8 contenders and zero-length holds
 //     (TestContendedRequestsPerGrant): 7 requests and 3 watch events per
 //     grant, where zk.Lock makes 5 and 1 (it reads after every wake-up).
-//     Measured beside zk.Lock: with zero-length holds, handoff p50 lower
-//     or level but p99 1.2–1.4x higher (the extra requests meet the
-//     handoff at a saturated server); with 1 ms holds, p50 about half and
-//     p99 a third to a half of zk.Lock's (see README).
+//     Measured beside zk.Lock in alternating rounds: with zero-length
+//     holds, grants/s about 1.3x, handoff p50 about 0.8x and p99 0.6–0.8x
+//     of zk.Lock's; with 1 ms holds, grants/s 1.5–1.7x, p50 about half
+//     and p99 0.5–0.75x (see README).
 //   - Renewal: 1 exists of our node every TTL/3 (scheduled by the backend
 //     package): it proves the session alive (the server renews a session on
 //     every request) and our node present.
