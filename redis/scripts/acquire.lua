@@ -17,9 +17,14 @@ local owner, ttl = ARGV[1], tonumber(ARGV[2])
 if redis.call('GET', KEYS[5]) then
   return {-1}
 end
+local v = redis.call('GET', KEYS[1])
+-- Fast path: a free lock and an empty queue (so no entry to purge, and
+-- none of ours to drop) is granted at once.
+if not v and ARGV[3] ~= '2' and not head(KEYS[3]) then
+  return {1, issue(KEYS[1], KEYS[2], owner, ttl, ARGV[4])}
+end
 local now = now_ms()
 purge(KEYS[3], KEYS[4], now)
-local v = redis.call('GET', KEYS[1])
 local mine = token_of(v, owner)
 if mine then
   -- Ours already: a retry of an attempt whose reply was lost, or a grant

@@ -18,6 +18,11 @@ if token_of(v, owner) then
   redis.call('DEL', KEYS[1])
   deleted = 1
 end
+-- An empty queue holds no entry of ours, none to purge and nobody to
+-- hand over to.
+if not head(KEYS[3]) then
+  return deleted
+end
 dequeue(KEYS[3], KEYS[4], owner)
 if deleted == 1 or not v then
   purge(KEYS[3], KEYS[4], now_ms())
