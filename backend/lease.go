@@ -33,10 +33,11 @@ type Lease struct {
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	timer  *time.Timer // fires tick at the next renewal or the deadline
-	tickMu sync.Mutex  // held by tick; Release takes it to wait for a tick in flight
+	tickMu sync.Mutex // held by tick; Release takes it to wait for a tick in flight
 
 	mu       sync.Mutex
+	timer    *time.Timer // fires tick at armed; nil until first armed
+	armed    time.Time   // when timer fires; zero while it is not armed
 	token    fencing.Token
 	deadline time.Time // zero while no expiry clock runs
 	renewAt  time.Time
@@ -51,10 +52,10 @@ type Lease struct {
 func newLease(l *Locker, name string, s settings, drv DriverLease, started time.Time) *Lease {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	ls := &Lease{locker: l, drv: drv, name: name, s: s, ctx: ctx, cancel: cancel}
-	ls.timer = time.AfterFunc(time.Hour, ls.tick)
-	ls.timer.Stop()
 	if !started.IsZero() {
+		ls.mu.Lock() // the timer may fire at once
 		ls.extendLocked(started)
+		ls.mu.Unlock()
 	}
 	if lost := drv.Lost(); lost != nil {
 		go func() {
@@ -239,7 +240,7 @@ func (ls *Lease) abandon() {
 }
 
 // extendLocked moves the deadline to sent + TTL - drift and schedules the
-// next renewal at sent + TTL/3. ls.mu must be held (or ls not yet shared).
+// next renewal at sent + TTL/3. ls.mu must be held.
 func (ls *Lease) extendLocked(sent time.Time) {
 	if d := sent.Add(ls.s.ttl - ls.s.drift); d.After(ls.deadline) {
 		ls.deadline = d
@@ -256,8 +257,12 @@ func (ls *Lease) renewingLocked() bool {
 		ls.s.autoRenew && (ls.s.maxHold == 0 || ls.renewAt.Before(ls.acquired.Add(ls.s.maxHold))))
 }
 
-// scheduleLocked sets the timer to the next renewal or the deadline,
-// whichever comes first. ls.mu must be held.
+// scheduleLocked arms the timer for the next renewal or the deadline,
+// whichever comes first. A timer armed for an earlier time is left as it
+// is: tick then finds nothing due and arms it again. So an acquisition
+// arms it once rather than at every extension; arming a timer can wake an
+// idle thread, a cost an uncontended acquire+release would pay several
+// times. ls.mu must be held.
 func (ls *Lease) scheduleLocked() {
 	if ls.deadline.IsZero() || ls.ctx.Err() != nil {
 		return
@@ -266,7 +271,15 @@ func (ls *Lease) scheduleLocked() {
 	if ls.renewingLocked() && ls.renewAt.Before(at) {
 		at = ls.renewAt
 	}
-	ls.timer.Reset(time.Until(at))
+	if ls.timer != nil && !ls.armed.IsZero() && !at.Before(ls.armed) {
+		return
+	}
+	ls.armed = at
+	if ls.timer == nil {
+		ls.timer = time.AfterFunc(time.Until(at), ls.tick)
+	} else {
+		ls.timer.Reset(time.Until(at))
+	}
 }
 
 // end fires the loss signal with cause and stops the timer; a tick in flight
@@ -274,7 +287,10 @@ func (ls *Lease) scheduleLocked() {
 func (ls *Lease) end(cause error) {
 	ls.cancel(cause)
 	ls.mu.Lock()
-	ls.timer.Stop()
+	if ls.timer != nil {
+		ls.timer.Stop()
+		ls.armed = time.Time{}
+	}
 	ls.mu.Unlock()
 }
 
@@ -309,6 +325,7 @@ func (ls *Lease) tick() {
 	}
 	now := time.Now()
 	ls.mu.Lock()
+	ls.armed = time.Time{} // fired
 	deadline, renew := ls.deadline, ls.renewingLocked() && !now.Before(ls.renewAt)
 	ls.mu.Unlock()
 	switch {
