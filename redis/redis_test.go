@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -146,6 +147,41 @@ func TestNoScript(t *testing.T) {
 	t.Logf("token before restart %d, after %d", t1, t3)
 	assert.Equal(t, fencing.Token(3), t1)
 	assert.Equal(t, fencing.Token(1), t3)
+}
+
+// TestUncontendedServerCalls counts the commands the scripts run on the
+// server for one acquire+release of a free lock nobody waits for: with an
+// empty queue the scripts skip the queue's bookkeeping (acquire: end mark,
+// lock key, queue head, INCR, SET; release: GET, DEL, queue head).
+func TestUncontendedServerCalls(t *testing.T) {
+	s := redistest.Start(t)
+	admin := s.NewClient(t)
+	l, _ := driverLocker(t, s.NewClient(t), Config{})
+	ctx := tctx(t, 20*time.Second)
+	cycle := func() {
+		ls, err := l.Acquire(ctx, "n")
+		require.NoError(t, err)
+		release(t, ls)
+	}
+	cycle() // loads the scripts
+	require.NoError(t, admin.ConfigResetStat(ctx).Err())
+	const n = 10
+	for range n {
+		cycle()
+	}
+	calls := map[string]int{}
+	for _, line := range strings.Split(admin.Info(ctx, "commandstats").Val(), "\n") {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cmdstat_"), ":calls=")
+		if !ok || name == "evalsha" || strings.HasPrefix(name, "config") || name == "info" {
+			continue
+		}
+		count, _, _ := strings.Cut(rest, ",")
+		c, err := strconv.Atoi(count)
+		require.NoError(t, err, line)
+		calls[name] += c
+	}
+	t.Logf("server calls in %d acquire+release cycles: %v", n, calls)
+	assert.Equal(t, map[string]int{"get": 3 * n, "zrange": 2 * n, "incr": n, "set": n, "del": n}, calls)
 }
 
 // TestLossSignalled: a lock key deleted or expired under its holder fires the
