@@ -109,13 +109,8 @@ func BenchmarkUncontended(b *testing.B) {
 	interleave(b, func(b *testing.B, impl lockImpl) {
 		prefix := fmt.Sprintf("bench/%d", benchSeq.Add(1))
 		lock, unlock := impl.new(b, s, prefix, "uncontended")
-		b.ResetTimer()
 		// Warm up: connections, and for fencelock the lease pool.
-		r, err := lockbench.RunUncontended(context.Background(), lockbench.Contender{Lock: lock, Unlock: unlock}, 10, b.N, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		r.Report(b)
+		lockbench.BenchUncontended(b, lockbench.Contender{Lock: lock, Unlock: unlock}, 10)
 	})
 }
 
@@ -132,13 +127,7 @@ func BenchmarkContended8(b *testing.B) {
 		for i := range cs {
 			cs[i].Lock, cs[i].Unlock = impl.new(b, s, prefix, "contended")
 		}
-		b.ResetTimer()
-		r, err := lockbench.RunContended(context.Background(), cs, b.N, nil)
-		b.StopTimer()
-		if err != nil {
-			b.Fatal(err)
-		}
-		r.Report(b)
+		lockbench.BenchContended(b, cs, 0)
 	})
 }
 

@@ -127,12 +127,7 @@ func BenchmarkUncontended(b *testing.B) {
 	s := benchServer(b)
 	interleave(b, func(b *testing.B, impl lockImpl) {
 		c := impl.new(b, s, benchPrefix(), "uncontended")
-		b.ResetTimer()
-		r, err := lockbench.RunUncontended(context.Background(), c, 20, b.N, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		r.Report(b)
+		lockbench.BenchUncontended(b, c, 20)
 	})
 }
 
@@ -154,13 +149,7 @@ func BenchmarkContended8(b *testing.B) {
 		for i := range cs {
 			cs[i] = impl.new(b, s, prefix, "contended")
 		}
-		b.ResetTimer()
-		r, err := lockbench.RunContended(context.Background(), cs, b.N, nil)
-		b.StopTimer()
-		if err != nil {
-			b.Fatal(err)
-		}
-		r.Report(b)
+		r := lockbench.BenchContended(b, cs, 0)
 		share := func(n int) float64 { return 100 * float64(n) / float64(r.Grants) }
 		b.ReportMetric(share(slices.Min(r.PerContender)), "min-share-%")
 		b.ReportMetric(share(slices.Max(r.PerContender)), "max-share-%")

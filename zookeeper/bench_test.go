@@ -89,12 +89,7 @@ func BenchmarkUncontended(b *testing.B) {
 		warmServer(b)
 		prefix := fmt.Sprintf("/bench/%d", benchSeq.Add(1))
 		lock, unlock := impl.new(b, prefix, "uncontended")
-		b.ResetTimer()
-		r, err := lockbench.RunUncontended(context.Background(), lockbench.Contender{Lock: lock, Unlock: unlock}, 10, b.N, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		r.Report(b)
+		lockbench.BenchUncontended(b, lockbench.Contender{Lock: lock, Unlock: unlock}, 10)
 	})
 }
 
@@ -116,13 +111,7 @@ func benchContended(b *testing.B, hold time.Duration) {
 			cs[i].Lock, cs[i].Unlock = impl.new(b, prefix, "contended")
 		}
 		count := packetCounter(b)
-		b.ResetTimer()
-		r, err := lockbench.RunContendedHold(context.Background(), cs, b.N, hold, nil)
-		b.StopTimer()
-		if err != nil {
-			b.Fatal(err)
-		}
-		r.Report(b)
+		r := lockbench.BenchContended(b, cs, hold)
 		requests, events := count(r.Grants)
 		b.ReportMetric(requests, "server-requests/grant")
 		b.ReportMetric(events, "server-events/grant")

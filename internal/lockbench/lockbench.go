@@ -208,6 +208,31 @@ func (r Contended) Report(b *testing.B) {
 	b.ReportMetric(ms(Percentile(r.Handoffs, 0.99)), "handoff-p99-ms")
 }
 
+// BenchUncontended runs RunUncontended for b.N ops after warmup ones,
+// timed from the start, and reports the result on b.
+func BenchUncontended(b *testing.B, c Contender, warmup int) Uncontended {
+	b.ResetTimer()
+	r, err := RunUncontended(context.Background(), c, warmup, b.N, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r.Report(b)
+	return r
+}
+
+// BenchContended runs RunContendedHold for b.N grants, timing only the
+// run, and reports the result on b.
+func BenchContended(b *testing.B, cs []Contender, hold time.Duration) Contended {
+	b.ResetTimer()
+	r, err := RunContendedHold(context.Background(), cs, b.N, hold, nil)
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	r.Report(b)
+	return r
+}
+
 // RoundsEnv names the environment variable that sets how many rounds
 // Interleave runs (default 1).
 const RoundsEnv = "FENCELOCK_BENCH_ROUNDS"
