@@ -600,13 +600,19 @@ func primeCreate(t *testing.T, l *backend.Locker, pfx, name string, waited bool)
 		return
 	}
 	other := dialLocker(t, srv.Addr(), pfx, 6*time.Second)
-	held := mustTry(t, other, name)
+	release(t, acquireAfter(t, l, name, mustTry(t, other, name)))
+}
+
+// acquireAfter starts an Acquire of name with l, checks that it waits
+// while held holds the lock, releases held, and returns the waiter's lease.
+func acquireAfter(t *testing.T, l *backend.Locker, name string, held *backend.Lease) *backend.Lease {
+	t.Helper()
 	ch := goAcquire(tctx(t, 10*time.Second), l, name)
 	requireBlocked(t, ch, 200*time.Millisecond)
 	release(t, held)
 	r := waitAcquired(t, ch, 5*time.Second)
 	require.NoError(t, r.Err)
-	release(t, r.Lease)
+	return r.Lease
 }
 
 // Where the client may create and delete in the lock directory but not
@@ -626,14 +632,10 @@ func TestDirectoryWithoutWrite(t *testing.T) {
 	held := mustTry(t, la, "w")
 	_, st := nodeOf(t, admin, pfx, held)
 	assert.Equal(t, int64(held.Token()), st.Czxid)
-	ch := goAcquire(tctx(t, 10*time.Second), lb, "w")
-	requireBlocked(t, ch, 200*time.Millisecond)
-	release(t, held)
-	r := waitAcquired(t, ch, 5*time.Second)
-	require.NoError(t, r.Err)
-	_, st = nodeOf(t, admin, pfx, r.Lease)
-	assert.Equal(t, int64(r.Lease.Token()), st.Czxid)
-	assert.Greater(t, r.Lease.Token(), held.Token())
-	release(t, r.Lease)
+	next := acquireAfter(t, lb, "w", held)
+	_, st = nodeOf(t, admin, pfx, next)
+	assert.Equal(t, int64(next.Token()), st.Czxid)
+	assert.Greater(t, next.Token(), held.Token())
+	release(t, next)
 	waitNodes(t, admin, pfx, "w", 0)
 }
