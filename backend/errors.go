@@ -4,7 +4,7 @@ import "errors"
 
 // Errors returned by Locker and Lease. Every error about the lock wraps one
 // of them, so callers test with errors.Is; an error from the backend's client
-// (an unreachable server) is returned wrapped and matches none of them.
+// is kept in the chain too, so errors.As still finds it.
 var (
 	// ErrNotAcquired: the lock is held by someone else (TryAcquire), or a
 	// wait was given up (Acquire); a given-up wait also matches ctx.Err().
@@ -24,6 +24,16 @@ var (
 	// the backend, or another argument is unusable (a nil client, an empty
 	// or malformed acquisition id).
 	ErrInvalidOption = errors.New("fencelock: invalid option")
+	// ErrUnavailable: the backend could not be reached or did not answer in
+	// time, so whether the lock is free is unknown. It is never reported as
+	// ErrNotAcquired, which means someone else holds the lock: a job that
+	// skips its work when the lock is held must not skip it silently when
+	// the backend is down. The client's own error stays in the chain.
+	ErrUnavailable = errors.New("fencelock: backend unavailable")
+	// ErrPermission: the backend refused the request for lack of
+	// permission (an ACL, a role, a digest). The server's message stays in
+	// the chain.
+	ErrPermission = errors.New("fencelock: permission denied")
 	// ErrInvalidURL: a backend URL cannot be parsed, names an unknown scheme
 	// or carries an unknown or malformed query parameter.
 	ErrInvalidURL = errors.New("fencelock: invalid URL")
