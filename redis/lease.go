@@ -189,7 +189,8 @@ func (l *lease) setSub(s *sub) {
 // next in line, else the time left to the entry of the waiter ahead of all
 // (in case it crashed), plus up to 10% (at least 5ms, at most 100ms) of
 // jitter. A key without expiry (ms -1, written by another tool) is checked
-// again after this acquisition's TTL.
+// again after this acquisition's TTL (Lock polls sooner when the key's value
+// is not fencelock's).
 func (l *lease) fallback(ms int64) time.Duration {
 	d := time.Duration(ms) * time.Millisecond
 	if ms < 0 {
