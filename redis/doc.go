@@ -177,13 +177,13 @@
 //     foreign holder holds, and takes the key as soon as a poll finds it
 //     free. The waiters behind it do not poll: they are granted in turn by
 //     the usual handoff. A foreign release thus reaches our queue within
-//     about 50ms plus a round trip (measured: median 15-30ms, max 45ms, one
-//     outlier of 105ms under -race on a busy 2-core machine), not after the
-//     key's TTL; and a foreign client that obtains and releases back to
+//     about 50ms plus a round trip (measured under -race on a busy 2-core
+//     machine, 7 samples a run: medians 7-42ms, max 105ms, over 7 runs per
+//     library), not after the key's TTL; and a foreign client that obtains and releases back to
 //     back, leaving the key free only between its release and its next
 //     obtain, cannot starve our waiter: each poll finds the key free with
-//     the chance that it is free (measured with 2ms holds: granted within
-//     2ms-0.9s). The polling costs one script run per poll, 20-40 a second
+//     the chance that it is free (measured with 2ms holds: granted after
+//     1ms-1.1s, about one poll in ten finding the key free). The polling costs one script run per poll, 20-40 a second
 //     per lock while a foreign holder keeps a fencelock waiter waiting, as
 //     redislock's own retry would. Behind a holder of ours nobody polls.
 //   - Their clients behind our queue: a release of ours grants the lock to
