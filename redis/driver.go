@@ -290,6 +290,10 @@ type acquireResult struct {
 	// the time left to the first waiter's queue entry.
 	next bool
 	wait int64
+	// If not granted and next: the lock key holds a value that is not
+	// fencelock's (redsync, bsm/redislock, an operator's SET), whose
+	// release publishes nothing.
+	foreign bool
 }
 
 // queueMode says what an acquire script that does not grant the lock does
@@ -366,8 +370,8 @@ func parseAcquire(res []int64, err error) (acquireResult, error) {
 	switch {
 	case len(res) == 2 && res[0] == 1 && res[1] > 0:
 		return acquireResult{granted: true, token: res[1]}, nil
-	case len(res) == 3 && res[0] == 0:
-		return acquireResult{next: res[2] == 1, wait: res[1]}, nil
+	case len(res) == 4 && res[0] == 0:
+		return acquireResult{next: res[2] == 1, wait: res[1], foreign: res[3] == 1}, nil
 	case len(res) == 1 && res[0] == -1:
 		return acquireResult{}, fmt.Errorf("%w: redis: queue entry lapsed or was removed, or the acquisition had ended", backend.ErrLeaseLost)
 	}

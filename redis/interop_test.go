@@ -15,7 +15,7 @@ import (
 
 // TestInteropRedislock: bsm/redislock holders and ours exclude each other on
 // LockKey, and a waiter of ours is granted after redislock's release (which
-// publishes nothing) through the fallback timer.
+// publishes nothing): it polls (see fleet_test.go for the timing).
 func TestInteropRedislock(t *testing.T) {
 	prefix := testPrefix(t)
 	key := LockKey(prefix, "n")

@@ -28,6 +28,19 @@ const (
 // (server unreachable).
 const retryMax = time.Second
 
+// A waiter next in line behind a holder that is not fencelock's (redsync,
+// bsm/redislock: their releases publish nothing) polls: its attempts are
+// foreignPollMin apart at first, the gap doubling up to foreignPollMax, each
+// gap drawn at random from its upper half (jitter, so that waiters of
+// several locks do not poll in step). A foreign release thus reaches it
+// within foreignPollMax plus a round trip, and a foreign client that takes
+// the key back at once is not able to starve it: each poll finds the key
+// free with the chance that the key is free.
+const (
+	foreignPollMin = 5 * time.Millisecond
+	foreignPollMax = 50 * time.Millisecond
+)
+
 // An acquisition released while its last attempt's fate was unknown leaves
 // an end mark in Redis for endMarkTTLs times its TTL, endMarkMin at least:
 // a copy of that attempt that arrives meanwhile (held in the network) takes
@@ -69,7 +82,9 @@ func (l *lease) Lost() <-chan struct{} { return nil }
 // may have granted it the lock meanwhile, unseen (the acquire script
 // returns such a grant). It tries again when a release names it, or, in
 // case the notice was lost or never sent (a crashed holder or waiter), when
-// the time the failed attempt returned has passed. Its renewals (KeepAlive,
+// the time the failed attempt returned has passed; if it is next and the
+// holder is not fencelock's (its release publishes nothing), it polls, at
+// most foreignPollMax apart. Its renewals (KeepAlive,
 // every TTL/3) keep its queue entry and wake it if it is next and the lock
 // is free.
 func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, error) {
@@ -103,6 +118,7 @@ func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 	}()
 
 	backoff := 50 * time.Millisecond
+	poll := foreignPollMin
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	var lastSent time.Time // of the last attempt that reached the server
@@ -127,6 +143,13 @@ func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 		default:
 			backoff = 50 * time.Millisecond
 			after = l.fallback(res.wait)
+			if res.next && res.foreign {
+				// Nobody will tell us when this holder lets go.
+				after = min(after, poll/2+rand.N(poll/2+1))
+				poll = min(2*poll, foreignPollMax)
+			} else {
+				poll = foreignPollMin
+			}
 		}
 		timer.Reset(after)
 		select {
@@ -166,7 +189,8 @@ func (l *lease) setSub(s *sub) {
 // next in line, else the time left to the entry of the waiter ahead of all
 // (in case it crashed), plus up to 10% (at least 5ms, at most 100ms) of
 // jitter. A key without expiry (ms -1, written by another tool) is checked
-// again after this acquisition's TTL.
+// again after this acquisition's TTL (Lock polls sooner when the key's value
+// is not fencelock's).
 func (l *lease) fallback(ms int64) time.Duration {
 	d := time.Duration(ms) * time.Millisecond
 	if ms < 0 {

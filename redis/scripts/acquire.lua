@@ -7,10 +7,12 @@
 -- it, "2" renew the entry an earlier attempt made; ARGV[4] "1" for the
 -- clock floor, ARGV[5] the wake channels' prefix, ARGV[6] "1" to grant a
 -- free lock to an earlier waiter directly (see hand_over).
--- Returns {1, token} when granted, {0, ms, next} when not: next is 1 if no
--- earlier waiter is in line, and ms how long the lock key will still live
--- (-1: no expiry); else next is 0 and ms the time left to the first
--- waiter's entry (it may have crashed); {-1} if ARGV[3] is "2" and the
+-- Returns {1, token} when granted, {0, ms, next, foreign} when not: next
+-- is 1 if no earlier waiter is in line, ms how long the lock key will still
+-- live (-1: no expiry), and foreign 1 if the key holds a value that is not
+-- fencelock's (another tool's holder, whose release publishes nothing: the
+-- waiter polls); else next and foreign are 0 and ms is the time left to
+-- the first waiter's entry (it may have crashed); {-1} if ARGV[3] is "2" and the
 -- entry is gone (it lapsed, or an operator removed it), or if the
 -- acquisition has ended (a late copy of an attempt it gave up on).
 local owner, ttl = ARGV[1], tonumber(ARGV[2])
@@ -51,6 +53,6 @@ if ARGV[3] ~= '0' then
 end
 local h = head(KEYS[3])
 if h == owner or not h then
-  return {0, redis.call('PTTL', KEYS[1]), 1}
+  return {0, redis.call('PTTL', KEYS[1]), 1, foreign(v)}
 end
-return {0, left(KEYS[4], h, now), 0}
+return {0, left(KEYS[4], h, now), 0, 0}

@@ -33,6 +33,18 @@ local function token_of(v, owner)
   return nil
 end
 
+-- foreign returns 1 if lock value v is set but is not a fencelock value
+-- ("<locker id (hex)>.<seq>.<ttl ms>:<token>"), else 0: another tool holds
+-- the key (redsync's and bsm/redislock's values are base64, with neither
+-- '.' nor ':'; an operator's SET), and its release will publish nothing.
+-- A value misread either way costs only waiting time, never exclusion.
+local function foreign(v)
+  if v and not string.match(v, '^%x+%.[%w.]+:%d+$') then
+    return 1
+  end
+  return 0
+end
+
 -- head returns the owner next in line, or nil.
 local function head(q)
   return redis.call('ZRANGE', q, 0, 0)[1]
