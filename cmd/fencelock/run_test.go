@@ -226,7 +226,7 @@ func TestStatusShowsHolderAndWaiter(t *testing.T) {
 	assert.Equal(t, 0, waitRun(t, waiter, out2, err2).code)
 	out.Reset()
 	require.Equal(t, 0, run(context.Background(), []string{"status", "--url", url, "--json", "job"}, &out, &errOut))
-	assert.Contains(t, out.String(), `"Holder": null`)
+	assert.Contains(t, out.String(), `"holder": null`)
 	assert.Equal(t, exitUsage, run(context.Background(), []string{"status", "--url", url}, &out, &errOut))
 	assert.Equal(t, exitInvalid, run(context.Background(), []string{"status", "--url", url, ""}, &out, &errOut))
 }
