@@ -72,20 +72,21 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	c := fs.Int("c", 8, "contending clients")
 	name := fs.String("lock", fmt.Sprintf("fencelock-bench-%d", os.Getpid()), "lock name")
 	asJSON := fs.Bool("json", false, "print JSON instead of a report (see above)")
+	connect := connectTimeoutFlag(fs)
 	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
 		return code
 	}
 	switch {
 	case *url == "":
 		return usageErr(stderr, "bench", "no backend URL: give --url or set FENCELOCK_URL")
-	case *n <= 0 || *c <= 0:
-		return usageErr(stderr, "bench", "-n and -c must be positive")
+	case *n <= 0 || *c <= 0 || *connect <= 0:
+		return usageErr(stderr, "bench", "-n, -c and --connect-timeout must be positive")
 	case fs.NArg() != 0:
 		return usageErr(stderr, "bench", fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
 	}
 	cs := make([]lockbench.Contender, *c)
 	for i := range cs {
-		l, err := backend.Open(ctx, *url)
+		l, err := openWithin(ctx, *url, *connect)
 		if err != nil {
 			return report(stderr, "bench", err)
 		}

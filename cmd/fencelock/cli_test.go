@@ -93,6 +93,8 @@ func TestUsageErrorsAre64(t *testing.T) {
 		{"run", "--url", "mem://", "--", "true"},  // no lock
 		{"run", "--url", "mem://", "--lock", "x", "--no-wait", "--wait-timeout", "1s", "--", "true"},
 		{"run", "--url", "mem://", "--lock", "x", "--ttl", "soon", "--", "true"},
+		{"run", "--url", "mem://", "--lock", "x", "--connect-timeout", "0", "--", "true"},
+		{"run", "--url", "mem://", "--lock", "x", "--grace", "0", "--", "true"},
 		{"status", "--bogus"},
 		{"status", "--url", "mem://"},
 		{"status", "--url", "mem://", "a", "b"},
@@ -100,6 +102,8 @@ func TestUsageErrorsAre64(t *testing.T) {
 		{"bench", "--bogus"},
 		{"bench"},
 		{"bench", "--url", "mem://", "-n", "0"},
+		{"bench", "--url", "mem://", "--connect-timeout", "0"},
+		{"status", "--url", "mem://", "--timeout", "0", "x"},
 		{"bench", "--url", "mem://", "extra"},
 		{"demo", "--bogus"},
 		{"demo", "extra"},

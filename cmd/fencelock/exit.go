@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/fencelock/fencelock/backend"
 )
@@ -124,4 +126,23 @@ func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code
 		fs.SetOutput(stderr)
 		return usageErr(stderr, fs.Name(), err.Error()), false
 	}
+}
+
+// connectTimeoutFlag adds --connect-timeout to fs: how long opening the
+// backend may take. Some clients retry an unreachable server forever
+// (ZooKeeper's), which would hang the command with no word.
+func connectTimeoutFlag(fs *flag.FlagSet) *time.Duration {
+	return fs.Duration("connect-timeout", 30*time.Second, "give up reaching the backend after this long (status 69)")
+}
+
+// openWithin opens the backend at url, giving up after d. An Open that
+// runs out of time returns an error matching backend.ErrUnavailable.
+func openWithin(ctx context.Context, url string, d time.Duration) (*backend.Locker, error) {
+	octx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	l, err := backend.Open(octx, url)
+	if err != nil && ctx.Err() == nil && octx.Err() != nil && !errors.Is(err, backend.ErrUnavailable) {
+		err = fmt.Errorf("%w: no answer within --connect-timeout %v: %w", backend.ErrUnavailable, d, err)
+	}
+	return l, err
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	neturl "net/url"
@@ -46,6 +47,7 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	waitTimeout := fs.Duration("wait-timeout", 0, "give up waiting after this long (status 75); 0 waits forever")
 	maxHold := fs.Duration("max-hold", 0, "stop renewing after this long, so the lease ends within one TTL more; 0: no limit")
 	grace := fs.Duration("grace", 2*time.Second, "time between SIGTERM and SIGKILL when the lease is lost (at most TTL/3)")
+	connect := connectTimeoutFlag(fs)
 	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
 		return code
 	}
@@ -61,6 +63,8 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		return usageErr(stderr, "run", "--no-wait and --wait-timeout exclude each other")
 	case *grace <= 0:
 		return usageErr(stderr, "run", "--grace must be positive")
+	case *connect <= 0:
+		return usageErr(stderr, "run", "--connect-timeout must be positive")
 	}
 
 	// Signals that arrive before the command starts cancel the wait.
@@ -77,7 +81,7 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		}
 	}()
 
-	locker, err := backend.Open(ctx, *url)
+	locker, err := openWithin(ctx, *url, *connect)
 	if err != nil {
 		return report(stderr, "run", err)
 	}
@@ -89,7 +93,7 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	if *maxHold != 0 {
 		opts = append(opts, backend.WithMaxHold(*maxHold))
 	}
-	lease, err := acquireForRun(ctx, locker, *name, *noWait, *waitTimeout, opts)
+	lease, err := acquireForRun(ctx, locker, *name, *noWait, *waitTimeout, *connect, opts)
 	if err != nil {
 		return report(stderr, "run", err)
 	}
@@ -132,9 +136,18 @@ func (h holdLimit) reached() bool {
 	return h.max > 0 && time.Since(h.acquired) >= h.max
 }
 
-func acquireForRun(ctx context.Context, l *backend.Locker, name string, noWait bool, timeout time.Duration, opts []backend.Option) (*backend.Lease, error) {
+// acquireForRun takes the lock: at once (noWait, within the connect
+// timeout), or waiting up to timeout (0: no limit).
+func acquireForRun(ctx context.Context, l *backend.Locker, name string, noWait bool, timeout, connect time.Duration, opts []backend.Option) (*backend.Lease, error) {
 	if noWait {
-		return l.TryAcquire(ctx, name, opts...)
+		tctx, cancel := context.WithTimeout(ctx, connect)
+		defer cancel()
+		lease, err := l.TryAcquire(tctx, name, opts...)
+		if err != nil && ctx.Err() == nil && tctx.Err() != nil && !errors.Is(err, backend.ErrUnavailable) {
+			// No answer in time: whether the lock is held is unknown.
+			err = fmt.Errorf("%w: no answer within --connect-timeout %v: %w", backend.ErrUnavailable, connect, err)
+		}
+		return lease, err
 	}
 	if timeout > 0 {
 		var cancel context.CancelFunc
