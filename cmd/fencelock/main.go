@@ -96,16 +96,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "version", "-version", "--version":
 		return versionCmd(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
-		if len(args) > 1 && args[0] == "help" && isCommand(args[1]) {
+		if len(args) > 1 && args[0] == "help" {
+			if !isCommand(args[1]) {
+				return unknownCommand(stderr, args[1])
+			}
 			return run(ctx, []string{args[1], "-h"}, stdout, stderr)
 		}
 		fmt.Fprint(stdout, usage)
 		return exitOK
 	default:
-		printErr(stderr, "", fmt.Sprintf("unknown command %q", args[0]))
-		fmt.Fprintln(stderr, "run 'fencelock help' for the list of commands")
-		return exitUsage
+		return unknownCommand(stderr, args[0])
 	}
+}
+
+// unknownCommand reports a command name that is none of fencelock's.
+func unknownCommand(stderr io.Writer, name string) int {
+	printErr(stderr, "", fmt.Sprintf("unknown command %q", name))
+	fmt.Fprintln(stderr, "run 'fencelock help' for the list of commands")
+	return exitUsage
 }
 
 // isCommand reports whether name is a subcommand with its own help.

@@ -128,10 +128,12 @@ type holdLimit struct {
 	acquired time.Time     // when Acquire returned, no earlier than the grant
 }
 
-// reached reports whether the max hold has passed by now. Renewal stops at
-// the grant + max; the lease then runs out one TTL later at the earliest,
-// so when supervise stops the command for want of renewal, this is true if
-// and only if the max hold stopped the renewal.
+// reached reports whether the max hold has passed by now. Renewals stop
+// after the first one sent at or after grant + max - TTL/3 (the next would
+// fall past grant + max), so the lease runs out no earlier than grant + max
+// + 2*TTL/3 - drift, and supervise stops the command at most TTL/3 before
+// that: with a drift margin under TTL/3 (the default is about 1%), this is
+// true then if and only if the max hold stopped the renewals.
 func (h holdLimit) reached() bool {
 	return h.max > 0 && time.Since(h.acquired) >= h.max
 }
