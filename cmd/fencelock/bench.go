@@ -3,10 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"math"
+	neturl "net/url"
 	"os"
 	"strings"
 	"sync"
@@ -20,53 +20,73 @@ const benchUsage = `usage: fencelock bench --url URL [flags]
 
 Measures uncontended acquire+release latency with one client, then -c
 clients contending for one lock: grants/s and the handoff time from a
-release to the next grant. The code is the one the Go benchmarks run.
+release to the next grant. The code is the one the Go benchmarks run. A
+progress bar is drawn on stderr when stderr is a terminal.
+
+--json prints one object; keys are snake_case, durations are seconds
+(float64, keys ending in _seconds), rates per second:
+  {"url": "redis://127.0.0.1:6379",          (password redacted)
+   "uncontended": {"ops": 1000, "elapsed_seconds": 0.8, "mean_seconds": 0.0008,
+                   "p50_seconds": 0.0007, "p99_seconds": 0.002},
+   "contended": {"contenders": 8, "grants": 1000, "elapsed_seconds": 1.2,
+                 "grants_per_second": 830, "handoff_p50_seconds": 0.001,
+                 "handoff_p99_seconds": 0.004, "grants_per_contender": [125, ...]}}
+
+Exit status: 0 (also for -h), 64 usage error, 65 invalid URL or option,
+69 backend unavailable, 77 permission denied by the backend.
 
 flags:
 `
 
-// benchReport is the --json output.
-type benchReport struct {
-	URL         string         `json:"url"`
-	Uncontended latencyReport  `json:"uncontended"`
-	Contended   contendedStats `json:"contended"`
+// benchJSON is the --json output of fencelock bench.
+type benchJSON struct {
+	URL         string          `json:"url"` // password redacted
+	Uncontended uncontendedJSON `json:"uncontended"`
+	Contended   contendedJSON   `json:"contended"`
 }
 
-type latencyReport struct {
-	Ops    int     `json:"ops"`
-	MeanUs float64 `json:"mean_us"`
-	P50Us  float64 `json:"p50_us"`
-	P99Us  float64 `json:"p99_us"`
+// uncontendedJSON is one client's acquire+release cycles.
+type uncontendedJSON struct {
+	Ops            int     `json:"ops"`
+	ElapsedSeconds float64 `json:"elapsed_seconds"`
+	MeanSeconds    float64 `json:"mean_seconds"`
+	P50Seconds     float64 `json:"p50_seconds"`
+	P99Seconds     float64 `json:"p99_seconds"`
 }
 
-type contendedStats struct {
-	Contenders   int     `json:"contenders"`
-	Grants       int     `json:"grants"`
-	GrantsPerSec float64 `json:"grants_per_sec"`
-	HandoffP50Us float64 `json:"handoff_p50_us"`
-	HandoffP99Us float64 `json:"handoff_p99_us"`
-	PerContender []int   `json:"grants_per_contender"`
+// contendedJSON is -c clients contending for one lock.
+type contendedJSON struct {
+	Contenders         int     `json:"contenders"`
+	Grants             int     `json:"grants"`
+	ElapsedSeconds     float64 `json:"elapsed_seconds"`
+	GrantsPerSecond    float64 `json:"grants_per_second"`
+	HandoffP50Seconds  float64 `json:"handoff_p50_seconds"`
+	HandoffP99Seconds  float64 `json:"handoff_p99_seconds"`
+	GrantsPerContender []int   `json:"grants_per_contender"`
 }
 
 func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, benchUsage); fs.PrintDefaults() }
+	fs := newFlagSet("bench", benchUsage)
 	url := fs.String("url", os.Getenv("FENCELOCK_URL"), "backend URL (default $FENCELOCK_URL)")
 	n := fs.Int("n", 1000, "acquire+release cycles uncontended, and grants contended")
 	c := fs.Int("c", 8, "contending clients")
 	name := fs.String("lock", fmt.Sprintf("fencelock-bench-%d", os.Getpid()), "lock name")
-	asJSON := fs.Bool("json", false, "print JSON instead of a report")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	asJSON := fs.Bool("json", false, "print JSON instead of a report (see above)")
+	connect := connectTimeoutFlag(fs)
+	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+		return code
 	}
-	if *url == "" || *n <= 0 || *c <= 0 || fs.NArg() != 0 {
-		fs.Usage()
-		return exitUsage
+	switch {
+	case *url == "":
+		return usageErr(stderr, "bench", "no backend URL: give --url or set FENCELOCK_URL")
+	case *n <= 0 || *c <= 0 || *connect <= 0:
+		return usageErr(stderr, "bench", "-n, -c and --connect-timeout must be positive")
+	case fs.NArg() != 0:
+		return usageErr(stderr, "bench", fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
 	}
 	cs := make([]lockbench.Contender, *c)
 	for i := range cs {
-		l, err := backend.Open(ctx, *url)
+		l, err := openWithin(ctx, *url, *connect)
 		if err != nil {
 			return report(stderr, "bench", err)
 		}
@@ -78,33 +98,35 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 	}
 
-	bar := newProgress(stderr, "uncontended", *n)
+	draw := isTerminal(stderr)
+	bar := newProgress(stderr, "uncontended", *n, draw)
 	un, err := lockbench.RunUncontended(ctx, cs[0], 10, *n, bar.set)
 	bar.done()
 	if err != nil {
 		return report(stderr, "bench", err)
 	}
-	bar = newProgress(stderr, fmt.Sprintf("contended x%d", *c), *n)
+	bar = newProgress(stderr, fmt.Sprintf("contended x%d", *c), *n, draw)
 	co, err := lockbench.RunContended(ctx, cs, *n, bar.set)
 	bar.done()
 	if err != nil {
 		return report(stderr, "bench", err)
 	}
 
-	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-	rep := benchReport{
-		URL: *url,
-		Uncontended: latencyReport{Ops: un.Ops, MeanUs: us(lockbench.Mean(un.Total)),
-			P50Us: us(lockbench.Percentile(un.Total, 0.5)), P99Us: us(lockbench.Percentile(un.Total, 0.99))},
-		Contended: contendedStats{Contenders: *c, Grants: co.Grants, GrantsPerSec: co.GrantsPerSecond(),
-			HandoffP50Us: us(lockbench.Percentile(co.Handoffs, 0.5)), HandoffP99Us: us(lockbench.Percentile(co.Handoffs, 0.99)),
-			PerContender: co.PerContender},
-	}
 	if *asJSON {
+		sec := time.Duration.Seconds
+		rep := benchJSON{
+			URL: redact(*url),
+			Uncontended: uncontendedJSON{Ops: un.Ops, ElapsedSeconds: sec(un.Elapsed), MeanSeconds: sec(lockbench.Mean(un.Total)),
+				P50Seconds: sec(lockbench.Percentile(un.Total, 0.5)), P99Seconds: sec(lockbench.Percentile(un.Total, 0.99))},
+			Contended: contendedJSON{Contenders: *c, Grants: co.Grants, ElapsedSeconds: sec(co.Elapsed),
+				GrantsPerSecond:   co.GrantsPerSecond(),
+				HandoffP50Seconds: sec(lockbench.Percentile(co.Handoffs, 0.5)), HandoffP99Seconds: sec(lockbench.Percentile(co.Handoffs, 0.99)),
+				GrantsPerContender: co.PerContender},
+		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(rep)
-		return 0
+		return exitOK
 	}
 	fmt.Fprintf(stdout, "uncontended acquire+release, %d ops: mean %v, p50 %v, p99 %v\n", un.Ops,
 		lockbench.Mean(un.Total).Round(time.Microsecond), lockbench.Percentile(un.Total, 0.5).Round(time.Microsecond),
@@ -114,7 +136,16 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		*c, co.Grants, co.GrantsPerSecond(), lockbench.Percentile(co.Handoffs, 0.5).Round(time.Microsecond),
 		lockbench.Percentile(co.Handoffs, 0.99).Round(time.Microsecond), minOf(co.PerContender), maxOf(co.PerContender))
 	histogram(stdout, co.Handoffs)
-	return 0
+	return exitOK
+}
+
+// redact returns rawURL with its password replaced by "xxxxx", for output.
+func redact(rawURL string) string {
+	u, err := neturl.Parse(rawURL)
+	if err != nil {
+		return rawURL
+	}
+	return u.Redacted()
 }
 
 // histogram prints sorted durations in power-of-two buckets as bars.
@@ -153,8 +184,27 @@ func maxOf(xs []int) int {
 	return m
 }
 
-// progress draws a one-line progress bar on w, redrawn at most every 100ms.
-// set may be called from several goroutines.
+// isTerminal reports whether w is a terminal: a character device other
+// than the null device. A pipe, a file, /dev/null or any other io.Writer is
+// not.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		return false
+	}
+	if null, err := os.Stat(os.DevNull); err == nil && os.SameFile(fi, null) {
+		return false
+	}
+	return true
+}
+
+// progress draws a one-line progress bar on w, redrawn at most every 100ms,
+// if draw is set (w is a terminal); otherwise it draws nothing. set may be
+// called from several goroutines.
 type progress struct {
 	mu       sync.Mutex
 	w        io.Writer
@@ -162,12 +212,14 @@ type progress struct {
 	total    int
 	last     time.Time
 	finished bool
+	drawn    bool
 }
 
-func newProgress(w io.Writer, title string, total int) *progress {
-	return &progress{w: w, title: title, total: total}
+func newProgress(w io.Writer, title string, total int, draw bool) *progress {
+	return &progress{w: w, title: title, total: total, finished: !draw}
 }
 
+// set redraws the bar for done of total.
 func (p *progress) set(done int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -178,13 +230,18 @@ func (p *progress) set(done int) {
 		p.last = now
 		filled := min(done*30/p.total, 30)
 		fmt.Fprintf(p.w, "\r%-14s [%s%s] %d/%d", p.title, strings.Repeat("#", filled), strings.Repeat(".", 30-filled), min(done, p.total), p.total)
+		p.drawn = true
 		p.finished = done >= p.total
 	}
 }
 
+// done ends the bar's line, if one was drawn.
 func (p *progress) done() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.finished = true
-	fmt.Fprintln(p.w)
+	if p.drawn {
+		fmt.Fprintln(p.w)
+		p.drawn = false
+	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -16,13 +15,30 @@ import (
 	"github.com/fencelock/fencelock/internal/etcdtest"
 )
 
+const demoUsage = `usage: fencelock demo [--url URL] [--ttl D]
+
+Plays the stale-holder timeline: A acquires the lock, pauses past its TTL,
+B gets the lock and writes, A wakes up and writes with its old token, and
+the resource rejects A's write. Without --url it runs on an embedded etcd
+server (A's pause is its client cut off); with --url on that backend (A's
+pause is its renewals turned off).
+
+Exit status: 0 when the stale write was rejected (also for -h), 1 when it
+was accepted, 64 usage error, 65 invalid URL or TTL, 69 backend
+unavailable, 77 permission denied by the backend.
+
+flags:
+`
+
 func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("demo", demoUsage)
 	ttl := fs.Duration("ttl", 2*time.Second, "lease TTL (etcd: whole seconds, at least 2s)")
 	url := fs.String("url", "", "play it on this backend instead of an embedded etcd (A's pause is then simulated by turning its renewals off)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+		return code
+	}
+	if fs.NArg() != 0 {
+		return usageErr(stderr, "demo", fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
 	}
 	if *url != "" {
 		return demoOnURL(ctx, *url, *ttl, stdout, stderr)
@@ -30,8 +46,7 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintln(stdout, "fencelock demo: starting an embedded etcd server ...")
 	srv, err := etcdtest.StartServer("")
 	if err != nil {
-		fmt.Fprintf(stderr, "fencelock demo: %v\n", err)
-		return 1
+		return report(stderr, "demo", err)
 	}
 	defer srv.Close()
 	fmt.Fprintf(stdout, "etcd at %v; lock %q, TTL %v\n\n", srv.Endpoints(), "report", *ttl)
@@ -50,15 +65,13 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	clientA, lockerA, err := newClient()
 	if err != nil {
-		fmt.Fprintf(stderr, "fencelock demo: %v\n", err)
-		return 1
+		return report(stderr, "demo", err)
 	}
 	defer clientA.Close()
 	defer lockerA.Close()
 	clientB, lockerB, err := newClient()
 	if err != nil {
-		fmt.Fprintf(stderr, "fencelock demo: %v\n", err)
-		return 1
+		return report(stderr, "demo", err)
 	}
 	defer clientB.Close()
 	defer lockerB.Close()
@@ -81,27 +94,26 @@ func demoOnURL(ctx context.Context, url string, ttl time.Duration, stdout, stder
 	for i := range lockers {
 		l, err := backend.Open(ctx, url)
 		if err != nil {
-			fmt.Fprintf(stderr, "fencelock demo: %v\n", err)
-			return 1
+			return report(stderr, "demo", err)
 		}
 		defer l.Close()
 		lockers[i] = l
 	}
-	fmt.Fprintf(stdout, "fencelock demo on %s; lock %q, TTL %v\n\n", url, "fencelock-demo", ttl)
+	fmt.Fprintf(stdout, "fencelock demo on %s; lock %q, TTL %v\n\n", redact(url), "fencelock-demo", ttl)
 	res, err := demo.Run(ctx, stdout, demo.Client{Locker: lockers[0]}, demo.Client{Locker: lockers[1]}, "fencelock-demo", ttl)
 	return demoResult(res, err, stdout, stderr)
 }
 
+// demoResult reports the end of the timeline and returns the exit status.
 func demoResult(res demo.Result, err error, stdout, stderr io.Writer) int {
 	if err != nil {
-		fmt.Fprintf(stderr, "fencelock demo: %v\n", err)
-		return 1
+		return report(stderr, "demo", err)
 	}
 	fmt.Fprintln(stdout)
 	if !res.StaleRejected {
 		fmt.Fprintln(stdout, "FAIL: the stale write was accepted")
-		return 1
+		return exitFailure
 	}
 	fmt.Fprintf(stdout, "OK: A's stale write (token %s) was rejected; the resource keeps B's write (token %s).\n", res.TokenA, res.TokenB)
-	return 0
+	return exitOK
 }

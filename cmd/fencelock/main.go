@@ -1,13 +1,35 @@
 // Command fencelock is the fencelock command-line tool.
 //
-//	fencelock demo    play the stale-holder timeline on an embedded etcd
-//	fencelock run     run a command while holding a lock
-//	fencelock status  show who holds and who waits for a lock
-//	fencelock bench   measure a backend: latency, grants/s, handoff time
+//	fencelock run          run a command while holding a lock
+//	fencelock status       show who holds and who waits for a lock
+//	fencelock bench        measure a backend: latency, grants/s, handoff time
+//	fencelock demo         play the stale-holder timeline (embedded etcd, or --url)
 //	fencelock conformance  run the conformance suite against a backend URL
+//	fencelock version      print the version, Go version, VCS revision and URL schemes
 //
-// Exit status of demo: 0 on success, 1 when the stale write was accepted, 2
-// for usage errors. fencelock run documents its own (fencelock run -h).
+// Every subcommand takes a backend URL (--url, default $FENCELOCK_URL) of
+// any adapter in the module: etcd://, etcds://, zk://, zks://, redis://,
+// rediss:// and mem:// (in-process, for trying things out); see
+// backends.go.
+//
+// Every subcommand exits with the same statuses, after sysexits.h (run
+// exits with its command's own status when the command ran to its end):
+//
+//	 0  success; also explicit help (-h, --help, fencelock help [command])
+//	 1  demo: the stale write was accepted; conformance: a case failed
+//	64  usage error: unknown command or flag, missing or extra arguments
+//	65  invalid URL, lock name or option
+//	69  backend unavailable (unreachable, timed out, or failed otherwise)
+//	75  not acquired: the lock is held by someone else (run --no-wait), or
+//	    run --wait-timeout passed
+//	76  lease lost while the command ran, or run --max-hold reached
+//	77  permission denied by the backend (ACL, role, credentials)
+//
+// Errors are printed one line each, prefixed "fencelock <command>: ".
+//
+// status --json and bench --json print snake_case keys, durations as
+// seconds in float64 (keys ending in _seconds) and fencing tokens as
+// decimal strings (JSON numbers lose precision above 2^53).
 package main
 
 import (
@@ -22,50 +44,83 @@ import (
 const usage = `usage: fencelock <command> [flags]
 
 commands:
-  demo    play the stale-holder timeline on an embedded etcd server:
-          A pauses past its TTL, B gets the lock, A's late write is rejected
   run     run a command while holding a lock, with its fencing token in
           FENCELOCK_TOKEN (fencelock run -h)
   status  show who holds and who waits for a lock (fencelock status -h)
   bench   measure a backend: uncontended latency, contended grants/s and
           handoff time (fencelock bench -h)
+  demo    play the stale-holder timeline on an embedded etcd server, or on
+          --url: A pauses past its TTL, B gets the lock, A's late write is
+          rejected (fencelock demo -h)
   conformance
           run the conformance suite against a backend URL, your own cluster
           included, and print a table of cases (fencelock conformance -h)
-`
+  version print the version, Go version, VCS revision and URL schemes
+
+Backend URLs (--url, default $FENCELOCK_URL): etcd:// etcds:// zk:// zks://
+redis:// rediss:// mem://, e.g. etcd://127.0.0.1:2379/locks?ttl=10s,
+zk://127.0.0.1:2181/locks, redis://127.0.0.1:6379?prefix=locks.
+
+` + exitTable
 
 func main() {
 	if url := os.Getenv(childEnv); url != "" {
 		runConformanceChild(url)
 		return
 	}
+	quietClientLogs()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
 
+// run runs the command line args (without the program name) and returns the
+// exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return 2
+		return exitUsage
 	}
 	switch args[0] {
-	case "demo":
-		return demoCmd(ctx, args[1:], stdout, stderr)
 	case "run":
 		return runCmd(args[1:], stdout, stderr)
 	case "status":
 		return statusCmd(ctx, args[1:], stdout, stderr)
 	case "bench":
 		return benchCmd(ctx, args[1:], stdout, stderr)
+	case "demo":
+		return demoCmd(ctx, args[1:], stdout, stderr)
 	case "conformance":
 		return conformanceCmd(ctx, args[1:], stdout, stderr)
+	case "version", "-version", "--version":
+		return versionCmd(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
+		if len(args) > 1 && args[0] == "help" {
+			if !isCommand(args[1]) {
+				return unknownCommand(stderr, args[1])
+			}
+			return run(ctx, []string{args[1], "-h"}, stdout, stderr)
+		}
 		fmt.Fprint(stdout, usage)
-		return 0
+		return exitOK
 	default:
-		fmt.Fprintf(stderr, "fencelock: unknown command %q\n%s", args[0], usage)
-		return 2
+		return unknownCommand(stderr, args[0])
 	}
+}
+
+// unknownCommand reports a command name that is none of fencelock's.
+func unknownCommand(stderr io.Writer, name string) int {
+	printErr(stderr, "", fmt.Sprintf("unknown command %q", name))
+	fmt.Fprintln(stderr, "run 'fencelock help' for the list of commands")
+	return exitUsage
+}
+
+// isCommand reports whether name is a subcommand with its own help.
+func isCommand(name string) bool {
+	switch name {
+	case "run", "status", "bench", "demo", "conformance", "version":
+		return true
+	}
+	return false
 }

@@ -20,10 +20,10 @@ func TestDemoRejectsStaleWrite(t *testing.T) {
 
 func TestUsageErrors(t *testing.T) {
 	var out, errOut bytes.Buffer
-	assert.Equal(t, 2, run(context.Background(), nil, &out, &errOut))
-	assert.Equal(t, 2, run(context.Background(), []string{"nosuch"}, &out, &errOut))
+	assert.Equal(t, exitUsage, run(context.Background(), nil, &out, &errOut))
+	assert.Equal(t, exitUsage, run(context.Background(), []string{"nosuch"}, &out, &errOut))
 	assert.Contains(t, errOut.String(), `unknown command "nosuch"`)
-	assert.Equal(t, 2, run(context.Background(), []string{"demo", "-ttl=x"}, &out, &errOut))
+	assert.Equal(t, exitUsage, run(context.Background(), []string{"demo", "-ttl=x"}, &out, &errOut))
 	assert.Equal(t, 0, run(context.Background(), []string{"help"}, &out, &errOut))
 }
 
@@ -32,20 +32,20 @@ func TestDemoOnURL(t *testing.T) {
 	code := run(context.Background(), []string{"demo", "--url", "mem://demo-url", "--ttl", "300ms"}, &out, &errOut)
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
 	assert.Contains(t, out.String(), "rejects A's write")
-	assert.Equal(t, 1, run(context.Background(), []string{"demo", "--url", "nosuch://"}, &out, &errOut))
+	assert.Equal(t, exitInvalid, run(context.Background(), []string{"demo", "--url", "nosuch://"}, &out, &errOut))
 }
 
 func TestBenchOnMem(t *testing.T) {
 	var out, errOut bytes.Buffer
 	require.Equal(t, 0, run(context.Background(), []string{"bench", "--url", "mem://bench", "-n", "200", "-c", "3", "--json"}, &out, &errOut), errOut.String())
-	var rep benchReport
+	var rep benchJSON
 	require.NoError(t, json.Unmarshal(out.Bytes(), &rep))
 	assert.Equal(t, 200, rep.Uncontended.Ops)
-	assert.Positive(t, rep.Uncontended.P50Us)
+	assert.Positive(t, rep.Uncontended.P50Seconds)
 	assert.GreaterOrEqual(t, rep.Contended.Grants, 200)
-	assert.Len(t, rep.Contended.PerContender, 3)
-	assert.Positive(t, rep.Contended.GrantsPerSec)
-	assert.Contains(t, errOut.String(), "contended x3")
+	assert.Len(t, rep.Contended.GrantsPerContender, 3)
+	assert.Positive(t, rep.Contended.GrantsPerSecond)
+	assert.Empty(t, errOut.String(), "no progress bar when stderr is not a terminal")
 
 	out.Reset()
 	require.Equal(t, 0, run(context.Background(), []string{"bench", "--url", "mem://bench", "-n", "50", "-c", "2"}, &out, &errOut))

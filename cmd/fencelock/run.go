@@ -3,9 +3,9 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -13,31 +13,24 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/backend"
-	_ "github.com/fencelock/fencelock/backend/mem"
-	_ "github.com/fencelock/fencelock/etcd"
-)
-
-// Exit statuses of fencelock run besides the command's own.
-const (
-	exitUsage       = 64 // bad flags or arguments
-	exitInvalid     = 65 // bad URL, lock name or option
-	exitUnavailable = 69 // the backend could not be reached or failed
-	exitNotAcquired = 75 // --no-wait and the lock is held, or --wait-timeout passed
-	exitLockLost    = 76 // the lease was lost while the command ran; the command was stopped
 )
 
 const runUsage = `usage: fencelock run --url URL --lock NAME [flags] -- COMMAND [ARGS...]
 
 Acquires the lock, runs COMMAND with FENCELOCK_TOKEN and FENCELOCK_LOCK in its
 environment, renews the lease while it runs, and releases it when it exits.
-If the lease is lost, COMMAND gets SIGTERM, then SIGKILL after --grace, timed
-so that it is gone before another holder could be granted the lock. Signals
-sent to fencelock are passed to COMMAND.
+If the lease is lost, or --max-hold is reached, COMMAND gets SIGTERM, then
+SIGKILL after --grace, timed so that it is gone before another holder could
+be granted the lock. Signals sent to fencelock are passed to COMMAND.
 
-Exit status: COMMAND's own (128+N if killed by signal N), or
-  64 usage error   65 invalid URL, name or option   69 backend unavailable
-  75 not acquired (--no-wait: held; --wait-timeout: timed out)
-  76 lease lost while COMMAND ran (COMMAND was stopped)
+Exit status: COMMAND's own (128+N if killed by signal N) when it ran to its
+end, else:
+  64 usage error           65 invalid URL, name or option
+  69 backend unavailable   75 not acquired (--no-wait: held by someone else;
+                              --wait-timeout: timed out)
+  76 lease lost, or max hold reached, while COMMAND ran (COMMAND was stopped)
+  77 permission denied by the backend
+  127 COMMAND could not be started         0 for -h
 
 flags:
 `
@@ -46,9 +39,7 @@ flags:
 var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
 
 func runCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, runUsage); fs.PrintDefaults() }
+	fs := newFlagSet("run", runUsage)
 	url := fs.String("url", os.Getenv("FENCELOCK_URL"), "backend URL (default $FENCELOCK_URL)")
 	name := fs.String("lock", "", "lock name (required)")
 	ttl := fs.Duration("ttl", 0, "lease TTL (default: the URL's ttl, else 15s)")
@@ -56,26 +47,24 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	waitTimeout := fs.Duration("wait-timeout", 0, "give up waiting after this long (status 75); 0 waits forever")
 	maxHold := fs.Duration("max-hold", 0, "stop renewing after this long, so the lease ends within one TTL more; 0: no limit")
 	grace := fs.Duration("grace", 2*time.Second, "time between SIGTERM and SIGKILL when the lease is lost (at most TTL/3)")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	connect := connectTimeoutFlag(fs)
+	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+		return code
 	}
 	cmdArgs := fs.Args()
 	switch {
 	case len(cmdArgs) == 0:
-		fmt.Fprintln(stderr, "fencelock run: no command given (put it after --)")
-		return exitUsage
+		return usageErr(stderr, "run", "no command given (put it after --)")
 	case *url == "":
-		fmt.Fprintln(stderr, "fencelock run: no backend URL: give --url or set FENCELOCK_URL")
-		return exitUsage
+		return usageErr(stderr, "run", "no backend URL: give --url or set FENCELOCK_URL")
 	case *name == "":
-		fmt.Fprintln(stderr, "fencelock run: no lock name: give --lock")
-		return exitUsage
+		return usageErr(stderr, "run", "no lock name: give --lock")
 	case *noWait && *waitTimeout > 0:
-		fmt.Fprintln(stderr, "fencelock run: --no-wait and --wait-timeout exclude each other")
-		return exitUsage
+		return usageErr(stderr, "run", "--no-wait and --wait-timeout exclude each other")
 	case *grace <= 0:
-		fmt.Fprintln(stderr, "fencelock run: --grace must be positive")
-		return exitUsage
+		return usageErr(stderr, "run", "--grace must be positive")
+	case *connect <= 0:
+		return usageErr(stderr, "run", "--connect-timeout must be positive")
 	}
 
 	// Signals that arrive before the command starts cancel the wait.
@@ -92,7 +81,7 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		}
 	}()
 
-	locker, err := backend.Open(ctx, *url)
+	locker, err := openWithin(ctx, *url, *connect)
 	if err != nil {
 		return report(stderr, "run", err)
 	}
@@ -104,18 +93,63 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	if *maxHold != 0 {
 		opts = append(opts, backend.WithMaxHold(*maxHold))
 	}
-	lease, err := acquireForRun(ctx, locker, *name, *noWait, *waitTimeout, opts)
+	lease, err := acquireForRun(ctx, locker, *name, *noWait, *waitTimeout, *connect, opts)
 	if err != nil {
 		return report(stderr, "run", err)
 	}
+	acquired := time.Now()
 	cancel() // from here on, signals go to the command
 	defer lease.Release(context.Background())
-	return supervise(lease, cmdArgs, *grace, sigs, stdout, stderr)
+	hold := holdLimit{max: effectiveMaxHold(*url, *maxHold), acquired: acquired}
+	return supervise(lease, cmdArgs, *grace, hold, sigs, stdout, stderr)
 }
 
-func acquireForRun(ctx context.Context, l *backend.Locker, name string, noWait bool, timeout time.Duration, opts []backend.Option) (*backend.Lease, error) {
+// effectiveMaxHold is the max hold the lease was acquired with: --max-hold,
+// else the URL's max_hold parameter (backend.Open has validated it), else 0.
+func effectiveMaxHold(rawURL string, flagValue time.Duration) time.Duration {
+	if flagValue != 0 {
+		return flagValue
+	}
+	u, err := neturl.Parse(rawURL)
+	if err != nil {
+		return 0
+	}
+	d, _, err := backend.URLDuration(u.Query(), "max_hold")
+	if err != nil {
+		return 0
+	}
+	return d
+}
+
+// holdLimit is the max hold of a lease, so that supervise can tell a lease
+// that ran out of it from a lost one.
+type holdLimit struct {
+	max      time.Duration // 0: no limit
+	acquired time.Time     // when Acquire returned, no earlier than the grant
+}
+
+// reached reports whether the max hold has passed by now. Renewals stop
+// after the first one sent at or after grant + max - TTL/3 (the next would
+// fall past grant + max), so the lease runs out no earlier than grant + max
+// + 2*TTL/3 - drift, and supervise stops the command at most TTL/3 before
+// that: with a drift margin under TTL/3 (the default is about 1%), this is
+// true then if and only if the max hold stopped the renewals.
+func (h holdLimit) reached() bool {
+	return h.max > 0 && time.Since(h.acquired) >= h.max
+}
+
+// acquireForRun takes the lock: at once (noWait, within the connect
+// timeout), or waiting up to timeout (0: no limit).
+func acquireForRun(ctx context.Context, l *backend.Locker, name string, noWait bool, timeout, connect time.Duration, opts []backend.Option) (*backend.Lease, error) {
 	if noWait {
-		return l.TryAcquire(ctx, name, opts...)
+		tctx, cancel := context.WithTimeout(ctx, connect)
+		defer cancel()
+		lease, err := l.TryAcquire(tctx, name, opts...)
+		if err != nil && ctx.Err() == nil && tctx.Err() != nil && !errors.Is(err, backend.ErrUnavailable) {
+			// No answer in time: whether the lock is held is unknown.
+			err = fmt.Errorf("%w: no answer within --connect-timeout %v: %w", backend.ErrUnavailable, connect, err)
+		}
+		return lease, err
 	}
 	if timeout > 0 {
 		var cancel context.CancelFunc
@@ -125,26 +159,15 @@ func acquireForRun(ctx context.Context, l *backend.Locker, name string, noWait b
 	return l.Acquire(ctx, name, opts...)
 }
 
-// report prints err in one line and maps it to an exit status.
-func report(stderr io.Writer, command string, err error) int {
-	fmt.Fprintf(stderr, "fencelock %s: %v\n", command, err)
-	switch {
-	case errors.Is(err, backend.ErrNotAcquired):
-		return exitNotAcquired
-	case errors.Is(err, backend.ErrInvalidURL), errors.Is(err, backend.ErrInvalidName), errors.Is(err, backend.ErrInvalidOption):
-		return exitInvalid
-	default:
-		return exitUnavailable
-	}
-}
-
-// supervise runs the command under lease and returns the exit status.
-func supervise(lease *backend.Lease, args []string, grace time.Duration, sigs <-chan os.Signal, stdout, stderr io.Writer) int {
+// supervise runs the command under lease and returns the exit status: the
+// command's own, or exitLockLost if it was stopped because the lease was
+// lost or ran out of its max hold.
+func supervise(lease *backend.Lease, args []string, grace time.Duration, hold holdLimit, sigs <-chan os.Signal, stdout, stderr io.Writer) int {
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 	cmd.Env = append(os.Environ(), "FENCELOCK_TOKEN="+lease.Token().String(), "FENCELOCK_LOCK="+lease.Name())
 	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(stderr, "fencelock run: %v\n", err)
+		printErr(stderr, "run", err.Error())
 		return 127
 	}
 	exited := make(chan struct{})
@@ -163,7 +186,7 @@ func supervise(lease *backend.Lease, args []string, grace time.Duration, sigs <-
 			return
 		}
 		lost = true
-		fmt.Fprintf(stderr, "fencelock run: %s: stopping the command\n", why)
+		printErr(stderr, "run", why+": stopping the command")
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		kill = time.After(min(grace, max(time.Until(lease.Deadline()), 0)))
 	}
@@ -177,13 +200,17 @@ func supervise(lease *backend.Lease, args []string, grace time.Duration, sigs <-
 		case s := <-sigs:
 			_ = cmd.Process.Signal(s)
 		case <-lease.Done():
-			terminate(fmt.Sprintf("lease lost (%v)", lease.Err()))
+			terminate(fmt.Sprintf("lease lost (%v)", stripPrefixes(lease.Err().Error())))
 		case <-stopTimer.C:
 			if until := time.Until(lease.Deadline()); until > grace {
 				stopTimer.Reset(until - grace) // renewed meanwhile
 				continue
 			}
-			terminate("lease not renewed in time")
+			if hold.reached() {
+				terminate(fmt.Sprintf("max hold of %v reached", hold.max))
+			} else {
+				terminate("lease not renewed in time")
+			}
 		case <-kill:
 			_ = cmd.Process.Kill()
 		}

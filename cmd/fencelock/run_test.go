@@ -167,7 +167,7 @@ func TestRunStopsCommandBeforeNextHolder(t *testing.T) {
 	r2 := run1(t, "--url", url, "--lock", "l", "--", "sh", "-c", second, "sh", dir)
 	r1 := waitRun(t, cmd1, out1, err1)
 	assert.Equal(t, exitLockLost, r1.code, r1.stderr)
-	assert.Contains(t, r1.stderr, "stopping the command")
+	assert.Contains(t, r1.stderr, "fencelock run: max hold of 1s reached: stopping the command")
 	assert.Equal(t, 0, r2.code, r2.stderr)
 	end := readNanos(t, filepath.Join(dir, "first-end"))
 	start := readNanos(t, filepath.Join(dir, "second-start"))
@@ -226,7 +226,7 @@ func TestStatusShowsHolderAndWaiter(t *testing.T) {
 	assert.Equal(t, 0, waitRun(t, waiter, out2, err2).code)
 	out.Reset()
 	require.Equal(t, 0, run(context.Background(), []string{"status", "--url", url, "--json", "job"}, &out, &errOut))
-	assert.Contains(t, out.String(), `"Holder": null`)
+	assert.Contains(t, out.String(), `"holder": null`)
 	assert.Equal(t, exitUsage, run(context.Background(), []string{"status", "--url", url}, &out, &errOut))
 	assert.Equal(t, exitInvalid, run(context.Background(), []string{"status", "--url", url, ""}, &out, &errOut))
 }

@@ -4,6 +4,11 @@
 //
 //	go run ./examples/quickstart                       # in-process backend
 //	go run ./examples/quickstart -url etcd://127.0.0.1:2379/locks
+//	go run ./examples/quickstart -url zk://127.0.0.1:2181/locks
+//	go run ./examples/quickstart -url redis://127.0.0.1:6379?prefix=locks
+//
+// A backend is available to backend.Open once its adapter package is
+// imported, as database/sql drivers are; this example imports all of them.
 package main
 
 import (
@@ -15,13 +20,17 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/backend"
-	_ "github.com/fencelock/fencelock/backend/mem"
-	_ "github.com/fencelock/fencelock/etcd"
 	"github.com/fencelock/fencelock/fencing"
+
+	// The adapters, imported for the URL schemes they register.
+	_ "github.com/fencelock/fencelock/backend/mem" // mem://
+	_ "github.com/fencelock/fencelock/etcd"        // etcd://, etcds://
+	_ "github.com/fencelock/fencelock/redis"       // redis://, rediss://
+	_ "github.com/fencelock/fencelock/zookeeper"   // zk://, zks://
 )
 
 func main() {
-	url := flag.String("url", "mem://", "backend URL (mem://, etcd://host:2379/prefix)")
+	url := flag.String("url", "mem://", "backend URL: mem://, etcd://host:2379/prefix, zk://host:2181/prefix, redis://host:6379?prefix=p")
 	flag.Parse()
 	if err := run(context.Background(), *url, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "quickstart:", err)

@@ -1,0 +1,220 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/internal/etcdtest"
+	"github.com/fencelock/fencelock/internal/freeport"
+	"github.com/fencelock/fencelock/internal/redistest"
+	"github.com/fencelock/fencelock/internal/zktest"
+)
+
+// testBackend is one backend the subcommands are run against: a real local
+// server, started by start, which returns a function giving the URL of a
+// key prefix of its own (with a generous TTL: the CI machine is busy).
+type testBackend struct {
+	name  string
+	start func(t *testing.T) (url func(prefix string) string)
+	// down is a URL of the scheme where nothing listens.
+	down func(port int) string
+	// What the backend's status can tell: the holder identity (Redis keeps
+	// none), the TTL left (a ZooKeeper session's is the ensemble's secret).
+	holderNames, ttlLeft bool
+}
+
+var testBackends = []testBackend{
+	{
+		name: "etcd",
+		start: func(t *testing.T) func(string) string {
+			addr := strings.TrimPrefix(etcdtest.Start(t).Endpoints()[0], "http://")
+			return func(prefix string) string { return "etcd://" + addr + "/" + prefix + "?ttl=6s" }
+		},
+		down:        func(port int) string { return fmt.Sprintf("etcd://127.0.0.1:%d/x?dial_timeout=1s", port) },
+		holderNames: true, ttlLeft: true,
+	},
+	{
+		name: "zookeeper",
+		start: func(t *testing.T) func(string) string {
+			addr := zktest.Start(t).Addr()
+			return func(prefix string) string { return "zk://" + addr + "/" + prefix + "?ttl=6s" }
+		},
+		down:        func(port int) string { return fmt.Sprintf("zk://127.0.0.1:%d/x", port) },
+		holderNames: true,
+	},
+	{
+		name: "redis",
+		start: func(t *testing.T) func(string) string {
+			addr := redistest.Start(t).Addr()
+			return func(prefix string) string { return "redis://" + addr + "?prefix=" + prefix + "&ttl=6s" }
+		},
+		down:    func(port int) string { return fmt.Sprintf("redis://127.0.0.1:%d?dial_timeout=1s", port) },
+		ttlLeft: true,
+	},
+}
+
+// The in-process subcommands are quiet as the binary is.
+func init() { quietClientLogs() }
+
+// Every subcommand works on every backend of the module, each a real
+// server on this machine: run, status, bench and demo --url.
+func TestSubcommandsOnEveryBackend(t *testing.T) {
+	for _, b := range testBackends {
+		t.Run(b.name, func(t *testing.T) {
+			url := b.start(t)
+			t.Run("run", func(t *testing.T) { testRunOn(t, url("cli-run")) })
+			t.Run("status", func(t *testing.T) { testStatusOn(t, b, url("cli-status")) })
+			t.Run("bench", func(t *testing.T) { testBenchOn(t, url("cli-bench")) })
+			t.Run("demo", func(t *testing.T) {
+				r := cli("demo", "--url", url("cli-demo"), "--ttl", "2s")
+				require.Equal(t, exitOK, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+				assert.Contains(t, r.stdout, "rejects A's write")
+				assert.Contains(t, r.stdout, "OK: A's stale write")
+			})
+			t.Run("unavailable", func(t *testing.T) {
+				port, err := freeport.Port()
+				require.NoError(t, err)
+				down := b.down(port)
+				for _, args := range [][]string{
+					{"status", "--url", down, "--timeout", "3s", "x"},
+					{"bench", "--url", down, "--connect-timeout", "3s", "-n", "1", "-c", "1"},
+				} {
+					r := cli(args...)
+					assert.Equal(t, exitUnavailable, r.code, "%q: %+v", args, r)
+					assert.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line: %q", r.stderr)
+				}
+				// Down is not held: a job that skips when the lock is held
+				// must not skip silently when the backend is down.
+				r := run1(t, "--url", down, "--lock", "x", "--no-wait", "--connect-timeout", "3s", "--", "true")
+				assert.Equal(t, exitUnavailable, r.code, "%+v", r)
+				assert.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line: %q", r.stderr)
+			})
+		})
+	}
+}
+
+// testRunOn: the command runs under the lock with its token; a --no-wait
+// run while it holds exits 75 without running; the next holder gets a
+// greater token; the command's exit status is passed on.
+func testRunOn(t *testing.T, url string) {
+	dir := t.TempDir()
+	hold := `echo "$FENCELOCK_TOKEN" > "$1/token"; touch "$1/held"; while [ ! -e "$1/stop" ]; do sleep 0.05; done`
+	holder, out, errOut := startRun(t, "--url", url, "--lock", "job", "--", "sh", "-c", hold, "sh", dir)
+	require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(dir, "held")); return err == nil },
+		60*time.Second, 50*time.Millisecond, "the holder did not start: %s", errOut)
+	b, err := os.ReadFile(filepath.Join(dir, "token"))
+	require.NoError(t, err)
+	first, err := fencing.ParseToken(strings.TrimSpace(string(b)))
+	require.NoError(t, err, "FENCELOCK_TOKEN must be a token")
+
+	r := run1(t, "--url", url, "--lock", "job", "--no-wait", "--", "touch", filepath.Join(dir, "ran"))
+	assert.Equal(t, exitNotAcquired, r.code, "%+v", r)
+	assert.NoFileExists(t, filepath.Join(dir, "ran"), "the command must not run while the lock is held")
+	assert.True(t, strings.HasPrefix(r.stderr, "fencelock run: "), r.stderr)
+	assert.Equal(t, 1, strings.Count(r.stderr, "fencelock"), "one prefix: %q", r.stderr)
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644))
+	assert.Equal(t, exitOK, waitRun(t, holder, out, errOut).code, errOut.String())
+
+	r = run1(t, "--url", url, "--lock", "job", "--", "sh", "-c", `echo "$FENCELOCK_TOKEN"; exit 7`)
+	assert.Equal(t, 7, r.code, "the command's own status: %+v", r)
+	second, err := fencing.ParseToken(strings.TrimSpace(r.stdout))
+	require.NoError(t, err, r.stdout)
+	assert.Greater(t, second, first, "the next grant's token must be greater")
+}
+
+// testStatusOn: status shows the holder and its waiter, in text and JSON,
+// then the lock free.
+func testStatusOn(t *testing.T, b testBackend, url string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	la, err := backend.Open(ctx, url+"&holder=worker-a")
+	require.NoError(t, err)
+	defer la.Close()
+	lease, err := la.Acquire(ctx, "job")
+	require.NoError(t, err)
+	lb, err := backend.Open(ctx, url+"&holder=worker-b")
+	require.NoError(t, err)
+	defer lb.Close()
+	waitCtx, stopWaiting := context.WithCancel(ctx)
+	waited := make(chan error, 1)
+	go func() {
+		l, err := lb.Acquire(waitCtx, "job")
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		waited <- err
+	}()
+
+	var r runResult
+	require.Eventually(t, func() bool {
+		r = cli("status", "--url", url, "job")
+		return r.code == exitOK && strings.Contains(r.stdout, "1 waiting")
+	}, 30*time.Second, 100*time.Millisecond, "%+v", r)
+	name := "(unnamed holder)"
+	if b.holderNames {
+		name = "worker-a"
+	}
+	assert.Contains(t, r.stdout, fmt.Sprintf("lock %q held by %s, token %s, ", "job", name, lease.Token()))
+
+	r = cli("status", "--url", url, "--json", "job")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	var st statusJSON
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st), r.stdout)
+	require.NotNil(t, st.Holder, r.stdout)
+	assert.Equal(t, "job", st.Name)
+	if b.holderNames {
+		assert.Equal(t, "worker-a", st.Holder.Holder)
+	}
+	assert.Equal(t, lease.Token().String(), st.Holder.Token)
+	assert.NotEmpty(t, st.Holder.ID)
+	if b.ttlLeft {
+		if assert.NotNil(t, st.Holder.TTLLeftSeconds, r.stdout) {
+			assert.Greater(t, *st.Holder.TTLLeftSeconds, 0.0)
+			assert.LessOrEqual(t, *st.Holder.TTLLeftSeconds, 6.0, "seconds")
+		}
+	} else {
+		assert.Nil(t, st.Holder.TTLLeftSeconds, "unknown TTL left is null: %s", r.stdout)
+	}
+	assert.Len(t, st.Waiters, 1, r.stdout)
+
+	stopWaiting()
+	<-waited
+	require.NoError(t, lease.Release(ctx))
+	require.Eventually(t, func() bool {
+		r = cli("status", "--url", url, "--json", "job")
+		return r.code == exitOK && strings.Contains(r.stdout, `"holder": null`) && strings.Contains(r.stdout, `"waiters": []`)
+	}, 30*time.Second, 100*time.Millisecond, "%+v", r)
+	r = cli("status", "--url", url, "job")
+	assert.Equal(t, "lock \"job\" is free\n", r.stdout)
+}
+
+// testBenchOn: a short bench completes and reports in JSON.
+func testBenchOn(t *testing.T, url string) {
+	r := cli("bench", "--url", url, "-n", "30", "-c", "3", "--lock", "bench", "--json")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	var rep benchJSON
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep), r.stdout)
+	assert.Equal(t, 30, rep.Uncontended.Ops)
+	assert.Positive(t, rep.Uncontended.P50Seconds)
+	assert.GreaterOrEqual(t, rep.Contended.Grants, 30)
+	assert.Len(t, rep.Contended.GrantsPerContender, 3)
+	sum := 0
+	for _, n := range rep.Contended.GrantsPerContender {
+		sum += n
+	}
+	assert.Equal(t, rep.Contended.Grants, sum)
+	assert.Positive(t, rep.Contended.GrantsPerSecond)
+	assert.Empty(t, r.stderr)
+}

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/fencelock/fencelock/backend"
+)
+
+// Exit statuses shared by every subcommand, after sysexits.h. fencelock run
+// exits with its command's own status when the command ran to its end.
+const (
+	exitOK          = 0  // success, and explicit help (-h, --help, help)
+	exitFailure     = 1  // demo: the stale write was accepted; conformance: a case failed
+	exitUsage       = 64 // EX_USAGE: unknown command or flag, missing or extra arguments
+	exitInvalid     = 65 // EX_DATAERR: bad URL, lock name or option
+	exitUnavailable = 69 // EX_UNAVAILABLE: backend unreachable or failing (and any error not below)
+	exitNotAcquired = 75 // EX_TEMPFAIL: the lock is held by someone else, or the wait timed out
+	exitLockLost    = 76 // EX_PROTOCOL: the lease was lost, or --max-hold ended it
+	exitPermission  = 77 // EX_NOPERM: the backend refused the request (ACL, role, credentials)
+)
+
+// exitTable is the exit-status part of the usage texts.
+const exitTable = `Exit status:
+  0  success (and -h)        64 usage error       65 invalid URL, name or option
+  69 backend unavailable     75 not acquired      76 lease lost or max hold reached
+  77 permission denied by the backend
+`
+
+// exitCode maps an error of the backend package to the exit status of
+// every subcommand. The more specific sentinel wins: an unreachable backend
+// during a wait is 69, not 75, so a job that skips its work when the lock is
+// held never skips it silently when the backend is down.
+func exitCode(err error) int {
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, backend.ErrInvalidURL), errors.Is(err, backend.ErrInvalidName), errors.Is(err, backend.ErrInvalidOption):
+		return exitInvalid
+	case errors.Is(err, backend.ErrPermission):
+		return exitPermission
+	case errors.Is(err, backend.ErrUnavailable):
+		return exitUnavailable
+	case errors.Is(err, backend.ErrLeaseLost):
+		return exitLockLost
+	case errors.Is(err, backend.ErrNotAcquired):
+		return exitNotAcquired
+	default:
+		return exitUnavailable
+	}
+}
+
+// report prints err with the prefix "fencelock <command>: " and returns its
+// exit status (exitCode).
+func report(stderr io.Writer, command string, err error) int {
+	printErr(stderr, command, err.Error())
+	return exitCode(err)
+}
+
+// printErr prints msg with one "fencelock <command>: " prefix per line. The
+// "fencelock: " prefixes the library puts on its errors (one per wrapping
+// layer) are dropped, so that none is repeated.
+func printErr(stderr io.Writer, command, msg string) {
+	prefix := "fencelock: "
+	if command != "" {
+		prefix = "fencelock " + command + ": "
+	}
+	for _, line := range strings.Split(strings.TrimRight(msg, "\n"), "\n") {
+		fmt.Fprintln(stderr, prefix+stripPrefixes(line))
+	}
+}
+
+// stripPrefixes removes the library's "fencelock: " prefixes from the start
+// of line and after each ": ".
+func stripPrefixes(line string) string {
+	const p = "fencelock: "
+	for strings.HasPrefix(line, p) {
+		line = line[len(p):]
+	}
+	for strings.Contains(line, ": "+p) {
+		line = strings.ReplaceAll(line, ": "+p, ": ")
+	}
+	return line
+}
+
+// usageErr prints a usage error and a pointer to the help, and returns
+// exitUsage.
+func usageErr(stderr io.Writer, command, msg string) int {
+	printErr(stderr, command, msg)
+	fmt.Fprintf(stderr, "run 'fencelock %s -h' for help\n", command)
+	return exitUsage
+}
+
+// newFlagSet returns a flag set whose Usage prints usage (the text before
+// the flags) and the flag defaults on the flag set's output.
+func newFlagSet(command, usage string) *flag.FlagSet {
+	fs := flag.NewFlagSet(command, flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
+	return fs
+}
+
+// parseFlags parses args with fs, the same way for every subcommand: explicit
+// help (-h, -help, --help) prints the usage on stdout and returns exitOK; a
+// bad flag prints one error line and a hint on stderr and returns
+// exitUsage. ok is true if the command is to go on.
+func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	fs.SetOutput(io.Discard) // the flag package's own messages are printed below
+	usage := fs.Usage
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.Usage = usage
+	switch {
+	case err == nil:
+		fs.SetOutput(stderr)
+		return exitOK, true
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return exitOK, false
+	default:
+		fs.SetOutput(stderr)
+		return usageErr(stderr, fs.Name(), err.Error()), false
+	}
+}
+
+// connectTimeoutFlag adds --connect-timeout to fs: how long opening the
+// backend may take. Some clients retry an unreachable server forever
+// (ZooKeeper's), which would hang the command with no word.
+func connectTimeoutFlag(fs *flag.FlagSet) *time.Duration {
+	return fs.Duration("connect-timeout", 30*time.Second, "give up reaching the backend after this long (status 69)")
+}
+
+// openWithin opens the backend at url, giving up after d. An Open that
+// runs out of time returns an error matching backend.ErrUnavailable.
+func openWithin(ctx context.Context, url string, d time.Duration) (*backend.Locker, error) {
+	octx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	l, err := backend.Open(octx, url)
+	if err != nil && ctx.Err() == nil && octx.Err() != nil && !errors.Is(err, backend.ErrUnavailable) {
+		err = fmt.Errorf("%w: no answer within --connect-timeout %v: %w", backend.ErrUnavailable, d, err)
+	}
+	return l, err
+}
