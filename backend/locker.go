@@ -228,20 +228,10 @@ func (l *Locker) Shutdown(ctx context.Context) error {
 	defer stop()
 	defer l.abort() // whatever is left in the background stops now
 
-	// Acquisitions in flight end at once (their context is cancelled) and
-	// clean-ups in the background end by ctx (aborted).
-	pending := make(chan struct{})
-	go func() {
-		l.pending.Wait()
-		close(pending)
-	}()
-	var errs []error
-	select {
-	case <-pending:
-	case <-ctx.Done():
-		errs = append(errs, fmt.Errorf("fencelock: close: clean-ups still running: %w", ctx.Err()))
-	}
-
+	// Held leases are released while the acquisitions in flight end (at
+	// once: their context is cancelled) and clean-ups in the background
+	// finish (bounded by ctx: aborted). No lease is added to held once
+	// closed is set.
 	l.mu.Lock()
 	held := make([]*Lease, 0, len(l.held))
 	for ls := range l.held {
@@ -258,6 +248,17 @@ func (l *Locker) Shutdown(ctx context.Context) error {
 			defer wg.Done()
 			relErrs[i] = ls.Release(ctx)
 		}()
+	}
+	pending := make(chan struct{})
+	go func() {
+		l.pending.Wait()
+		close(pending)
+	}()
+	var errs []error
+	select {
+	case <-pending:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("fencelock: close: clean-ups still running: %w", ctx.Err()))
 	}
 	wg.Wait()
 	errs = append(errs, relErrs...)
