@@ -21,7 +21,9 @@
 // Every error about the lock itself wraps one of the package's sentinel
 // errors (ErrNotAcquired, ErrLeaseLost, ErrReleased, ErrClosed,
 // ErrInvalidName, ErrInvalidOption, ErrInvalidURL); test with errors.Is. An
-// error from the backend's client (an unreachable server) matches none of
-// them and is returned wrapped, with the client's own error kept for
-// errors.Is and errors.As.
+// unreachable or unresponsive backend gives ErrUnavailable, never
+// ErrNotAcquired (which means the lock is held), and a refused request
+// ErrPermission; the client's own error is kept in the chain for errors.Is
+// and errors.As. Other client errors are returned wrapped, matching none
+// of them.
 package backend

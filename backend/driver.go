@@ -25,8 +25,21 @@ type Driver interface {
 	// will not honour, ErrClosed, or a backend error.
 	NewLease(ctx context.Context, req Request) (lease DriverLease, started time.Time, err error)
 	// Close releases the driver's resources (and the client it was opened
-	// with, if it owns it). Locker calls it once, after releasing every lease.
+	// with, if it owns it). Locker calls it once, after releasing every
+	// lease, unless the driver implements Shutdowner. It must not hang on an
+	// unreachable backend: whatever it asks the backend is bounded (a few
+	// seconds at most).
 	Close() error
+}
+
+// Shutdowner is implemented by a Driver whose Close asks the backend for
+// something (etcd: revoking its idle leases), so that Locker.Shutdown can
+// bound it. Locker calls Shutdown instead of Close.
+type Shutdowner interface {
+	// Shutdown is Close bounded by ctx: once ctx ends it stops asking the
+	// backend, closes what it owns and returns soon after (within about
+	// 100ms).
+	Shutdown(ctx context.Context) error
 }
 
 // TTLChecker is implemented by a Driver whose backend has rules for TTLs
@@ -46,6 +59,23 @@ type Request struct {
 	Metadata map[string]string
 }
 
+// Errors of a Driver and its DriverLeases. Whether the lock is held is told
+// by ErrNotAcquired alone, which a driver returns only when the backend said
+// so (or, for a wait given up, had queued the acquisition behind a holder).
+// A request that could not be sent or got no answer (connection refused or
+// reset, a timeout, no server, a session that is only suspended) returns an
+// error wrapping ErrUnavailable and the client's error; a refusal for lack
+// of permission wraps ErrPermission. Locker also reports an acquisition
+// whose ctx ended without a driver's ErrNotAcquired as ErrUnavailable: the
+// backend did not answer in time. So a driver that cannot tell is never
+// taken to mean "held".
+//
+// Every call returns soon after its ctx ends, even when the client it uses
+// does not heed contexts (go-zookeeper; go-redis without
+// ContextTimeoutEnabled): the driver bounds such calls itself. Locker fires
+// the loss signal at the local deadline from a timer of its own, without
+// waiting for a KeepAlive in flight.
+
 // DriverLease is one acquisition in a backend, from NewLease to Release.
 // KeepAlive may run concurrently with itself (a Refresh beside a background
 // renewal), with Lock (renewal while waiting) and with Release (a renewal in
@@ -53,8 +83,12 @@ type Request struct {
 // rest, and calls Release only after Lock has returned.
 type DriverLease interface {
 	// Lock takes the lock. With wait it queues and blocks until granted or
-	// ctx is done (then it returns ctx's error, wrapped or not); without wait
-	// it returns an error wrapping ErrNotAcquired at once if the lock is held.
+	// ctx is done. Then it returns ctx's error (wrapped or not), and wraps
+	// ErrNotAcquired too if and only if the backend had queued the
+	// acquisition (answered its request to wait); an error that ended a
+	// wait before the backend answered does not, and Locker reports it as
+	// ErrUnavailable. Without wait it returns an error wrapping
+	// ErrNotAcquired at once if the lock is held.
 	// A lease found gone while waiting returns an error wrapping
 	// ErrLeaseLost, never a grant. restarted is the send time of the request
 	// that restarted the lease's expiry clock while locking (Redis: the lock

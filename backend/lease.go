@@ -33,11 +33,12 @@ type Lease struct {
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	tickMu sync.Mutex // held by tick; Release takes it to wait for a tick in flight
 
 	mu       sync.Mutex
-	timer    *time.Timer // fires tick at armed; nil until first armed
-	armed    time.Time   // when timer fires; zero while it is not armed
+	timer    *time.Timer   // fires tick at armed; nil until first armed
+	armed    time.Time     // when timer fires; zero while it is not armed
+	renewing chan struct{} // closed when the renewal in flight returns; nil if none is
+	lastErr  error         // the last failed renewal's error, for the loss cause
 	token    fencing.Token
 	deadline time.Time // zero while no expiry clock runs
 	renewAt  time.Time
@@ -130,6 +131,7 @@ func (ls *Lease) Refresh(ctx context.Context) error {
 	if err := ls.Err(); err != nil {
 		return fmt.Errorf("fencelock: refresh %q: %w", ls.name, err)
 	}
+	ls.lastErr = nil
 	ls.extendLocked(sent)
 	return nil
 }
@@ -149,10 +151,19 @@ func (ls *Lease) Release(ctx context.Context) error {
 	ls.opMu.Lock() // waits for a Refresh in flight
 	err := ls.releaseDriver(ctx)
 	ls.opMu.Unlock()
-	// A renewal that was in flight when the lease ended has returned by now;
-	// waiting for it before the driver's release would only add latency.
-	ls.tickMu.Lock()
-	ls.tickMu.Unlock()
+	// Wait for a renewal that was in flight when the lease ended (its
+	// context is cancelled), so that none outlives Release; waiting for it
+	// before the driver's release would only add latency. A driver call
+	// that does not heed its context is not waited for past ctx.
+	ls.mu.Lock()
+	renewing := ls.renewing
+	ls.mu.Unlock()
+	if renewing != nil {
+		select {
+		case <-renewing:
+		case <-ctx.Done():
+		}
+	}
 	if err == nil || errors.Is(err, ErrLeaseLost) {
 		ls.locker.forget(ls)
 		if cause := context.Cause(ls.ctx); errors.Is(cause, ErrLeaseLost) {
@@ -229,6 +240,8 @@ func (ls *Lease) abandon() {
 		defer cancel()
 		stop := context.AfterFunc(l.closing, func() { time.AfterFunc(closeReleaseTimeout, cancel) })
 		defer stop()
+		stopAbort := context.AfterFunc(l.aborted, cancel)
+		defer stopAbort()
 		_ = ls.releaseDriver(ctx) // on failure the TTL removes it
 	}()
 	t := time.NewTimer(abandonGrace)
@@ -258,7 +271,9 @@ func (ls *Lease) renewingLocked() bool {
 }
 
 // scheduleLocked arms the timer for the next renewal or the deadline,
-// whichever comes first. A timer armed for an earlier time is left as it
+// whichever comes first; while a renewal is in flight, for the deadline
+// alone, so that the loss signal fires at the deadline however long the
+// driver's call takes. A timer armed for an earlier time is left as it
 // is: tick then finds nothing due and arms it again. So an acquisition
 // arms it once rather than at every extension; arming a timer can wake an
 // idle thread, a cost an uncontended acquire+release would pay several
@@ -268,7 +283,7 @@ func (ls *Lease) scheduleLocked() {
 		return
 	}
 	at := ls.deadline
-	if ls.renewingLocked() && ls.renewAt.Before(at) {
+	if ls.renewing == nil && ls.renewingLocked() && ls.renewAt.Before(at) {
 		at = ls.renewAt
 	}
 	if ls.timer != nil && !ls.armed.IsZero() && !at.Before(ls.armed) {
@@ -285,22 +300,38 @@ func (ls *Lease) scheduleLocked() {
 // end fires the loss signal with cause and stops the timer; a tick in flight
 // sees the cancel and does not set it again.
 func (ls *Lease) end(cause error) {
-	ls.cancel(cause)
 	ls.mu.Lock()
+	ls.endLocked(cause)
+	ls.mu.Unlock()
+}
+
+// endLocked is end with ls.mu held. Cancelling under ls.mu orders the loss
+// with extensions: none moves the deadline once the signal fired.
+func (ls *Lease) endLocked(cause error) {
+	ls.cancel(cause)
 	if ls.timer != nil {
 		ls.timer.Stop()
 		ls.armed = time.Time{}
 	}
-	ls.mu.Unlock()
 }
 
 // lose fires the loss signal and, in the background, removes the lock key if
 // it is still ours so that waiters need not wait for the server-side expiry.
 func (ls *Lease) lose(cause error) {
-	if ls.ctx.Err() != nil {
-		return
+	ls.mu.Lock()
+	first := ls.ctx.Err() == nil
+	if first {
+		ls.endLocked(cause)
 	}
-	ls.end(cause)
+	ls.mu.Unlock()
+	if first {
+		ls.cleanUpLost()
+	}
+}
+
+// cleanUpLost removes, in the background, the lock key of a lease that was
+// just lost, if it is still ours. Close bounds it.
+func (ls *Lease) cleanUpLost() {
 	if !ls.locker.begin() {
 		return // Close releases it
 	}
@@ -308,43 +339,67 @@ func (ls *Lease) lose(cause error) {
 		defer ls.locker.pending.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), ls.s.ttl)
 		defer cancel()
+		stop := context.AfterFunc(ls.locker.aborted, cancel)
+		defer stop()
 		if err := ls.releaseDriver(ctx); err == nil || errors.Is(err, ErrLeaseLost) {
 			ls.locker.forget(ls)
 		}
 	}()
 }
 
-// tick runs when the timer fires: it renews the lease if a renewal is due,
-// and fires the loss signal if the deadline has passed. It runs on the
-// timer's own goroutine, so a lease costs no goroutine while it waits.
+// tick runs when the timer fires: it fires the loss signal if the deadline
+// has passed, and renews the lease if a renewal is due. It runs on the
+// timer's own goroutine, so a lease costs no goroutine while it waits, and
+// one while a renewal is in flight. Before it calls the driver, it arms the
+// timer for the deadline: if the call is still in flight then (a client that
+// does not heed its context, a partitioned connection), that second tick
+// fires the loss signal on time, on a goroutine of its own, and cancels the
+// renewal's context.
 func (ls *Lease) tick() {
-	ls.tickMu.Lock()
-	defer ls.tickMu.Unlock()
-	if ls.ctx.Err() != nil {
-		return
-	}
 	now := time.Now()
 	ls.mu.Lock()
-	ls.armed = time.Time{} // fired
-	deadline, renew := ls.deadline, ls.renewingLocked() && !now.Before(ls.renewAt)
-	ls.mu.Unlock()
-	switch {
-	case !now.Before(deadline):
-		ls.lose(fmt.Errorf("%w: %q: no renewal succeeded before the local deadline", ErrLeaseLost, ls.name))
+	if ls.ctx.Err() != nil {
+		ls.mu.Unlock()
 		return
-	case renew:
-		if err := ls.renew(deadline); errors.Is(err, ErrLeaseLost) {
-			ls.lose(fmt.Errorf("%w: %q: renewal: %w", ErrLeaseLost, ls.name, err))
-			return
-		}
 	}
+	ls.armed = time.Time{} // fired
+	deadline := ls.deadline
+	if !now.Before(deadline) {
+		cause := fmt.Errorf("%w: %q: no renewal succeeded before the local deadline", ErrLeaseLost, ls.name)
+		if ls.lastErr != nil {
+			cause = fmt.Errorf("%w: %q: no renewal succeeded before the local deadline (last error: %w)", ErrLeaseLost, ls.name, ls.lastErr)
+		}
+		ls.endLocked(cause)
+		ls.mu.Unlock()
+		ls.cleanUpLost()
+		return
+	}
+	if ls.renewing != nil || !ls.renewingLocked() || now.Before(ls.renewAt) {
+		ls.scheduleLocked()
+		ls.mu.Unlock()
+		return
+	}
+	done := make(chan struct{})
+	ls.renewing = done
+	ls.scheduleLocked() // for the deadline
+	ls.mu.Unlock()
+
+	err := ls.renew(deadline)
+
 	ls.mu.Lock()
+	ls.renewing = nil
+	close(done)
+	if errors.Is(err, ErrLeaseLost) {
+		ls.mu.Unlock()
+		ls.lose(fmt.Errorf("%w: %q: renewal: %w", ErrLeaseLost, ls.name, err))
+		return
+	}
 	ls.scheduleLocked()
 	ls.mu.Unlock()
 }
 
 // renew makes one renewal attempt bounded by the deadline. On a failure other
-// than a lost lease it schedules a retry.
+// than a lost lease it schedules a retry. ls.mu must not be held.
 func (ls *Lease) renew(deadline time.Time) error {
 	ctx, cancel := context.WithDeadline(ls.ctx, deadline)
 	defer cancel()
@@ -353,8 +408,14 @@ func (ls *Lease) renew(deadline time.Time) error {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if err == nil {
-		ls.extendLocked(sent)
+		ls.lastErr = nil
+		if ls.ctx.Err() == nil {
+			ls.extendLocked(sent)
+		}
 		return nil
+	}
+	if ls.ctx.Err() == nil {
+		ls.lastErr = err
 	}
 	ls.renewAt = time.Now().Add(min(ls.s.ttl/10, time.Second))
 	return err

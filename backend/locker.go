@@ -8,7 +8,8 @@ import (
 	"time"
 )
 
-// closeReleaseTimeout bounds how long Close spends releasing held leases.
+// closeReleaseTimeout bounds how long Close spends: releasing held leases,
+// waiting for background clean-ups and closing the driver.
 const closeReleaseTimeout = 5 * time.Second
 
 // Locker acquires named locks from one backend. Open one by URL with Open, or
@@ -19,8 +20,12 @@ const closeReleaseTimeout = 5 * time.Second
 type Locker struct {
 	drv     Driver
 	base    settings
-	closing context.Context
+	closing context.Context // cancelled when Close or Shutdown starts
 	close   context.CancelCauseFunc
+	// aborted is cancelled when the context of Shutdown ends (Close's
+	// after closeReleaseTimeout): background clean-ups stop then.
+	aborted context.Context
+	abort   context.CancelFunc
 
 	mu      sync.Mutex
 	closed  bool
@@ -37,7 +42,9 @@ func New(drv Driver, opts ...Option) (*Locker, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Locker{drv: drv, base: base, closing: ctx, close: cancel, held: make(map[*Lease]struct{})}, nil
+	aborted, abort := context.WithCancel(context.Background())
+	return &Locker{drv: drv, base: base, closing: ctx, close: cancel, aborted: aborted, abort: abort,
+		held: make(map[*Lease]struct{})}, nil
 }
 
 // defaults applies opts to the default settings and checks the result.
@@ -53,20 +60,32 @@ func defaults(drv Driver, opts []Option) (settings, error) {
 }
 
 // Acquire blocks until it holds the lock called name or ctx is done. A
-// cancelled or expired ctx returns an error matching both ErrNotAcquired and
-// ctx.Err(), and leaves nothing behind in the backend: Acquire returns once
+// cancelled or expired ctx returns an error matching ctx.Err() and either
+// ErrNotAcquired, if the acquisition was queued behind another holder (the
+// backend answered and the lock stayed held) or ctx had ended before
+// Acquire was called, or ErrUnavailable, if the
+// backend did not answer before ctx ended (it is down or cut off: whether
+// the lock is free is unknown); the client's own error stays in the chain.
+// Either way it leaves nothing behind in the backend: Acquire returns once
 // what it queued there is removed, or 100ms after the failure at most (when
 // the backend cannot be reached), with the removal going on in the
-// background until it succeeds or the TTL removes it. If the lease is lost
-// while waiting (it could not be renewed, or the backend dropped it), Acquire
-// returns an error matching ErrLeaseLost, never a grant.
+// background until it succeeds or the TTL removes it. A backend that fails
+// a request as unreachable returns an error matching ErrUnavailable without
+// waiting for ctx. If the lease is lost while waiting (it could not be
+// renewed, or the backend dropped it), Acquire returns an error matching
+// ErrLeaseLost, never a grant; if that is because the backend could not be
+// reached, it matches ErrUnavailable too.
 func (l *Locker) Acquire(ctx context.Context, name string, opts ...Option) (*Lease, error) {
 	return l.acquire(ctx, name, true, opts)
 }
 
 // TryAcquire takes the lock called name if it is free and returns at once
 // with an error matching ErrNotAcquired if it is held. It still makes the
-// round trips the backend needs, bounded by ctx.
+// round trips the backend needs, bounded by ctx: if the backend cannot be
+// reached, or does not answer before ctx ends, the error matches
+// ErrUnavailable (and ctx.Err(), if it ended), never ErrNotAcquired, so
+// that a job that skips its work when the lock is held does not skip it
+// when the backend is down.
 func (l *Locker) TryAcquire(ctx context.Context, name string, opts ...Option) (*Lease, error) {
 	return l.acquire(ctx, name, false, opts)
 }
@@ -89,8 +108,12 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []Opt
 	stopOnClose := context.AfterFunc(l.closing, func() { cancel(ErrClosed) })
 	defer stopOnClose()
 	if ctx.Err() != nil {
-		return nil, acquireError(ctx, name, ctx.Err())
+		// Given up before anything was asked: nothing is unknown about
+		// the backend, the caller gave up.
+		return nil, acquireError(ctx, name, fmt.Errorf("%w: context ended before the acquisition started", ErrNotAcquired))
 	}
+	// From here, an error that does not say the lock is held (a driver's
+	// ErrNotAcquired) is a backend that did not answer before ctx ended.
 
 	dl, started, err := l.drv.NewLease(ctx, Request{Name: name, TTL: s.ttl, Holder: s.holder, Metadata: s.metadata})
 	if err != nil {
@@ -121,23 +144,36 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []Opt
 }
 
 // acquireError maps a failed acquisition to the package's errors: a closed
-// Locker to ErrClosed, a lost lease to ErrLeaseLost, and a cancelled or expired
-// wait to an error matching both ErrNotAcquired and ctx.Err().
+// Locker to ErrClosed, a lost lease to ErrLeaseLost, a held lock (the
+// driver's ErrNotAcquired: TryAcquire found it held, or a queued wait was
+// given up) to ErrNotAcquired, and any other failure after ctx ended to
+// ErrUnavailable: the backend did not answer in time. Both of the latter
+// match ctx.Err() too if ctx ended. err stays in the chain.
 func acquireError(ctx context.Context, name string, err error) error {
-	if ctx.Err() != nil {
-		cause := context.Cause(ctx)
-		switch {
-		case errors.Is(cause, ErrClosed), errors.Is(cause, ErrLeaseLost):
-			return fmt.Errorf("fencelock: acquire %q: %w", name, cause)
-		case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrClosed):
-		default:
-			if cause != ctx.Err() && cause != nil {
-				return fmt.Errorf("fencelock: acquire %q: %w: %w (%w)", name, ErrNotAcquired, ctx.Err(), cause)
-			}
-			return fmt.Errorf("fencelock: acquire %q: %w: %w", name, ErrNotAcquired, ctx.Err())
-		}
+	if ctx.Err() == nil {
+		return fmt.Errorf("fencelock: acquire %q: %w", name, err)
 	}
-	return fmt.Errorf("fencelock: acquire %q: %w", name, err)
+	cause := context.Cause(ctx)
+	switch {
+	case errors.Is(cause, ErrClosed), errors.Is(cause, ErrLeaseLost):
+		return fmt.Errorf("fencelock: acquire %q: %w", name, cause)
+	case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrClosed):
+		return fmt.Errorf("fencelock: acquire %q: %w", name, err)
+	}
+	ctxErr := ctx.Err()
+	var kind error = ErrUnavailable
+	what := "no answer from the backend before the context ended"
+	if errors.Is(err, ErrNotAcquired) {
+		kind, what = ErrNotAcquired, "gave up waiting"
+	}
+	msg := fmt.Errorf("fencelock: acquire %q: %w: %s: %w", name, kind, what, ctxErr)
+	if cause != nil && cause != ctxErr {
+		msg = fmt.Errorf("%w (%w)", msg, cause)
+	}
+	if err != ctxErr && err != cause {
+		msg = fmt.Errorf("%w: %w", msg, err)
+	}
+	return msg
 }
 
 // begin registers an acquisition or background cleanup in flight; false if
@@ -162,8 +198,24 @@ func (l *Locker) forget(ls *Lease) {
 // ErrClosed, held leases are released (their loss signal fires with
 // ErrReleased), and the driver is closed. Leases that could not be released
 // are reported in the returned error; their locks expire with their TTL.
-// Close is idempotent.
+// Close is Shutdown with a 5s bound: it returns within about 5s even when
+// the backend cannot be reached. Close is idempotent.
 func (l *Locker) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), closeReleaseTimeout)
+	defer cancel()
+	return l.Shutdown(ctx)
+}
+
+// Shutdown is Close bounded by ctx, as http.Server.Shutdown is: it releases
+// held leases, waits for the clean-ups of failed acquisitions and lost
+// leases, and closes the driver, until ctx ends; then it stops them, closes
+// the driver's connections without asking the backend for anything more,
+// and returns soon after (within about 100ms), reporting ctx's error with
+// what could not be released (those locks expire with their TTL). Calls
+// still in flight in a client that does not heed contexts end when their
+// connections close. Once Shutdown or Close has started, later calls return
+// nil at once.
+func (l *Locker) Shutdown(ctx context.Context) error {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -172,22 +224,53 @@ func (l *Locker) Close() error {
 	l.closed = true
 	l.mu.Unlock()
 	l.close(ErrClosed)
-	l.pending.Wait()
+	stop := context.AfterFunc(ctx, l.abort)
+	defer stop()
+	defer l.abort() // whatever is left in the background stops now
 
+	// Held leases are released while the acquisitions in flight end (at
+	// once: their context is cancelled) and clean-ups in the background
+	// finish (bounded by ctx: aborted). No lease is added to held once
+	// closed is set.
 	l.mu.Lock()
 	held := make([]*Lease, 0, len(l.held))
 	for ls := range l.held {
 		held = append(held, ls)
 	}
 	l.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), closeReleaseTimeout)
-	defer cancel()
-	var errs []error
-	for _, ls := range held {
-		if err := ls.Release(ctx); err != nil {
-			errs = append(errs, err)
-		}
+	// Release concurrently: one unreachable backend would otherwise spend
+	// the whole bound on the first lease.
+	relErrs := make([]error, len(held))
+	var wg sync.WaitGroup
+	for i, ls := range held {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			relErrs[i] = ls.Release(ctx)
+		}()
 	}
-	errs = append(errs, l.drv.Close())
+	pending := make(chan struct{})
+	go func() {
+		l.pending.Wait()
+		close(pending)
+	}()
+	var errs []error
+	select {
+	case <-pending:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("fencelock: close: clean-ups still running: %w", ctx.Err()))
+	}
+	wg.Wait()
+	errs = append(errs, relErrs...)
+	errs = append(errs, l.closeDriver(ctx))
 	return errors.Join(errs...)
+}
+
+// closeDriver closes the driver within ctx: with Shutdown if it has
+// it, else with Close.
+func (l *Locker) closeDriver(ctx context.Context) error {
+	if c, ok := l.drv.(Shutdowner); ok {
+		return c.Shutdown(ctx)
+	}
+	return l.drv.Close()
 }

@@ -175,7 +175,8 @@ func (s *suite) testErrors(t *testing.T) {
 	a, b := s.locker(t), s.locker(t)
 	la := s.try(t, a, name)
 
-	others := []error{backend.ErrLeaseLost, backend.ErrClosed, backend.ErrInvalidName, backend.ErrInvalidOption, backend.ErrReleased}
+	others := []error{backend.ErrLeaseLost, backend.ErrClosed, backend.ErrInvalidName, backend.ErrInvalidOption, backend.ErrReleased,
+		backend.ErrUnavailable, backend.ErrPermission}
 	notOthers := func(err error) {
 		t.Helper()
 		for _, o := range others {

@@ -15,7 +15,7 @@ import (
 // testPartitioned: a Locker that a network partition cuts off from the
 // backend (its connections hang, nothing fails fast) keeps to its callers'
 // contexts. It needs the optional Partitioner.
-//   - Acquire returns soon after its context ends, with ErrNotAcquired and
+//   - Acquire returns soon after its context ends, with ErrUnavailable and
 //     the context's error, rather than after the client's own timeouts or
 //     the lease's TTL; what the attempt may have queued in the backend (a
 //     request held in the network can still land after the partition
@@ -42,7 +42,7 @@ func (s *suite) testPartitioned(t *testing.T, p Partitioner) {
 		ls, err := a.Acquire(wctx, name, backend.WithTTL(ttl))
 		took := time.Since(start)
 		require.Nil(t, ls, "granted through a partition")
-		require.ErrorIs(t, err, backend.ErrNotAcquired)
+		require.ErrorIs(t, err, backend.ErrUnavailable, "no answer is not a held lock")
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		assert.Less(t, took, s.settle+s.prompt, "Acquire returned %v after its context ended", took-s.settle)
 

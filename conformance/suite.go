@@ -39,6 +39,9 @@ func Run(t *testing.T, h Harness) {
 	t.Run("FIFO", s.testFIFO)
 	if p, ok := h.(Partitioner); ok {
 		t.Run("Partitioned", func(t *testing.T) { s.testPartitioned(t, p) })
+		t.Run("Unavailable", func(t *testing.T) { s.testUnavailable(t, p) })
+		t.Run("LossWhilePartitioned", func(t *testing.T) { s.testLossWhilePartitioned(t, p) })
+		t.Run("ClosePartitioned", func(t *testing.T) { s.testClosePartitioned(t, p) })
 	}
 }
 

@@ -57,6 +57,8 @@ type driver struct {
 
 	watches     context.Context // parent of the watches on own keys
 	stopWatches context.CancelFunc
+	bgCtx       context.Context // parent of background revokes; cancelled when Shutdown's ctx ends
+	stopBg      context.CancelFunc
 }
 
 // idleLease is a lease no acquisition uses, kept for the next one.
@@ -75,6 +77,7 @@ func newDriver(client *clientv3.Client, prefix string, owned bool) *driver {
 	// metadata makes clientv3 open a separate one), so that creating one
 	// never delays a predecessor watch.
 	d.watches, d.stopWatches = context.WithCancel(clientv3.WithRequireLeader(context.Background()))
+	d.bgCtx, d.stopBg = context.WithCancel(context.Background())
 	return d
 }
 
@@ -137,7 +140,7 @@ func (d *driver) grant(ctx context.Context, ttl int64) (id clientv3.LeaseID, sen
 	sent = time.Now()
 	resp, err := d.client.Grant(ctx, ttl)
 	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("etcd: grant lease: %w", err)
+		return 0, time.Time{}, fmt.Errorf("etcd: grant lease: %w", mapErr(err))
 	}
 	if resp.TTL != ttl {
 		d.revokeAsync(resp.ID)
@@ -194,8 +197,12 @@ func (d *driver) revokeAsync(id clientv3.LeaseID) {
 }
 
 func (d *driver) revokeAsyncLocked(id clientv3.LeaseID) {
+	parent := d.bgCtx
+	if d.closed {
+		parent = context.Background() // after Close: the caller's client outlives the driver
+	}
 	revoke := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
+		ctx, cancel := context.WithTimeout(parent, revokeTimeout)
 		defer cancel()
 		_, _ = d.client.Revoke(ctx, id)
 	}
@@ -231,10 +238,20 @@ func (d *driver) isClosed() bool {
 	return d.closed
 }
 
-// Close implements backend.Driver: it revokes the idle leases, waits for
-// background revokes and watches (Locker released every lease before, which
-// stopped them) and closes the client if the driver owns it.
+// Close implements backend.Driver: Shutdown bounded by revokeTimeout.
 func (d *driver) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
+	defer cancel()
+	return d.Shutdown(ctx)
+}
+
+// Shutdown implements backend.Shutdowner: it revokes the idle leases, waits
+// for background revokes and watches (Locker released every lease before,
+// which stopped them) and closes the client if the driver owns it. Revokes
+// are bounded by ctx (and revokeTimeout); once ctx ends, those left are
+// abandoned (the leases expire with their TTL) and Shutdown returns soon
+// after, closing an owned client.
+func (d *driver) Shutdown(ctx context.Context) error {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
@@ -250,25 +267,38 @@ func (d *driver) Close() error {
 	d.closed = true
 	d.mu.Unlock()
 	d.stopWatches() // Release stopped them all unless a Release was skipped
+	stop := context.AfterFunc(ctx, d.stopBg)
+	defer stop()
+	defer d.stopBg()
 
-	ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
+	rctx, cancel := context.WithTimeout(ctx, revokeTimeout)
 	defer cancel()
-	var wg sync.WaitGroup
 	for _, id := range ids {
-		wg.Add(1)
+		d.bg.Add(1)
 		go func() {
-			defer wg.Done()
-			_, _ = d.client.Revoke(ctx, id) // best-effort: the TTL removes it otherwise
+			defer d.bg.Done()
+			_, _ = d.client.Revoke(rctx, id) // best-effort: the TTL removes it otherwise
 		}()
 	}
-	wg.Wait()
-	d.bg.Wait()
+	done := make(chan struct{})
+	go func() {
+		d.bg.Wait()
+		close(done)
+	}()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		// Background calls end with their (cancelled) contexts, or when
+		// the client closes.
+		err = fmt.Errorf("%w: etcd: close: revokes abandoned: %w", backend.ErrUnavailable, ctx.Err())
+	}
 	if d.owned {
-		if err := d.client.Close(); err != nil && !errors.Is(err, context.Canceled) {
-			return fmt.Errorf("etcd: close client: %w", err)
+		if cerr := d.client.Close(); cerr != nil && !errors.Is(cerr, context.Canceled) {
+			err = errors.Join(err, fmt.Errorf("etcd: close client: %w", cerr))
 		}
 	}
-	return nil
+	return err
 }
 
 // keyValue is the value of a lock key.

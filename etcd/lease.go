@@ -124,7 +124,7 @@ func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 				l.setDoubtful()
 				return 0, time.Time{}, fmt.Errorf("%w: etcd lease %x not found", backend.ErrLeaseLost, int64(id))
 			}
-			return 0, time.Time{}, fmt.Errorf("etcd: lock txn: %w", err)
+			return 0, time.Time{}, fmt.Errorf("etcd: lock txn: %w", mapErr(err))
 		}
 		return l.locked(ctx, wait, key, resp, restarted)
 	}
@@ -179,6 +179,10 @@ func (l *lease) locked(ctx context.Context, wait bool, key string, resp *clientv
 	}
 	if len(kvs) > 1 {
 		if err := l.waitTurn(ctx, key, rev, string(kvs[1].Key), kvs[1].CreateRevision); err != nil {
+			if ctx.Err() != nil && !errors.Is(err, backend.ErrLeaseLost) {
+				// Our key was queued behind an older one until ctx ended.
+				return 0, time.Time{}, fmt.Errorf("%w: etcd: queued behind %q: %w", backend.ErrNotAcquired, kvs[1].Key, err)
+			}
 			return 0, time.Time{}, err
 		}
 	}
@@ -353,7 +357,7 @@ func (l *lease) predecessor(ctx context.Context, key string, rev int64) (*mvccpb
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1))).
 		Commit()
 	if err != nil {
-		return nil, fmt.Errorf("etcd: wait: read predecessor: %w", err)
+		return nil, fmt.Errorf("etcd: wait: read predecessor: %w", mapErr(err))
 	}
 	if !resp.Succeeded {
 		l.markLost()
@@ -485,7 +489,7 @@ func (l *lease) KeepAlive(ctx context.Context) error {
 		l.setDoubtful()
 		return fmt.Errorf("%w: etcd lease %x not found (expired or revoked)", backend.ErrLeaseLost, int64(id))
 	}
-	return fmt.Errorf("etcd: keepalive lease %x: %w", int64(id), err)
+	return fmt.Errorf("etcd: keepalive lease %x: %w", int64(id), mapErr(err))
 }
 
 func (l *lease) noKeyYet() bool {
@@ -535,7 +539,7 @@ func (l *lease) Release(ctx context.Context) error {
 		Then(clientv3.OpDelete(key)).
 		Commit()
 	if err != nil {
-		return fmt.Errorf("etcd: release txn: %w", err)
+		return fmt.Errorf("etcd: release txn: %w", mapErr(err))
 	}
 	if resp.Succeeded && !doubtful {
 		l.d.put(l.ttl, idle)
@@ -555,7 +559,7 @@ func (l *lease) Release(ctx context.Context) error {
 // revoke revokes id now; a lease already gone is fine.
 func (l *lease) revoke(ctx context.Context, id clientv3.LeaseID) error {
 	if _, err := l.d.client.Revoke(ctx, id); err != nil && !isLeaseNotFound(err) {
-		return fmt.Errorf("etcd: revoke lease %x: %w", int64(id), err)
+		return fmt.Errorf("etcd: revoke lease %x: %w", int64(id), mapErr(err))
 	}
 	return nil
 }

@@ -94,8 +94,10 @@ func (c Config) check() (Config, error) {
 // the default Config. opts are the Locker's defaults (see backend.Option).
 // Closing the Locker does not close client. Give client
 // ContextTimeoutEnabled (as a Locker opened from a URL has): without it,
-// go-redis waits out its read timeout on a server it cannot reach, and
-// Acquire returns that long after its context ends.
+// go-redis waits out its read timeout on a server it cannot reach, whatever
+// the context, so the adapter runs each request on a goroutine of its own
+// and stops waiting for it when its context ends (the request goes on until
+// the read timeout), which costs a goroutine hand-off per request.
 func New(client Client, opts ...backend.Option) (*backend.Locker, error) {
 	return NewWithConfig(client, Config{}, opts...)
 }
@@ -133,8 +135,11 @@ type driver struct {
 	owned io.Closer // closed by Close when the driver opened the client
 	cfg   Config
 	id    string // this driver's random id: the first part of every owner id
-	seq   atomic.Uint64
-	hub   *hub
+	// heedsCtx: the client bounds requests by their context (see
+	// heedsContext); else bounded does.
+	heedsCtx bool
+	seq      atomic.Uint64
+	hub      *hub
 
 	// Counters for tests and benchmarks.
 	attempts atomic.Int64 // acquire script calls
@@ -161,7 +166,7 @@ func newDriver(client Client, cfg Config, owned io.Closer) (*driver, error) {
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	d := &driver{c: client, owned: owned, cfg: cfg, id: hex.EncodeToString(b[:])}
+	d := &driver{c: client, owned: owned, cfg: cfg, id: hex.EncodeToString(b[:]), heedsCtx: heedsContext(client)}
 	d.hub = newHub(client, wakeChannel(cfg.Prefix, d.id), &d.wakeups)
 	return d, nil
 }
@@ -306,8 +311,13 @@ const (
 	queueStay queueMode = "2" // renew the entry an earlier attempt made; lost if it is gone
 )
 
-// acquire runs the acquire script once (and WAIT after it if configured).
+// acquire runs the acquire script once (and WAIT after it if configured),
+// bounded by ctx.
 func (d *driver) acquire(ctx context.Context, l *lease, mode queueMode) (acquireResult, error) {
+	return bounded(ctx, d, func() (acquireResult, error) { return d.acquireOnce(ctx, l, mode) })
+}
+
+func (d *driver) acquireOnce(ctx context.Context, l *lease, mode queueMode) (acquireResult, error) {
 	d.attempts.Add(1)
 	k := []string{l.k.lock, l.k.counter, l.k.queue, l.k.expiry, l.k.ended + l.owner}
 	args := []any{l.owner, l.ttlMs, string(mode), flag(d.cfg.ClockFloor), wakeChannel(d.cfg.Prefix, ""), flag(d.direct())}
@@ -325,7 +335,7 @@ func (d *driver) acquireWait(ctx context.Context, k []string, args []any) (acqui
 	if c, ok := d.c.(masterForKey); ok {
 		node, err := c.MasterForKey(ctx, k[0])
 		if err != nil {
-			return acquireResult{}, err
+			return acquireResult{}, mapErr(err)
 		}
 		p = node.Pipeline()
 	} else {
@@ -349,7 +359,7 @@ func (d *driver) acquireWait(ctx context.Context, k []string, args []any) (acqui
 		}
 		acks, err := wait.Int64()
 		if err != nil {
-			return res, fmt.Errorf("redis: WAIT after the grant: %w", err)
+			return res, fmt.Errorf("redis: WAIT after the grant: %w", mapErr(err))
 		}
 		if acks < int64(d.cfg.WaitReplicas) {
 			return res, fmt.Errorf("%w: %w: %d of %d replicas within %v", backend.ErrNotAcquired, ErrNotReplicated,
@@ -365,7 +375,7 @@ func isNoScript(err error) bool {
 
 func parseAcquire(res []int64, err error) (acquireResult, error) {
 	if err != nil {
-		return acquireResult{}, fmt.Errorf("redis: acquire script: %w", err)
+		return acquireResult{}, fmt.Errorf("redis: acquire script: %w", mapErr(err))
 	}
 	switch {
 	case len(res) == 2 && res[0] == 1 && res[1] > 0:

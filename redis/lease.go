@@ -88,6 +88,31 @@ func (l *lease) Lost() <-chan struct{} { return nil }
 // every TTL/3) keep its queue entry and wake it if it is next and the lock
 // is free.
 func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, error) {
+	token, restarted, err := l.lock(ctx, wait)
+	return token, restarted, l.lockError(ctx, err)
+}
+
+// lockError maps an error of lock: a wait that ctx ended after the server
+// had queued the acquisition is a lock held by someone else
+// (backend.ErrNotAcquired); one that ended before keeps the last attempt's
+// error, which tells why the server did not answer.
+func (l *lease) lockError(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil || errors.Is(err, backend.ErrLeaseLost) || errors.Is(err, backend.ErrNotAcquired) {
+		return err
+	}
+	l.mu.Lock()
+	queued, failing := l.queued, l.failing
+	l.mu.Unlock()
+	switch {
+	case queued:
+		return fmt.Errorf("%w: redis: queued behind the holder: %w", backend.ErrNotAcquired, err)
+	case failing != nil && failing != err:
+		return fmt.Errorf("%w (last attempt: %w)", err, failing)
+	}
+	return err
+}
+
+func (l *lease) lock(ctx context.Context, wait bool) (fencing.Token, time.Time, error) {
 	l.mu.Lock()
 	if l.st != stIdle || l.queued {
 		l.mu.Unlock()
@@ -260,9 +285,11 @@ func (l *lease) KeepAlive(ctx context.Context) error {
 		// reports it, so that the deadline ends a wait on a dead server.
 		return failing
 	}
-	n, err := refreshScript.Run(ctx, l.d.c, []string{l.k.lock, l.k.queue, l.k.expiry}, l.owner, l.ttlMs).Int64()
+	n, err := bounded(ctx, l.d, func() (int64, error) {
+		return refreshScript.Run(ctx, l.d.c, []string{l.k.lock, l.k.queue, l.k.expiry}, l.owner, l.ttlMs).Int64()
+	})
 	if err != nil {
-		return fmt.Errorf("redis: refresh script: %w", err)
+		return fmt.Errorf("redis: refresh script: %w", mapErr(err))
 	}
 	switch n {
 	case 0:
@@ -302,10 +329,12 @@ func (l *lease) Release(ctx context.Context) error {
 		// mark the acquisition ended, so that it takes nothing if it lands.
 		endMark = max(endMarkTTLs*l.ttlMs, endMarkMin.Milliseconds())
 	}
-	n, err := releaseScript.Run(ctx, l.d.c, []string{l.k.lock, l.k.counter, l.k.queue, l.k.expiry, l.k.ended + l.owner}, l.owner,
-		wakeChannel(l.d.cfg.Prefix, ""), flag(l.d.cfg.ClockFloor), flag(l.d.direct()), endMark).Int64()
+	n, err := bounded(ctx, l.d, func() (int64, error) {
+		return releaseScript.Run(ctx, l.d.c, []string{l.k.lock, l.k.counter, l.k.queue, l.k.expiry, l.k.ended + l.owner}, l.owner,
+			wakeChannel(l.d.cfg.Prefix, ""), flag(l.d.cfg.ClockFloor), flag(l.d.direct()), endMark).Int64()
+	})
 	if err != nil {
-		return fmt.Errorf("redis: release script: %w", err)
+		return fmt.Errorf("redis: release script: %w", mapErr(err))
 	}
 	if n != 1 && l.st == stHeld {
 		l.relErr = fmt.Errorf("%w: redis: lock key %q was already gone or someone else's", backend.ErrLeaseLost, l.k.lock)

@@ -262,12 +262,17 @@ func (d *driver) dial(ctx context.Context, ttl time.Duration, anyTimeout bool) (
 	g, err := s.current(wctx)
 	if err != nil {
 		s.close()
-		if cause := context.Cause(wctx); td != nil && ctx.Err() == nil && cause != nil {
-			err = cause
+		tlsFailed := td != nil && ctx.Err() == nil && context.Cause(wctx) != nil
+		if tlsFailed {
+			err = context.Cause(wctx)
 		} else if td != nil {
 			if terr := td.lastErr(); terr != nil {
 				err = fmt.Errorf("%w (%v)", err, terr)
 			}
+		}
+		if !tlsFailed && !errors.Is(err, errConnClosed) {
+			// No TLS failure: the ensemble did not answer in time.
+			return nil, fmt.Errorf("%w: zookeeper: no session with %v: %w", backend.ErrUnavailable, d.cfg.Servers, err)
 		}
 		return nil, fmt.Errorf("zookeeper: no session with %v: %w", d.cfg.Servers, err)
 	}
@@ -275,7 +280,7 @@ func (d *driver) dial(ctx context.Context, ttl time.Duration, anyTimeout bool) (
 		auth := []byte(d.cfg.User + ":" + d.cfg.Password)
 		if err := call(ctx, func() error { return s.conn.AddAuth("digest", auth) }); err != nil {
 			s.close()
-			return nil, fmt.Errorf("zookeeper: add digest auth: %w", err)
+			return nil, fmt.Errorf("zookeeper: add digest auth: %w", mapErr(err))
 		}
 	}
 	if g.timeout <= 0 {
@@ -403,7 +408,7 @@ func (d *driver) NewLease(ctx context.Context, req backend.Request) (backend.Dri
 	if time.Since(started) > req.TTL/3 {
 		sent := time.Now()
 		if err := call(ctx, func() error { _, _, err := s.conn.Exists(d.prefix); return err }); err != nil {
-			return nil, time.Time{}, fmt.Errorf("zookeeper: %w", err)
+			return nil, time.Time{}, fmt.Errorf("zookeeper: %w", mapErr(err))
 		}
 		if s.conn.SessionID() != g.id {
 			return nil, time.Time{}, fmt.Errorf("zookeeper: the session changed (expired) while starting")
@@ -416,7 +421,9 @@ func (d *driver) NewLease(ctx context.Context, req backend.Request) (backend.Dri
 
 // Close implements backend.Driver: it closes the sessions the driver dialed
 // (closing a session deletes its ephemeral nodes) and stops following a
-// caller's Conn.
+// caller's Conn. go-zookeeper waits up to 1s for the server to confirm
+// each close, so Close takes that long at most on an unreachable ensemble
+// (the sessions are closed concurrently).
 func (d *driver) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -440,6 +447,20 @@ func (d *driver) Close() error {
 	}
 	wg.Wait()
 	return nil
+}
+
+// Shutdown implements backend.Shutdowner: Close, returning when ctx ends
+// if go-zookeeper still waits for the server to confirm a close then (it
+// gives up after 1s; the connections are closed either way).
+func (d *driver) Shutdown(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() { done <- d.Close() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("%w: zookeeper: close unconfirmed: %w", backend.ErrUnavailable, ctx.Err())
+	}
 }
 
 // nodeValue is the data of a lock node, for status tools.
@@ -477,6 +498,22 @@ func (quiet) Printf(string, ...any) {}
 // been applied and the session may still be alive.
 func connDown(err error) bool {
 	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer)
+}
+
+// mapErr wraps a go-zookeeper error in backend.ErrUnavailable when the
+// connection is down (no server reachable, the connection closed with the
+// request in flight), or in backend.ErrPermission when the server refused
+// it for lack of permission. The client's error stays in the chain.
+func mapErr(err error) error {
+	switch {
+	case err == nil || errors.Is(err, backend.ErrUnavailable) || errors.Is(err, backend.ErrPermission):
+		return err
+	case connDown(err), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w: %w", backend.ErrUnavailable, err)
+	case errors.Is(err, zk.ErrNoAuth), errors.Is(err, zk.ErrAuthFailed):
+		return fmt.Errorf("%w: %w", backend.ErrPermission, err)
+	}
+	return err
 }
 
 // sessionGone reports errors that mean the session (and its nodes) is gone

@@ -127,6 +127,20 @@ func (l *lease) alive(sent time.Time) bool {
 // the children; its czxid comes with the watch on its node, or from one
 // exists if it does not wait.
 func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, error) {
+	token, sent, err := l.lock(ctx, wait)
+	if err != nil && ctx.Err() != nil && !errors.Is(err, backend.ErrLeaseLost) && !errors.Is(err, backend.ErrNotAcquired) {
+		l.mu.Lock()
+		queued := l.st == stWaiting
+		l.mu.Unlock()
+		if queued {
+			// Our node was created, behind another, before ctx ended.
+			return 0, time.Time{}, fmt.Errorf("%w: zookeeper: queued in %s: %w", backend.ErrNotAcquired, l.dir, err)
+		}
+	}
+	return token, sent, err
+}
+
+func (l *lease) lock(ctx context.Context, wait bool) (fencing.Token, time.Time, error) {
 	l.mu.Lock()
 	if l.st != stIdle || l.createDone != nil {
 		l.mu.Unlock()
@@ -458,7 +472,7 @@ func (l *lease) opError(what string, err error) error {
 	if errors.Is(err, zk.ErrClosing) {
 		return fmt.Errorf("zookeeper: %s: %w", what, errConnClosed)
 	}
-	return fmt.Errorf("zookeeper: %s: %w", what, err)
+	return fmt.Errorf("zookeeper: %s: %w", what, mapErr(err))
 }
 
 // children lists the children of our lock directory (none if it does not
@@ -797,7 +811,7 @@ func (l *lease) KeepAlive(ctx context.Context) error {
 		return l.lostError("the session ended or the node was deleted")
 	}
 	if st := l.s.conn.State(); st != zk.StateHasSession {
-		return fmt.Errorf("zookeeper: connection suspended (%v)", st)
+		return fmt.Errorf("%w: zookeeper: connection suspended (%v)", backend.ErrUnavailable, st)
 	}
 	l.mu.Lock()
 	path := l.path

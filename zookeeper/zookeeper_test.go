@@ -382,7 +382,11 @@ func TestCancelWhileWaitingLeavesNoNode(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i)*time.Millisecond)
 		_, err := b.Acquire(ctx, "c")
 		cancel()
-		require.ErrorIs(t, err, backend.ErrNotAcquired)
+		// Held (queued) or no answer yet (the create in flight).
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		if !errors.Is(err, backend.ErrUnavailable) {
+			require.ErrorIs(t, err, backend.ErrNotAcquired)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := goAcquire(ctx, b, "c")

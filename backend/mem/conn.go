@@ -13,7 +13,7 @@ import (
 
 // errConnCut is what every call on a cut connection returns: not a lost
 // lease, since the client cannot know, just an unreachable server.
-var errConnCut = errors.New("mem: connection cut")
+var errConnCut = fmt.Errorf("%w: mem: connection cut", backend.ErrUnavailable)
 
 // Conn is one client's connection to a Server.
 type Conn struct {
@@ -125,6 +125,10 @@ func (dl *driverLease) Lock(ctx context.Context, wait bool) (fencing.Token, time
 		return 0, time.Time{}, err
 	}
 	if err := srv.wait(ctx, dl.l, dl.conn.cut); err != nil {
+		if ctx.Err() != nil && !errors.Is(err, backend.ErrLeaseLost) {
+			// Queued behind a holder until ctx ended.
+			return 0, time.Time{}, fmt.Errorf("%w: mem: %w", backend.ErrNotAcquired, err)
+		}
 		return 0, time.Time{}, err
 	}
 	dl.granted = true

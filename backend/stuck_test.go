@@ -1,0 +1,246 @@
+package backend_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/fencing"
+)
+
+// stuckDriver is a backend whose calls can be made to hang as a client
+// that does not heed its context hangs on a partitioned connection, or to
+// answer as a queued wait does.
+type stuckDriver struct {
+	mu       sync.Mutex
+	lock     string // "grant", "held", "queued" (waits for ctx, then ErrNotAcquired), "silent" (waits for ctx, no answer)
+	hangKA   bool   // KeepAlive blocks, ignoring its ctx, until unstuck
+	hangRel  bool   // Release blocks until its ctx ends
+	hangCl   bool   // Shutdown blocks until its ctx ends
+	unstuck  chan struct{}
+	closed   bool
+	inFlight atomic.Int32 // KeepAlive calls hanging
+}
+
+func newStuckDriver() *stuckDriver { return &stuckDriver{lock: "grant", unstuck: make(chan struct{})} }
+
+func (d *stuckDriver) set(f func(d *stuckDriver)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	f(d)
+}
+
+func (d *stuckDriver) MinTTL() time.Duration { return 10 * time.Millisecond }
+
+func (d *stuckDriver) NewLease(ctx context.Context, req backend.Request) (backend.DriverLease, time.Time, error) {
+	return &stuckLease{d: d}, time.Now(), nil
+}
+
+func (d *stuckDriver) Close() error { return nil }
+
+func (d *stuckDriver) Shutdown(ctx context.Context) error {
+	d.mu.Lock()
+	hang := d.hangCl
+	d.closed = true
+	d.mu.Unlock()
+	if hang {
+		<-ctx.Done()
+		return fmt.Errorf("%w: stuck: close: %w", backend.ErrUnavailable, ctx.Err())
+	}
+	return nil
+}
+
+type stuckLease struct{ d *stuckDriver }
+
+var errStuckNet = errors.New("stuck: i/o timeout")
+
+func (l *stuckLease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, error) {
+	l.d.mu.Lock()
+	mode := l.d.lock
+	l.d.mu.Unlock()
+	switch mode {
+	case "held":
+		return 0, time.Time{}, fmt.Errorf("%w: stuck: held", backend.ErrNotAcquired)
+	case "queued":
+		<-ctx.Done()
+		return 0, time.Time{}, fmt.Errorf("%w: stuck: %w", backend.ErrNotAcquired, ctx.Err())
+	case "silent":
+		<-ctx.Done()
+		return 0, time.Time{}, fmt.Errorf("stuck: %w (%w)", errStuckNet, ctx.Err())
+	}
+	return 1, time.Time{}, nil
+}
+
+func (l *stuckLease) KeepAlive(ctx context.Context) error {
+	l.d.mu.Lock()
+	hang := l.d.hangKA
+	l.d.mu.Unlock()
+	if hang {
+		l.d.inFlight.Add(1)
+		defer l.d.inFlight.Add(-1)
+		<-l.d.unstuck // ignores ctx, as go-redis without ContextTimeoutEnabled does
+		return fmt.Errorf("%w: stuck: %w", backend.ErrUnavailable, errStuckNet)
+	}
+	return nil
+}
+
+func (l *stuckLease) Release(ctx context.Context) error {
+	l.d.mu.Lock()
+	hang := l.d.hangRel
+	l.d.mu.Unlock()
+	if hang {
+		<-ctx.Done()
+		return fmt.Errorf("%w: stuck: release: %w", backend.ErrUnavailable, ctx.Err())
+	}
+	return nil
+}
+
+func (l *stuckLease) Lost() <-chan struct{} { return nil }
+
+// lossTolerance is how late the loss signal may fire after the deadline:
+// nominally a timer's latency (well under 1ms); the bound leaves room for a
+// loaded two-core machine with the race detector on, and is still far
+// below a renewal period (TTL/3), which is when the signal fired before the
+// deadline had a timer of its own (if it fired at all: it waited for the
+// hung renewal).
+const lossTolerance = 60 * time.Millisecond
+
+// A renewal that hangs, ignoring its context, does not hold up the loss
+// signal: it fires at the local deadline; the renewal's error, once it
+// returns, is in the cause; and Release does not wait for it past its own
+// context.
+func TestLossAtDeadlineWhileRenewalHangs(t *testing.T) {
+	d := newStuckDriver()
+	l, err := backend.New(d)
+	require.NoError(t, err)
+	defer l.Close()
+	const ttl = 300 * time.Millisecond
+	ls, err := l.TryAcquire(context.Background(), "stuck", backend.WithTTL(ttl))
+	require.NoError(t, err)
+	d.set(func(d *stuckDriver) { d.hangKA = true })
+	deadline := ls.Deadline()
+
+	select {
+	case <-ls.Done():
+	case <-time.After(ttl + time.Second):
+		require.FailNow(t, "no loss signal", "a second past a %v TTL", ttl)
+	}
+	late := time.Since(deadline)
+	t.Logf("loss signal %v after the deadline", late)
+	assert.GreaterOrEqual(t, late, time.Duration(0), "fired before the deadline")
+	assert.Less(t, late, lossTolerance, "the loss signal fired %v after the deadline", late)
+	require.ErrorIs(t, ls.Err(), backend.ErrLeaseLost)
+
+	rctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_ = ls.Release(rctx)
+	assert.Less(t, time.Since(start), 100*time.Millisecond+lossTolerance, "Release waited for the hung renewal")
+
+	close(d.unstuck)
+	require.Eventually(t, func() bool { return d.inFlight.Load() == 0 }, time.Second, time.Millisecond)
+}
+
+// The renewal's own error stays in the chain of the loss cause: a lease
+// lost because the backend was unreachable matches ErrUnavailable too.
+func TestLossCauseKeepsRenewalError(t *testing.T) {
+	d := newStuckDriver()
+	close(d.unstuck) // KeepAlive fails at once
+	l, err := backend.New(d)
+	require.NoError(t, err)
+	defer l.Close()
+	ls, err := l.TryAcquire(context.Background(), "fails", backend.WithTTL(200*time.Millisecond))
+	require.NoError(t, err)
+	d.set(func(d *stuckDriver) { d.hangKA = true })
+	select {
+	case <-ls.Done():
+	case <-time.After(2 * time.Second):
+		require.FailNow(t, "no loss signal")
+	}
+	require.ErrorIs(t, ls.Err(), backend.ErrLeaseLost)
+	require.ErrorIs(t, ls.Err(), backend.ErrUnavailable)
+	require.ErrorIs(t, ls.Err(), errStuckNet)
+}
+
+// ErrNotAcquired means held, ErrUnavailable means no answer: a driver that
+// says the lock is held (or that the wait was queued) gives ErrNotAcquired;
+// a context that ends before the driver answered gives ErrUnavailable, with
+// the client's error and the context's in the chain.
+func TestUnansweredIsUnavailable(t *testing.T) {
+	d := newStuckDriver()
+	l, err := backend.New(d)
+	require.NoError(t, err)
+	defer l.Close()
+	try := func(mode string, wait bool) error {
+		d.set(func(d *stuckDriver) { d.lock = mode })
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		var ls *backend.Lease
+		var err error
+		if wait {
+			ls, err = l.Acquire(ctx, "n")
+		} else {
+			ls, err = l.TryAcquire(ctx, "n")
+		}
+		require.Nil(t, ls)
+		return err
+	}
+
+	err = try("held", false)
+	require.ErrorIs(t, err, backend.ErrNotAcquired)
+	require.NotErrorIs(t, err, backend.ErrUnavailable)
+
+	for _, wait := range []bool{false, true} {
+		err = try("silent", wait)
+		require.ErrorIs(t, err, backend.ErrUnavailable, "wait %v", wait)
+		require.NotErrorIs(t, err, backend.ErrNotAcquired, "wait %v", wait)
+		require.ErrorIs(t, err, context.DeadlineExceeded, "wait %v", wait)
+		require.ErrorIs(t, err, errStuckNet, "wait %v: the client's error", wait)
+	}
+
+	err = try("queued", true)
+	require.ErrorIs(t, err, backend.ErrNotAcquired)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NotErrorIs(t, err, backend.ErrUnavailable)
+}
+
+// Shutdown returns soon after its context ends even when the backend does
+// not answer releases or the driver's close, and leaves no goroutine
+// behind; Close is bounded the same way, by 5s.
+func TestShutdownBounded(t *testing.T) {
+	before := runtime.NumGoroutine()
+	d := newStuckDriver()
+	l, err := backend.New(d)
+	require.NoError(t, err)
+	for _, n := range []string{"a", "b", "c"} {
+		_, err := l.TryAcquire(context.Background(), n, backend.WithTTL(time.Minute))
+		require.NoError(t, err)
+	}
+	d.set(func(d *stuckDriver) { d.hangRel, d.hangCl = true, true })
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = l.Shutdown(ctx)
+	took := time.Since(start)
+	t.Logf("Shutdown took %v: %v", took, err)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, took, 200*time.Millisecond+100*time.Millisecond)
+	require.NoError(t, l.Close(), "Close after Shutdown")
+	// Polled here: testify's Eventually runs its condition on a goroutine
+	// of its own.
+	for end := time.Now().Add(2 * time.Second); runtime.NumGoroutine() > before; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			buf := make([]byte, 1<<20)
+			require.FailNowf(t, "goroutines left behind", "were %d, now:\n%s", before, buf[:runtime.Stack(buf, true)])
+		}
+	}
+}

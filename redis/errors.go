@@ -1,0 +1,94 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fencelock/backend"
+)
+
+// mapErr wraps a go-redis error in backend.ErrUnavailable when it says the
+// server could not be reached or did not answer (a network error or
+// timeout, a closed or reset connection, an exhausted pool, a server that
+// is loading, has no primary or is failing over), or in
+// backend.ErrPermission when the server refused it for lack of
+// permission. The go-redis error stays in the chain. Other errors (a
+// script's reply) are returned as they are.
+func mapErr(err error) error {
+	if err == nil || errors.Is(err, backend.ErrUnavailable) || errors.Is(err, backend.ErrPermission) {
+		return err
+	}
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, net.ErrClosed), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.EPIPE), errors.Is(err, goredis.ErrPoolTimeout), errors.Is(err, goredis.ErrPoolExhausted),
+		errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w: %w", backend.ErrUnavailable, err)
+	}
+	for _, p := range []string{"LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "BUSY "} {
+		if goredis.HasErrorPrefix(err, p) {
+			return fmt.Errorf("%w: %w", backend.ErrUnavailable, err)
+		}
+	}
+	for _, p := range []string{"NOAUTH", "WRONGPASS", "NOPERM"} {
+		if goredis.HasErrorPrefix(err, p) {
+			return fmt.Errorf("%w: %w", backend.ErrPermission, err)
+		}
+	}
+	return err
+}
+
+// heedsContext reports whether client bounds its requests by their
+// context's deadline (ContextTimeoutEnabled). A client that does not waits
+// out its read timeout on a server it cannot reach, whatever the context:
+// the driver then bounds its calls itself (see bounded). A client of
+// another type is assumed not to.
+func heedsContext(client Client) bool {
+	switch c := client.(type) {
+	case *goredis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *goredis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *goredis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+// bounded runs f, a go-redis call under ctx, and returns its result, or
+// ctx's error as soon as ctx ends if the client does not heed contexts (see
+// heedsContext): f then goes on in the background until the client's own
+// timeouts end it, and its result is dropped. Whether a request abandoned
+// so reached the server is unknown, as for one whose context ended.
+func bounded[T any](ctx context.Context, d *driver, f func() (T, error)) (T, error) {
+	if d.heedsCtx || ctx.Done() == nil {
+		return f()
+	}
+	if err := ctx.Err(); err != nil {
+		var zero T
+		return zero, err
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := f()
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, fmt.Errorf("redis: no reply before the context ended (the client has ContextTimeoutEnabled off): %w", ctx.Err())
+	}
+}
