@@ -13,6 +13,9 @@ var (
 	// before its local deadline, or its lock key was removed. The holder must
 	// stop writing.
 	ErrLeaseLost = errors.New("fencelock: lease lost")
+	// ErrMaxHold: the lease ran out because its max hold (WithMaxHold)
+	// stopped the renewals. An error matching it also matches ErrLeaseLost.
+	ErrMaxHold = errors.New("fencelock: max hold reached")
 	// ErrReleased: the lease was released by its holder.
 	ErrReleased = errors.New("fencelock: lease released")
 	// ErrClosed: the Locker was closed.

@@ -270,6 +270,13 @@ func (ls *Lease) renewingLocked() bool {
 		ls.s.autoRenew && (ls.s.maxHold == 0 || ls.renewAt.Before(ls.acquired.Add(ls.s.maxHold))))
 }
 
+// maxHoldStoppedLocked reports whether the max hold is what stopped the
+// renewals of this holder. ls.mu must be held.
+func (ls *Lease) maxHoldStoppedLocked() bool {
+	return !ls.acquired.IsZero() && ls.s.autoRenew && ls.s.maxHold > 0 &&
+		!ls.renewAt.Before(ls.acquired.Add(ls.s.maxHold))
+}
+
 // scheduleLocked arms the timer for the next renewal or the deadline,
 // whichever comes first; while a renewal is in flight, for the deadline
 // alone, so that the loss signal fires at the deadline however long the
@@ -366,7 +373,12 @@ func (ls *Lease) tick() {
 	deadline := ls.deadline
 	if !now.Before(deadline) {
 		cause := fmt.Errorf("%w: %q: no renewal succeeded before the local deadline", ErrLeaseLost, ls.name)
-		if ls.lastErr != nil {
+		switch {
+		case ls.maxHoldStoppedLocked():
+			cause = fmt.Errorf("%w: %q: %w (%v): renewals stopped", ErrLeaseLost, ls.name, ErrMaxHold, ls.s.maxHold)
+		case !ls.acquired.IsZero() && !ls.s.autoRenew && ls.lastErr == nil:
+			cause = fmt.Errorf("%w: %q: not refreshed before the local deadline (auto-renew is off)", ErrLeaseLost, ls.name)
+		case ls.lastErr != nil:
 			cause = fmt.Errorf("%w: %q: no renewal succeeded before the local deadline (last error: %w)", ErrLeaseLost, ls.name, ls.lastErr)
 		}
 		ls.endLocked(cause)

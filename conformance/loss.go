@@ -243,6 +243,7 @@ func (s *suite) testMaxHold(t *testing.T) {
 	// ... and stopped: the lease is lost within max hold + TTL (+ slack).
 	requireClosed(t, la.Done(), time.Until(start.Add(maxHold+s.expiry)), "Done of a lease past its max hold")
 	require.ErrorIs(t, la.Err(), backend.ErrLeaseLost)
+	require.ErrorIs(t, la.Err(), backend.ErrMaxHold, "the loss names its cause")
 	lb := s.acquire(t, b, name, s.expiry)
 	assert.Greater(t, lb.Token(), la.Token())
 	requireNotBefore(t, time.Now(), la)
