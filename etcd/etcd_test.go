@@ -247,6 +247,38 @@ func TestHolderLeaseRevokedFiresLoss(t *testing.T) {
 	require.ErrorIs(t, ls.Err(), backend.ErrLeaseLost)
 }
 
+// A put on the holder's key by another client (no lease: the key would
+// outlive the holder, and status would show a holder that is not) is a
+// loss, seen from the watch on the key, before or after the watch starts;
+// the holder's clean-up then removes the key, so the lock is not stuck.
+func TestForeignPutOnKeyFiresLoss(t *testing.T) {
+	pfx := testPrefix(t)
+	c := client(t)
+	l := locker(t, pfx, backend.WithTTL(long))
+	for _, after := range []time.Duration{0, 2 * ownWatchDelay} {
+		ls, err := l.Acquire(tctx(t, 10*time.Second), "h")
+		require.NoError(t, err)
+		key := string(keyOf(t, c, pfx, ls).Key)
+		time.Sleep(after)
+		_, err = c.Put(tctx(t, 10*time.Second), key, "someone else")
+		require.NoError(t, err)
+		select {
+		case <-ls.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("loss signal did not fire within 5s of a foreign put %v after the grant (renewal is 10s away)", after)
+		}
+		require.ErrorIs(t, ls.Err(), backend.ErrLeaseLost)
+		require.Eventually(t, func() bool {
+			resp, err := c.Get(tctx(t, 10*time.Second), key)
+			return err == nil && len(resp.Kvs) == 0
+		}, 10*time.Second, 10*time.Millisecond, "the overwritten key, with no lease, is removed")
+		_ = ls.Release(tctx(t, 10*time.Second))
+		next, err := l.TryAcquire(tctx(t, 10*time.Second), "h")
+		require.NoError(t, err, "the lock is free again")
+		release(t, next)
+	}
+}
+
 // A stale Release never deletes a newer holder's key.
 func TestReleaseNeverDeletesNewerHolder(t *testing.T) {
 	pfx := testPrefix(t)

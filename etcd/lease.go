@@ -381,37 +381,41 @@ func (l *lease) lostError(key string) error {
 // key's creation, so it misses nothing.
 const ownWatchDelay = 50 * time.Millisecond
 
-// watchOwnKey watches our key for its deletion, from the revision after its
-// creation, once it has existed for ownWatchDelay, and closes l.lost when it
-// is deleted. It runs on the driver's own-key watch stream, and no operation
-// waits for it.
+// watchOwnKey watches our key, from the revision after its creation, once
+// it has existed for ownWatchDelay, and closes l.lost when it is deleted or
+// written by anyone else: a put by another client (etcdctl put, a
+// misconfigured tool with the same role) detaches the key from our lease,
+// so it would outlive us, and replaces our value, so status tools would
+// show a holder that is not; this acquisition never writes its key again,
+// so any put is someone else's. It runs on the driver's own-key watch
+// stream, and no operation waits for it.
 func (l *lease) watchOwnKey(key string, rev int64) {
+	id, _ := l.current()
 	ctx, cancel := context.WithCancel(l.d.watches)
 	timer := time.AfterFunc(ownWatchDelay, func() {
 		if ctx.Err() != nil || !l.d.track() {
 			return // released, or the driver is closed: renewal finds out
 		}
 		defer l.d.bg.Done()
-		l.watchOwnKeyFrom(ctx, key, rev)
+		l.watchOwnKeyFrom(ctx, key, rev, id)
 	})
 	l.mu.Lock()
 	l.stopOwn = func() { timer.Stop(); cancel() }
 	l.mu.Unlock()
 }
 
-func (l *lease) watchOwnKeyFrom(ctx context.Context, key string, rev int64) {
+func (l *lease) watchOwnKeyFrom(ctx context.Context, key string, rev int64, id clientv3.LeaseID) {
 	from := rev + 1
 	backoff := 10 * time.Millisecond
 	for {
-		for wr := range l.d.client.Watch(ctx, key, clientv3.WithRev(from), clientv3.WithFilterPut()) {
+		for wr := range l.d.client.Watch(ctx, key, clientv3.WithRev(from)) {
 			if wr.Err() != nil || wr.Canceled {
 				break
 			}
-			for _, ev := range wr.Events {
-				if ev.Type == mvccpb.DELETE {
-					l.markLost()
-					return
-				}
+			if len(wr.Events) > 0 {
+				// A delete, or a put: ours was the key's only write.
+				l.markLost()
+				return
 			}
 			if wr.Header.Revision >= from {
 				from = wr.Header.Revision + 1
@@ -434,7 +438,7 @@ func (l *lease) watchOwnKeyFrom(ctx context.Context, key string, rev int64) {
 		if err != nil {
 			continue
 		}
-		if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != rev {
+		if len(resp.Kvs) == 0 || resp.Kvs[0].ModRevision != rev || resp.Kvs[0].Lease != int64(id) {
 			l.markLost()
 			return
 		}
