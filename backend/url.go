@@ -143,8 +143,9 @@ func ParseURL(rawURL string) (*url.URL, error) {
 	switch {
 	case u.Scheme == "":
 		return nil, fmt.Errorf("%w: no scheme: want scheme://host/path, such as etcd://localhost:2379/locks", ErrInvalidURL)
-	case u.Opaque != "":
-		// "etcd:u:pw@h" parses as opaque text: never echoed.
+	case u.Opaque != "" || !strings.HasPrefix(rawURL[len(u.Scheme)+1:], "//"):
+		// "etcd:u:pw@h" parses as opaque text, "etcd:/u:pw@h" as a path:
+		// never echoed.
 		return nil, fmt.Errorf("%w: %s: URL without //: want %s://host/path", ErrInvalidURL, u.Scheme, u.Scheme)
 	case u.Fragment != "" || strings.Contains(rawURL, "#"):
 		return nil, fmt.Errorf("%w: %s: a URL fragment (#...) is not allowed", ErrInvalidURL, RedactURL(u))
