@@ -74,10 +74,10 @@ func open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 		if client != nil {
 			_ = client.Close()
 		}
-		if err == nil {
+		if err == nil || errors.Is(err, context.Canceled) {
 			err = context.Cause(dctx)
 		}
-		return nil, unreachable(withMismatch(ctx, addr, cfg.TLS, err))
+		return nil, unreachable(err)
 	}
 	if err != nil {
 		cancelClient()
@@ -85,7 +85,7 @@ func open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 			return nil, fmt.Errorf("%w: etcd: %s: %w", backend.ErrPermission, backend.RedactURL(u), err)
 		}
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || isUnavailable(err) {
-			return nil, unreachable(withMismatch(ctx, addr, cfg.TLS, err))
+			return nil, unreachable(withMismatch(dctx, addr, cfg.TLS, err))
 		}
 		return nil, fmt.Errorf("etcd: new client for %s: %w", backend.RedactURL(u), err)
 	}
@@ -107,7 +107,7 @@ func open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 	select {
 	case err := <-got:
 		if err != nil {
-			return fail(withMismatch(ctx, addr, cfg.TLS, err))
+			return fail(withMismatch(dctx, addr, cfg.TLS, err))
 		}
 		return newDriver(client, prefix, true), nil
 	case <-timer.C:
@@ -145,7 +145,8 @@ func isUnavailable(err error) bool {
 }
 
 // withMismatch adds to err what a probe of addr finds wrong with TLS, if
-// anything (within backend.TLSProbeTimeout and ctx).
+// anything (within backend.TLSProbeTimeout and ctx, which ends with the
+// dial timeout: the probe never makes Open overstay it).
 func withMismatch(ctx context.Context, addr string, tc *tls.Config, err error) error {
 	if ctx.Err() != nil {
 		return err

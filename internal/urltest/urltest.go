@@ -24,11 +24,9 @@ import (
 // contain it.
 const Secret = "s3cr3t-pw"
 
-// Bad is a URL that Open must refuse, with Want in its error.
-type Bad struct {
-	URL  string
-	Want string
-}
+// Bad is a URL that Open must refuse ([0]) and what its error must say
+// ([1]).
+type Bad [2]string
 
 // ParseBound is how soon a URL that fails before any dial must fail: far
 // more than it needs, for busy CI machines; a dial would take longer (the
@@ -97,7 +95,8 @@ func (s *Sentinel) Accepted() int64 { return s.accepted.Load() }
 func RequireRefused(t *testing.T, s *Sentinel, cases []Bad) {
 	t.Helper()
 	for _, tc := range cases {
-		t.Run(strings.ReplaceAll(tc.URL, "/", "_"), func(t *testing.T) {
+		raw, want := tc[0], tc[1]
+		t.Run(strings.ReplaceAll(raw, "/", "_"), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			var before int64
@@ -105,17 +104,17 @@ func RequireRefused(t *testing.T, s *Sentinel, cases []Bad) {
 				before = s.Accepted()
 			}
 			start := time.Now()
-			l, err := backend.Open(ctx, tc.URL)
+			l, err := backend.Open(ctx, raw)
 			took := time.Since(start)
 			if err == nil {
 				_ = l.Close()
-				t.Fatalf("%s opened", tc.URL)
+				t.Fatalf("%s opened", raw)
 			}
-			require.ErrorIs(t, err, backend.ErrInvalidURL, tc.URL)
-			assert.Contains(t, err.Error(), tc.Want, tc.URL)
-			assert.Less(t, took, ParseBound, "%s: refused after %v: it must fail before any dial", tc.URL, took)
+			require.ErrorIs(t, err, backend.ErrInvalidURL, raw)
+			assert.Contains(t, err.Error(), want, raw)
+			assert.Less(t, took, ParseBound, "%s: refused after %v: it must fail before any dial", raw, took)
 			if s != nil {
-				assert.Equal(t, before, s.Accepted(), "%s: Open connected before refusing the URL", tc.URL)
+				assert.Equal(t, before, s.Accepted(), "%s: Open connected before refusing the URL", raw)
 			}
 			NoLeak(t, err, Secret)
 		})
@@ -148,4 +147,43 @@ func NoLeak(t *testing.T, err error, secret string) {
 		walk(errors.Unwrap(e))
 	}
 	walk(err)
+}
+
+// ClosedPort returns a 127.0.0.1 address nothing listens on.
+func ClosedPort(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(tb, err)
+	addr := ln.Addr().String()
+	require.NoError(tb, ln.Close())
+	return addr
+}
+
+// OpenFails opens rawURL with ctx, checks that Open fails within bound,
+// and returns its error (a Locker that opens is closed and fails the
+// test).
+func OpenFails(t *testing.T, ctx context.Context, rawURL string, bound time.Duration) error {
+	t.Helper()
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		l, err := backend.Open(ctx, rawURL)
+		if err == nil {
+			_ = l.Close()
+			err = errors.New("opened")
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		took := time.Since(start)
+		t.Logf("%s: after %v: %v", rawURL, took, err)
+		require.Error(t, err)
+		require.NotEqual(t, "opened", err.Error(), "%s opened", rawURL)
+		assert.Less(t, took, bound, "%s: Open took %v", rawURL, took)
+		return err
+	case <-time.After(bound + 30*time.Second):
+		t.Fatalf("%s: Open still waits after %v", rawURL, bound+30*time.Second)
+		return nil
+	}
 }
