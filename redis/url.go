@@ -119,10 +119,10 @@ func ping(ctx context.Context, c *goredis.Client, opt *goredis.Options, dials *d
 	defer timer.Stop()
 	select {
 	case err := <-got:
-		if err == nil || refused(err) || ctx.Err() != nil {
+		if err == nil || refused(err) || dctx.Err() != nil {
 			return result(err, nil)
 		}
-		return result(err, mismatch(ctx, opt.Addr, opt.TLSConfig))
+		return result(err, mismatch(dctx, opt.Addr, opt.TLSConfig))
 	case <-timer.C:
 	}
 	probed := make(chan error, 1)
