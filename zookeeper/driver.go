@@ -279,17 +279,20 @@ func (d *driver) dial(ctx context.Context, ttl time.Duration, anyTimeout bool) (
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go func() {
-		failed := make(chan struct{}) // never closed without TLS
+		// Without TLS, failed is nil; with TLS, closedEarly is (the
+		// handshake's failure is the TLS dialer's to count).
+		var failed <-chan struct{}
+		closedEarly := watch.closedEarly
 		if td != nil {
-			failed = td.failed
+			failed, closedEarly = td.failed, nil
 		}
 		select {
 		case <-failed:
 			cancel(fmt.Errorf("every server failed TLS: %w", td.lastErr()))
-		case addr := <-watch.closedEarly:
+		case addr := <-closedEarly:
 			// A plain client at a TLS port: the server closes the
 			// connection without a word.
-			if td == nil && backend.SpeaksTLS(wctx, addr) {
+			if backend.SpeaksTLS(wctx, addr) {
 				cancel(errors.New(backend.PlainToTLSHint(addr, "zks")))
 			}
 		case <-wctx.Done():
