@@ -1,17 +1,21 @@
 package backend
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Scheme is how an adapter package opens its URLs. Adapters register theirs
@@ -69,21 +73,32 @@ func Schemes() []string {
 // "etcd://h1:2379,h2:2379/prefix?ttl=10s" or "mem://". The scheme must have
 // been registered by importing its adapter package (for its side effect, as
 // with database/sql drivers). opts are applied after the URL's common
-// parameters. An unknown scheme or query parameter is an error matching
-// ErrInvalidURL that lists what is known.
+// parameters.
+//
+// Every part of the URL is checked before any connection is attempted: a
+// URL that does not parse, an unknown scheme, an unknown, repeated or
+// malformed query parameter, or a value out of range (a TTL that is not
+// positive, a drift margin not smaller than the TTL, ...) is an error
+// matching ErrInvalidURL that names the parameter and says why (and lists
+// what is known); a value out of range matches ErrInvalidOption too. No
+// error of Open carries the URL's password: a URL is echoed redacted
+// (RedactURL), and a URL that does not parse is not echoed at all.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Locker, error) {
-	u, err := url.Parse(rawURL)
+	u, err := ParseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidURL, err)
+		return nil, err
 	}
 	schemesMu.RLock()
 	s, ok := schemes[u.Scheme]
 	schemesMu.RUnlock()
 	if !ok {
-		return nil, fmt.Errorf("%w: unknown scheme %q in %q (known: %s; import the adapter package to register its scheme)",
-			ErrInvalidURL, u.Scheme, u.Redacted(), strings.Join(Schemes(), ", "))
+		return nil, fmt.Errorf("%w: unknown scheme %q in %s (known: %s; import the adapter package to register its scheme)",
+			ErrInvalidURL, u.Scheme, RedactURL(u), strings.Join(Schemes(), ", "))
 	}
-	q := u.Query()
+	q, err := URLQuery(u)
+	if err != nil {
+		return nil, err
+	}
 	known := append(slices.Clone(CommonParams), s.Params...)
 	for k := range q {
 		if !slices.Contains(known, k) {
@@ -101,7 +116,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Locker, error) {
 		return nil, err
 	}
 	if _, err := defaults(drv, common); err != nil {
-		err = fmt.Errorf("%w: %s: %w", ErrInvalidURL, u.Redacted(), err)
+		err = fmt.Errorf("%w: %s: %w", ErrInvalidURL, RedactURL(u), err)
 		return nil, errors.Join(err, drv.Close())
 	}
 	l, err := New(drv, append(common, opts...)...)
@@ -111,17 +126,153 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Locker, error) {
 	return l, nil
 }
 
+// ParseURL parses a backend URL for Open and adapters' own Open functions.
+// Its errors match ErrInvalidURL and never carry the raw URL: url.Parse
+// quotes its input (and a misplaced password, "etcd://u:pw/x@h", parses
+// as a host with port "pw"), so only a redacted description of what is
+// wrong is kept. The URL must have a scheme and an authority
+// ("scheme://..."), and no fragment.
+func ParseURL(rawURL string) (*url.URL, error) {
+	if rawURL == "" {
+		return nil, fmt.Errorf("%w: empty URL", ErrInvalidURL)
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrInvalidURL, parseErrorText(err))
+	}
+	switch {
+	case u.Scheme == "":
+		return nil, fmt.Errorf("%w: no scheme: want scheme://host/path, such as etcd://localhost:2379/locks", ErrInvalidURL)
+	case u.Opaque != "" || !strings.HasPrefix(rawURL[len(u.Scheme)+1:], "//"):
+		// "etcd:u:pw@h" parses as opaque text, "etcd:/u:pw@h" as a path:
+		// never echoed.
+		return nil, fmt.Errorf("%w: %s: URL without //: want %s://host/path", ErrInvalidURL, u.Scheme, u.Scheme)
+	case u.Fragment != "" || strings.Contains(rawURL, "#"):
+		return nil, fmt.Errorf("%w: %s: a URL fragment (#...) is not allowed", ErrInvalidURL, RedactURL(u))
+	}
+	return u, nil
+}
+
+// quoted matches the quoted parts of url.Parse's errors, which are pieces
+// of the input.
+var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+
+// parseErrorText describes an error of url.Parse without the input it
+// quotes: for "etcd://app:secret@host:notaport/locks" it is `invalid port
+// after host`, never the URL.
+func parseErrorText(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	msg := strings.TrimPrefix(quoted.ReplaceAllString(err.Error(), ""), "net/url: ")
+	msg = strings.Join(strings.Fields(msg), " ")
+	hint := ""
+	switch {
+	case strings.Contains(msg, "port"):
+		hint = " (a port is a number from 1 to 65535; a password holding / ? # @ or : must be percent-encoded)"
+	case strings.Contains(msg, "escape"):
+		hint = " (write % as %25)"
+	case strings.Contains(msg, "missing ']'"):
+		hint = " (IPv6 addresses go in brackets: [::1]:2379)"
+	}
+	return "cannot parse the URL: " + msg + hint
+}
+
+// RedactURL returns u as a string without secrets, for error messages: the
+// password of its userinfo is replaced by xxxxx (as url.URL.Redacted does),
+// and so are opaque text, a fragment and, if u has no host, a path that
+// holds '@' (a userinfo that did not parse as one).
+func RedactURL(u *url.URL) string {
+	if u == nil {
+		return ""
+	}
+	c := *u
+	if c.User != nil {
+		if _, has := c.User.Password(); has {
+			c.User = url.UserPassword(c.User.Username(), "xxxxx")
+		}
+	}
+	if c.Opaque != "" {
+		c.Opaque = "xxxxx"
+	}
+	if c.Fragment != "" || c.RawFragment != "" {
+		c.Fragment, c.RawFragment = "xxxxx", ""
+	}
+	if c.Host == "" && strings.Contains(c.Path, "@") {
+		c.Path, c.RawPath = "/xxxxx", ""
+	}
+	return c.String()
+}
+
+// URLQuery returns the query parameters of u, strictly: a malformed query
+// (a bad %-escape, a ';' separator, a parameter without a name) or a
+// parameter given twice ("ttl=1s&ttl=2s") is an error matching
+// ErrInvalidURL, where url.URL.Query would drop the first silently and use
+// the first value of the second.
+func URLQuery(u *url.URL) (url.Values, error) {
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return nil, fmt.Errorf("%w: malformed query: %s", ErrInvalidURL, strings.TrimPrefix(quoted.ReplaceAllString(err.Error(), ""), "net/url: "))
+	}
+	keys := make([]string, 0, len(q))
+	for k := range q {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if k == "" {
+			return nil, fmt.Errorf("%w: a query parameter without a name", ErrInvalidURL)
+		}
+		if n := len(q[k]); n > 1 {
+			return nil, fmt.Errorf("%w: query parameter %s given %d times: give it once", ErrInvalidURL, k, n)
+		}
+	}
+	return q, nil
+}
+
+// valueError is an error about a parameter's value that is out of range:
+// it matches ErrInvalidURL and ErrInvalidOption.
+type valueError struct{ msg string }
+
+func (e *valueError) Error() string { return ErrInvalidURL.Error() + ": " + e.msg }
+func (e *valueError) Is(target error) bool {
+	return target == ErrInvalidURL || target == ErrInvalidOption
+}
+
+// URLValueError returns an error for a query parameter whose value is out
+// of range, for adapters' URL parsers: it reads "fencelock: invalid URL:
+// key=value: why" and matches both ErrInvalidURL and ErrInvalidOption.
+func URLValueError(key, value, why string) error {
+	return &valueError{msg: fmt.Sprintf("%s=%q: %s", key, value, why)}
+}
+
 func commonOptions(q url.Values) ([]Option, error) {
 	var opts []Option
+	var s settings
 	for _, d := range []struct {
 		key string
 		opt func(time.Duration) Option
-	}{{"ttl", WithTTL}, {"max_hold", WithMaxHold}, {"drift", WithDriftMargin}} {
+		to  *time.Duration
+	}{{"ttl", WithTTL, &s.ttl}, {"max_hold", WithMaxHold, &s.maxHold}, {"drift", WithDriftMargin, &s.drift}} {
 		if v, ok, err := URLDuration(q, d.key); err != nil {
 			return nil, err
 		} else if ok {
 			opts = append(opts, d.opt(v))
+			*d.to = v
 		}
+	}
+	// The checks of resolve that need no driver, before any dial; the
+	// driver's minimum TTL is checked by the adapter's parser or after it.
+	switch {
+	case q.Has("ttl") && s.ttl <= 0:
+		return nil, URLValueError("ttl", q.Get("ttl"), "the TTL must be positive")
+	case q.Has("max_hold") && s.maxHold < 0:
+		return nil, URLValueError("max_hold", q.Get("max_hold"), "must not be negative (0 means no limit)")
+	case q.Has("drift") && s.drift < 0:
+		return nil, URLValueError("drift", q.Get("drift"), "must not be negative (0 turns the margin off)")
+	case q.Has("drift") && s.drift >= cmp.Or(s.ttl, DefaultTTL):
+		return nil, URLValueError("drift", q.Get("drift"), fmt.Sprintf("the drift margin must be smaller than the TTL (%v)", cmp.Or(s.ttl, DefaultTTL)))
 	}
 	if q.Has("auto_renew") {
 		on, err := strconv.ParseBool(q.Get("auto_renew"))
@@ -131,7 +282,14 @@ func commonOptions(q url.Values) ([]Option, error) {
 		opts = append(opts, WithAutoRenew(on))
 	}
 	if q.Has("holder") {
-		opts = append(opts, WithHolder(q.Get("holder")))
+		h := q.Get("holder")
+		if h == "" {
+			return nil, fmt.Errorf("%w: holder is empty (leave it out for the default, hostname:pid)", ErrInvalidURL)
+		}
+		if !utf8.ValidString(h) || strings.IndexFunc(h, unicode.IsControl) >= 0 {
+			return nil, fmt.Errorf("%w: holder %q is not printable UTF-8", ErrInvalidURL, h)
+		}
+		opts = append(opts, WithHolder(h))
 	}
 	return opts, nil
 }
@@ -147,6 +305,17 @@ func URLDuration(q url.Values, key string) (d time.Duration, ok bool, err error)
 		return 0, false, fmt.Errorf("%w: %s=%q is not a duration such as 10s", ErrInvalidURL, key, q.Get(key))
 	}
 	return d, true, nil
+}
+
+// URLPositiveDuration is URLDuration for a parameter that must be
+// positive, such as a timeout: zero or less is an error matching
+// ErrInvalidURL and ErrInvalidOption.
+func URLPositiveDuration(q url.Values, key string) (d time.Duration, ok bool, err error) {
+	d, ok, err = URLDuration(q, key)
+	if err == nil && ok && d <= 0 {
+		return 0, false, URLValueError(key, q.Get(key), "must be positive")
+	}
+	return d, ok, err
 }
 
 // URLUser returns the user name and password of u's userinfo, for adapters'

@@ -25,10 +25,17 @@
 //     when the URL is opened.
 //
 // TLS (1.2 or later) is on if and only if the scheme is etcds:
-// "etcds://h:2379" verifies the servers against the system roots. If Open
-// cannot reach an etcds cluster, its error also says why a TLS handshake
-// with the first endpoint fails, if one does (an unknown authority, a
-// client certificate required). A Locker opened from a URL owns its client
+// "etcds://h:2379" verifies the servers against the system roots. Open
+// (backend.Open) checks the URL before it dials: a dial_timeout that is not
+// positive, a ttl under MinTTL or not whole seconds, a user without a
+// password (clientv3 would silently not authenticate) are errors matching
+// backend.ErrInvalidURL. It then authenticates and reads once within
+// dial_timeout and the context; a cluster it cannot reach is an error
+// matching backend.ErrUnavailable, a refused user one matching
+// backend.ErrPermission. If the cluster has not answered after 250ms, Open
+// probes the first endpoint: an etcds URL whose TLS handshake fails (an
+// unknown authority, a client certificate required, a plain port) and an
+// etcd URL aimed at a TLS port fail at once, with an error that says so. A Locker opened from a URL owns its client
 // and closes it on Close; New never closes the client it is given.
 //
 // # Key layout and token

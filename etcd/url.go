@@ -5,11 +5,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -32,7 +32,14 @@ func init() {
 	backend.Register("etcds", backend.Scheme{Params: Params, Open: open})
 }
 
-// open opens a driver that owns its client, for backend.Open.
+// probeDelay is how long open waits for the cluster to answer before it
+// also probes the first endpoint for a TLS mismatch (a plain URL aimed at a
+// TLS port, or a TLS URL at a plain one), so that such a URL fails in well
+// under dial_timeout and says why.
+const probeDelay = 250 * time.Millisecond
+
+// open opens a driver that owns its client, for backend.Open. It returns
+// within dial_timeout, and when ctx ends.
 func open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 	cfg, prefix, err := parseURL(u)
 	if err != nil {
@@ -41,72 +48,132 @@ func open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	addr := strings.TrimPrefix(strings.TrimPrefix(cfg.Endpoints[0], "https://"), "http://")
+	dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	defer cancel()
+	unreachable := func(err error) error {
+		over := "without TLS"
+		if cfg.TLS != nil {
+			over = "over TLS"
+		}
+		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
+		}
+		return fmt.Errorf("%w: etcd: cannot reach %s %s within dial_timeout %v: %w", backend.ErrUnavailable, backend.RedactURL(u), over, cfg.DialTimeout, err)
+	}
+
+	// clientv3.New authenticates a user at once, within its dial timeout
+	// and its Context, which is also the client's lifetime: a context of
+	// its own, cancelled if ctx ends first.
+	clientCtx, cancelClient := context.WithCancel(context.Background())
+	stop := context.AfterFunc(dctx, cancelClient)
+	cfg.Context = clientCtx
 	client, err := clientv3.New(cfg)
+	if !stop() {
+		// ctx or the dial timeout ended first.
+		if client != nil {
+			_ = client.Close()
+		}
+		if err == nil || errors.Is(err, context.Canceled) {
+			err = context.Cause(dctx)
+		}
+		return nil, unreachable(err)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("etcd: new client for %s: %w", u.Redacted(), err)
+		cancelClient()
+		if errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrPermissionDenied) {
+			return nil, fmt.Errorf("%w: etcd: %s: %w", backend.ErrPermission, backend.RedactURL(u), err)
+		}
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || isUnavailable(err) {
+			return nil, unreachable(withMismatch(dctx, addr, cfg.TLS, err))
+		}
+		return nil, fmt.Errorf("etcd: new client for %s: %w", backend.RedactURL(u), err)
 	}
 	// clientv3 dials lazily: one cheap read, bounded by the dial timeout,
 	// makes an unreachable cluster an error of Open rather than a wait that
-	// looks like a held lock.
-	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
-	defer cancel()
-	if _, err := client.Get(pctx, prefix, clientv3.WithSerializable(), clientv3.WithCountOnly()); err != nil {
+	// looks like a held lock. While it waits, a probe looks for a TLS
+	// mismatch, which gRPC would only report as its deadline.
+	got := make(chan error, 1)
+	go func() {
+		_, err := client.Get(dctx, prefix, clientv3.WithSerializable(), clientv3.WithCountOnly())
+		got <- err
+	}()
+	fail := func(err error) (backend.Driver, error) {
 		_ = client.Close()
-		if cfg.TLS != nil && ctx.Err() == nil {
-			if herr := tlsCheck(ctx, cfg.Endpoints[0], cfg.TLS); herr != nil {
-				err = fmt.Errorf("%w (TLS with %s: %v)", err, strings.TrimPrefix(cfg.Endpoints[0], "https://"), herr)
-			}
+		return nil, unreachable(err)
+	}
+	timer := time.NewTimer(probeDelay)
+	defer timer.Stop()
+	select {
+	case err := <-got:
+		if err != nil {
+			return fail(withMismatch(dctx, addr, cfg.TLS, err))
 		}
-		return nil, fmt.Errorf("etcd: cannot reach %s within dial_timeout %v: %w", u.Redacted(), cfg.DialTimeout, err)
+		return newDriver(client, prefix, true), nil
+	case <-timer.C:
+	}
+	probed := make(chan error, 1)
+	go func() { probed <- mismatch(dctx, addr, cfg.TLS) }()
+	select {
+	case err := <-got:
+		if err != nil {
+			if perr := <-probed; perr != nil {
+				err = fmt.Errorf("%w (%v)", err, perr)
+			}
+			return fail(err)
+		}
+		return newDriver(client, prefix, true), nil
+	case perr := <-probed:
+		if perr != nil {
+			cancel()
+			<-got
+			return fail(perr)
+		}
+	}
+	if err := <-got; err != nil {
+		return fail(err)
 	}
 	return newDriver(client, prefix, true), nil
 }
 
-// tlsCheckTimeout bounds tlsCheck.
-const tlsCheckTimeout = time.Second
+// isUnavailable reports whether err is gRPC's Unavailable or
+// DeadlineExceeded, as clientv3.New returns for a server it cannot
+// authenticate with because it cannot reach it.
+func isUnavailable(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "code = Unavailable") || strings.Contains(s, "code = DeadlineExceeded") || strings.Contains(s, "context deadline exceeded")
+}
 
-// tlsCheck tells why TLS with an https endpoint fails, if it does: gRPC
-// keeps the handshake's error to itself and the client only reports its
-// deadline, so a wrong CA or a missing client certificate would look like
-// an unreachable server. It handshakes once with tc and reads briefly, as a
-// server refuses a client certificate after a TLS 1.3 handshake. A server
-// that cannot be reached, answers, or does not within the bound is no TLS
-// problem: nil.
-func tlsCheck(ctx context.Context, endpoint string, tc *tls.Config) error {
-	ctx, cancel := context.WithTimeout(ctx, tlsCheckTimeout)
-	defer cancel()
-	hostport := strings.TrimPrefix(endpoint, "https://")
-	var d net.Dialer
-	raw, err := d.DialContext(ctx, "tcp", hostport)
-	if err != nil {
-		return nil
+// withMismatch adds to err what a probe of addr finds wrong with TLS, if
+// anything (within backend.TLSProbeTimeout and ctx, which ends with the
+// dial timeout: the probe never makes Open overstay it).
+func withMismatch(ctx context.Context, addr string, tc *tls.Config, err error) error {
+	if ctx.Err() != nil {
+		return err
 	}
-	defer raw.Close()
-	tc = tc.Clone()
-	if tc.ServerName == "" {
-		tc.ServerName, _, _ = net.SplitHostPort(hostport)
+	if perr := mismatch(ctx, addr, tc); perr != nil {
+		return fmt.Errorf("%w (%v)", err, perr)
 	}
-	conn := tls.Client(raw, tc)
-	deadline, _ := ctx.Deadline()
-	_ = conn.SetDeadline(deadline)
-	err = conn.HandshakeContext(ctx)
-	if err == nil {
-		_, err = conn.Read(make([]byte, 1))
-	}
-	var nerr net.Error
-	if err == nil || ctx.Err() != nil || (errors.As(err, &nerr) && nerr.Timeout()) {
-		return nil
-	}
-	// A failed verification, a TLS alert (remote error: tls: ...), or a
-	// connection closed during or right after the handshake.
 	return err
+}
+
+// mismatch tells why TLS with addr fails for an etcds URL (tc set), or
+// that addr speaks TLS for an etcd URL; nil if it finds nothing wrong.
+func mismatch(ctx context.Context, addr string, tc *tls.Config) error {
+	if tc != nil {
+		return backend.CheckTLS(ctx, addr, tc)
+	}
+	if backend.SpeaksTLS(ctx, addr) {
+		return errors.New(backend.PlainToTLSHint(addr, "etcds"))
+	}
+	return nil
 }
 
 // parseURL turns an etcd or etcds URL into a client configuration and a key
 // prefix. Every error matches backend.ErrInvalidURL.
 func parseURL(u *url.URL) (clientv3.Config, string, error) {
 	bad := func(format string, args ...any) (clientv3.Config, string, error) {
-		return clientv3.Config{}, "", fmt.Errorf("%w: %s: %s", backend.ErrInvalidURL, u.Redacted(), fmt.Sprintf(format, args...))
+		return clientv3.Config{}, "", fmt.Errorf("%w: %s: %s", backend.ErrInvalidURL, backend.RedactURL(u), fmt.Sprintf(format, args...))
 	}
 	secure := false
 	switch u.Scheme {
@@ -139,21 +206,32 @@ func parseURL(u *url.URL) (clientv3.Config, string, error) {
 		endpoints = append(endpoints, httpScheme+"://"+ep)
 	}
 
-	q := u.Query()
+	q, err := backend.URLQuery(u)
+	if err != nil {
+		return clientv3.Config{}, "", err
+	}
 	// clientv3 logs every retried call at warn level, cancelled waits
 	// included; errors reach the caller anyway.
 	cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: DefaultDialTimeout, Logger: zap.NewNop()}
-	if d, ok, err := backend.URLDuration(q, "dial_timeout"); err != nil {
-		return clientv3.Config{}, "", fmt.Errorf("%w (in %s)", err, u.Redacted())
+	if d, ok, err := backend.URLPositiveDuration(q, "dial_timeout"); err != nil {
+		return clientv3.Config{}, "", err
 	} else if ok {
-		if d <= 0 {
-			return bad("dial_timeout must be positive, got %v", d)
-		}
 		cfg.DialTimeout = d
 	}
-	var err error
+	// The TTL's shape, before any dial: etcd leases count whole seconds.
+	if ttl, ok, err := backend.URLDuration(q, "ttl"); err != nil {
+		return clientv3.Config{}, "", err
+	} else if ok && ttl > 0 && ttl < MinTTL {
+		return clientv3.Config{}, "", backend.URLValueError("ttl", q.Get("ttl"), fmt.Sprintf("under the etcd adapter's minimum of %v", MinTTL))
+	} else if ok && ttl%time.Second != 0 {
+		return clientv3.Config{}, "", backend.URLValueError("ttl", q.Get("ttl"), "etcd lease TTLs are whole seconds")
+	}
 	if cfg.Username, cfg.Password, err = backend.URLUser(u); err != nil {
 		return bad("%v", err)
+	}
+	if cfg.Username != "" && cfg.Password == "" {
+		// clientv3 would silently not authenticate.
+		return bad("user %q has no password: etcd authenticates a user name with its password (etcd://user:password@host)", cfg.Username)
 	}
 
 	if cfg.TLS, err = backend.URLTLS(u, "etcds"); err != nil {

@@ -45,7 +45,20 @@
 //   - wait_replicas, wait_timeout: Config.WaitReplicas and WaitTimeout.
 //   - dial_timeout, read_timeout, write_timeout, pool_size, max_retries,
 //     client_name, protocol and the other go-redis client settings listed
-//     in Params, passed to go-redis's ParseURL.
+//     in Params, passed to go-redis's ParseURL once checked: durations
+//     positive (go-redis reads zero or less as "no timeout", which a lock
+//     client must not have), pool_size at least 1, max_retries at least
+//     -1, protocol 2 or 3, skip_verify on rediss only.
+//
+// The host is one host[:port] (no list: use New with a cluster or Sentinel
+// client). Open checks every parameter before it dials, then sends one
+// PING within dial_timeout (default DefaultDialTimeout, 5s) and the
+// context: a server it cannot reach is an error matching
+// backend.ErrUnavailable, a refused password one matching
+// backend.ErrPermission. If the server has not answered after 250ms, Open
+// probes it: a rediss URL at a plain port (which answers a plain PING, or
+// waits silently for the TLS hello) and a redis URL at a TLS port fail at
+// once with an error that says TLS.
 //
 // # Key layout and token
 //

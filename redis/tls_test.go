@@ -1,7 +1,6 @@
 package redis
 
 import (
-	"context"
 	"net/url"
 	"strings"
 	"testing"
@@ -18,8 +17,8 @@ import (
 // TestOpenTLS opens rediss:// URLs against a redis-server that serves TLS
 // only and requires client certificates: the URL with the CA and the
 // client pair works, and so does skip_verify; one that lacks either, or
-// that speaks plain redis://, fails at the first operation (Open does not
-// dial), within the bound, without hanging.
+// that speaks plain redis://, fails in Open (which pings), within
+// dial_timeout, with an error that says TLS.
 func TestOpenTLS(t *testing.T) {
 	f := tlstest.New(t)
 	s := redistest.Start(t, redistest.WithTLS(f))
@@ -41,18 +40,10 @@ func TestOpenTLS(t *testing.T) {
 
 	locktest.Refused(t, 10*time.Second, []locktest.Refusal{
 		// No cacert: the system roots do not know the test CA.
-		{Name: "system roots", URL: base + clientPair, Want: "x509: certificate signed by unknown authority", Bound: 5 * time.Second},
+		{Name: "system roots", URL: base + clientPair, Want: "x509: certificate signed by unknown authority", Bound: 3 * time.Second},
 		// tls-auth-clients yes.
-		{Name: "no client certificate", URL: base + "&cacert=" + url.QueryEscape(f.CA), Want: "certificate required", Bound: 5 * time.Second},
+		{Name: "no client certificate", URL: base + "&cacert=" + url.QueryEscape(f.CA), Want: "certificate required", Bound: 3 * time.Second},
 		// Plain RESP to a TLS port.
-		{Name: "plain URL", URL: strings.Replace(base, "rediss://", "redis://", 1), Bound: 5 * time.Second},
-	}, func(t *testing.T, ctx context.Context, raw string) error {
-		// Open does not dial: the first operation fails, within
-		// dial_timeout, not the context.
-		l, err := backend.Open(ctx, raw)
-		require.NoError(t, err, "Open does not dial")
-		defer l.Close()
-		_, err = l.TryAcquire(ctx, "n")
-		return err
-	})
+		{Name: "plain URL", URL: strings.Replace(base, "rediss://", "redis://", 1), Want: "speaks TLS: use the rediss:// scheme", Bound: 3 * time.Second},
+	}, locktest.OpenErr) // Open pings: bounded by dial_timeout, not the context
 }

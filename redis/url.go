@@ -2,10 +2,16 @@ package redis
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -33,37 +39,308 @@ func init() {
 	}
 }
 
+// DefaultDialTimeout is the client's dial timeout when the URL does not set
+// dial_timeout (go-redis's default), and Open's bound on its first PING.
+const DefaultDialTimeout = 5 * time.Second
+
+// probeDelay is how long open waits for the server's first answer before
+// it also probes it for a TLS mismatch, so that a redis:// URL aimed at a
+// TLS port, or a rediss:// URL at a plain one, fails well within
+// dial_timeout and says why.
+const probeDelay = 250 * time.Millisecond
+
+// open opens a client and checks, with one PING bounded by dial_timeout and
+// ctx, that the server can be reached and accepts the credentials: an
+// unreachable server, a wrong password or a TLS mismatch is an error of
+// Open, not of the first acquisition.
 func open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 	opt, cfg, err := parseURL(u)
 	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	// A blocked request returns when its context ends, not after the
 	// client's read timeout: Acquire's deadline holds while the server
 	// cannot be reached.
 	opt.ContextTimeoutEnabled = true
+	dials := &dialLog{}
+	opt.Dialer = dials.dialer(opt)
 	c := goredis.NewClient(opt)
 	d, err := newDriver(c, cfg, c)
 	if err != nil {
 		_ = c.Close()
 		return nil, err
 	}
+	if err := ping(ctx, c, opt, dials); err != nil {
+		_ = d.Close()
+		return nil, fmt.Errorf("redis: %s: %w", backend.RedactURL(u), err)
+	}
 	return d, nil
 }
 
+// ping sends one PING within opt.DialTimeout and ctx; while it waits, a
+// probe looks for a TLS mismatch.
+func ping(ctx context.Context, c *goredis.Client, opt *goredis.Options, dials *dialLog) error {
+	dctx, cancel := context.WithTimeout(ctx, opt.DialTimeout)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() { got <- c.Ping(dctx).Err() }()
+	unreachable := func(err error) error {
+		if derr := dials.last(); derr != nil && !strings.Contains(err.Error(), derr.Error()) {
+			err = fmt.Errorf("%w (%v)", err, derr)
+		}
+		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
+		}
+		over := "without TLS"
+		if opt.TLSConfig != nil {
+			over = "over TLS"
+		}
+		return fmt.Errorf("%w: cannot reach %s %s within dial_timeout %v: %w", backend.ErrUnavailable, opt.Addr, over, opt.DialTimeout, err)
+	}
+	refused := func(err error) bool {
+		s := err.Error()
+		return strings.HasPrefix(s, "WRONGPASS") || strings.HasPrefix(s, "NOAUTH") || strings.HasPrefix(s, "NOPERM")
+	}
+	result := func(err error, perr error) error {
+		switch {
+		case err == nil:
+			return nil
+		case refused(err):
+			return fmt.Errorf("%w: %w", backend.ErrPermission, err)
+		case perr != nil:
+			return unreachable(fmt.Errorf("%w (%v)", err, perr))
+		}
+		return unreachable(err)
+	}
+	timer := time.NewTimer(probeDelay)
+	defer timer.Stop()
+	select {
+	case err := <-got:
+		if err == nil || refused(err) || dctx.Err() != nil {
+			return result(err, nil)
+		}
+		return result(err, mismatch(dctx, opt.Addr, opt.TLSConfig))
+	case <-timer.C:
+	}
+	probed := make(chan error, 1)
+	go func() { probed <- mismatch(dctx, opt.Addr, opt.TLSConfig) }()
+	select {
+	case err := <-got:
+		if err == nil {
+			return nil
+		}
+		return result(err, <-probed)
+	case perr := <-probed:
+		if perr != nil {
+			cancel()
+			<-got
+			return fmt.Errorf("%w: cannot reach %s within dial_timeout %v: %w", backend.ErrUnavailable, opt.Addr, opt.DialTimeout, perr)
+		}
+	}
+	return result(<-got, nil)
+}
+
+// mismatch probes addr for a TLS mismatch: a rediss URL (tc set) at a port
+// that answers plain RESP or fails TLS, or a redis URL at a TLS port. nil
+// if it finds nothing wrong.
+func mismatch(ctx context.Context, addr string, tc *tls.Config) error {
+	if tc == nil {
+		if backend.SpeaksTLS(ctx, addr) {
+			return errors.New(backend.PlainToTLSHint(addr, "rediss"))
+		}
+		return nil
+	}
+	if plainRESP(ctx, addr) {
+		return fmt.Errorf("TLS: the server at %s answers plain RESP, without TLS: use the redis:// scheme, or its TLS port", addr)
+	}
+	return backend.CheckTLS(ctx, addr, tc)
+}
+
+// plainRESP reports whether addr answers a plain PING like a Redis server
+// (+PONG, or an error such as -NOAUTH), within backend.TLSProbeTimeout.
+func plainRESP(ctx context.Context, addr string) bool {
+	ctx, cancel := context.WithTimeout(ctx, backend.TLSProbeTimeout)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	deadline, _ := ctx.Deadline()
+	_ = c.SetDeadline(deadline)
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return false
+	}
+	b := make([]byte, 1)
+	n, _ := c.Read(b)
+	return n == 1 && (b[0] == '+' || b[0] == '-')
+}
+
+// dialLog is the client's dialer (go-redis's, with the TLS handshake's
+// error made explicit), keeping its last failure for Open's error.
+type dialLog struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (l *dialLog) last() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+func (l *dialLog) dialer(opt *goredis.Options) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dialTLS(ctx, opt, network, addr)
+		l.mu.Lock()
+		l.err = err
+		l.mu.Unlock()
+		return c, err
+	}
+}
+
+// dialTLS dials as go-redis's default dialer does, and for rediss does the
+// handshake within the dial timeout and ctx, with an error that says TLS:
+// go-redis's says "i/o timeout" for a plain port that waits silently.
+func dialTLS(ctx context.Context, opt *goredis.Options, network, addr string) (net.Conn, error) {
+	nd := &net.Dialer{Timeout: opt.DialTimeout, KeepAlive: 5 * time.Minute}
+	raw, err := nd.DialContext(ctx, network, addr)
+	if err != nil || opt.TLSConfig == nil {
+		return raw, err
+	}
+	c := tls.Client(raw, opt.TLSConfig)
+	deadline := time.Now().Add(opt.DialTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	_ = c.SetDeadline(deadline)
+	if err := c.HandshakeContext(ctx); err != nil {
+		_ = raw.Close()
+		var ne net.Error
+		switch {
+		case backend.NotTLS(err):
+			return nil, fmt.Errorf("TLS handshake with %s: %w (the server does not seem to speak TLS there: is it a plain port?)", addr, err)
+		case errors.As(err, &ne) && ne.Timeout():
+			return nil, fmt.Errorf("TLS handshake with %s: no answer: %w (a plain Redis port waits silently for a TLS hello: is it one?)", addr, err)
+		}
+		return nil, fmt.Errorf("TLS handshake with %s: %w", addr, err)
+	}
+	_ = c.SetDeadline(time.Time{})
+	return c, nil
+}
+
+// intParams and durationParams are the go-redis client settings with a
+// number or a duration value, with the least each accepts (go-redis takes
+// zero or less to mean "default" or "off": a URL must leave the parameter
+// out for the default, and cannot turn a timeout off). boolParams are
+// true/false/1/0.
+var (
+	intParams = map[string]int{
+		"protocol": 2, "max_retries": -1, "pool_size": 1, "min_idle_conns": 0,
+		"max_idle_conns": 0, "max_active_conns": 0,
+	}
+	durationParams = []string{
+		"min_retry_backoff", "max_retry_backoff", "dial_timeout", "read_timeout",
+		"write_timeout", "pool_timeout", "conn_max_idle_time", "conn_max_lifetime",
+	}
+	boolParams = []string{"pool_fifo", "skip_verify"}
+)
+
+// checkClientParams checks the go-redis settings of q, which go-redis's
+// ParseURL takes with a lenient reading (a negative timeout turns it off).
+func checkClientParams(u *url.URL, q url.Values) error {
+	for _, k := range clientParams {
+		if !q.Has(k) {
+			continue
+		}
+		v := q.Get(k)
+		if least, ok := intParams[k]; ok {
+			n, err := strconv.Atoi(v)
+			switch {
+			case err != nil:
+				return fmt.Errorf("%w: %s=%q is not an integer", backend.ErrInvalidURL, k, v)
+			case k == "protocol" && n != 2 && n != 3:
+				return backend.URLValueError(k, v, "the RESP protocol version is 2 or 3")
+			case n < least:
+				return backend.URLValueError(k, v, fmt.Sprintf("must be at least %d", least))
+			}
+		}
+		if slices.Contains(durationParams, k) {
+			d, err := time.ParseDuration(v)
+			if n, ierr := strconv.Atoi(v); ierr == nil { // go-redis: seconds
+				d, err = time.Duration(n)*time.Second, nil
+			}
+			switch {
+			case err != nil:
+				return fmt.Errorf("%w: %s=%q is not a duration such as 5s", backend.ErrInvalidURL, k, v)
+			case d <= 0:
+				return backend.URLValueError(k, v, "must be positive (leave it out for the default; a lock client cannot turn it off)")
+			}
+		}
+		if slices.Contains(boolParams, k) && v != "true" && v != "false" && v != "1" && v != "0" {
+			return fmt.Errorf("%w: %s=%q is not true or false", backend.ErrInvalidURL, k, v)
+		}
+		if k == "client_name" && (v == "" || strings.ContainsAny(v, " \n\r")) {
+			return fmt.Errorf("%w: client_name=%q: a client name is not empty and has no spaces", backend.ErrInvalidURL, v)
+		}
+		if k == "skip_verify" && u.Scheme != "rediss" {
+			return fmt.Errorf("%w: skip_verify is a TLS setting: use the rediss:// scheme for TLS", backend.ErrInvalidURL)
+		}
+	}
+	if q.Has("min_retry_backoff") && q.Has("max_retry_backoff") {
+		lo, _ := time.ParseDuration(q.Get("min_retry_backoff"))
+		hi, _ := time.ParseDuration(q.Get("max_retry_backoff"))
+		if lo > 0 && hi > 0 && lo > hi {
+			return backend.URLValueError("min_retry_backoff", q.Get("min_retry_backoff"), "larger than max_retry_backoff")
+		}
+	}
+	return nil
+}
+
 // parseURL splits a redis or rediss URL into go-redis client options and the
-// adapter's Config.
+// adapter's Config. Every error matches backend.ErrInvalidURL and none
+// holds the password.
 func parseURL(u *url.URL) (*goredis.Options, Config, error) {
 	bad := func(format string, args ...any) (*goredis.Options, Config, error) {
-		return nil, Config{}, fmt.Errorf("%w: %s: %s", backend.ErrInvalidURL, u.Redacted(), fmt.Sprintf(format, args...))
+		return nil, Config{}, fmt.Errorf("%w: %s: %s", backend.ErrInvalidURL, backend.RedactURL(u), fmt.Sprintf(format, args...))
 	}
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
 		return bad("scheme must be redis or rediss")
 	}
-	if u.Host == "" {
-		return bad("no host")
+	if u.Opaque != "" {
+		return bad("want redis://host:port/db")
 	}
-	q := u.Query()
+	if u.Fragment != "" {
+		return bad("unexpected fragment")
+	}
+	if u.Host == "" {
+		return bad("no host: want redis://host:port/db")
+	}
+	if strings.Contains(u.Host, ",") {
+		return bad("one host only: redis:// reaches one server (for a cluster or Sentinel, use New with your client)")
+	}
+	if _, err := backend.HostPort(u.Host, "6379"); err != nil {
+		return bad("%v", err)
+	}
+	if u.User != nil && u.User.Username() == "" {
+		if _, hasPass := u.User.Password(); !hasPass {
+			return bad("empty user name")
+		}
+	}
+	if db := strings.Trim(u.Path, "/"); db != "" {
+		n, err := strconv.Atoi(db)
+		if err != nil || n < 0 || strings.Contains(db, "/") {
+			return bad("path %q is not a database number such as /0", u.Path)
+		}
+	}
+	q, err := backend.URLQuery(u)
+	if err != nil {
+		return nil, Config{}, err
+	}
 	var cfg Config
 	if q.Has("prefix") {
 		if cfg.Prefix = q.Get("prefix"); cfg.Prefix == "" {
@@ -73,28 +350,45 @@ func parseURL(u *url.URL) (*goredis.Options, Config, error) {
 	if q.Has("clock_floor") {
 		on, err := strconv.ParseBool(q.Get("clock_floor"))
 		if err != nil {
-			return bad("clock_floor=%q is not true or false", q.Get("clock_floor"))
+			return nil, Config{}, fmt.Errorf("%w: clock_floor=%q is not true or false", backend.ErrInvalidURL, q.Get("clock_floor"))
 		}
 		cfg.ClockFloor = on
 	}
 	if q.Has("wait_replicas") {
 		n, err := strconv.Atoi(q.Get("wait_replicas"))
-		if err != nil || n < 0 {
-			return bad("wait_replicas=%q is not a number of replicas", q.Get("wait_replicas"))
+		if err != nil {
+			return nil, Config{}, fmt.Errorf("%w: wait_replicas=%q is not a number of replicas", backend.ErrInvalidURL, q.Get("wait_replicas"))
+		}
+		if n < 0 {
+			return nil, Config{}, backend.URLValueError("wait_replicas", q.Get("wait_replicas"), "must not be negative")
 		}
 		cfg.WaitReplicas = n
 	}
 	if d, ok, err := backend.URLDuration(q, "wait_timeout"); err != nil {
 		return nil, Config{}, err
 	} else if ok {
-		if d <= 0 {
-			return bad("wait_timeout must be positive, got %v", d)
+		if d < time.Millisecond {
+			return nil, Config{}, backend.URLValueError("wait_timeout", q.Get("wait_timeout"), "must be at least 1ms (WAIT 0 blocks forever)")
 		}
 		cfg.WaitTimeout = d
 	}
-	cfg, err := cfg.check()
+	if q.Has("wait_timeout") && cfg.WaitReplicas == 0 {
+		return nil, Config{}, fmt.Errorf("%w: wait_timeout without wait_replicas: it bounds the wait for replicas", backend.ErrInvalidURL)
+	}
+	// The TTL's shape, before any dial.
+	if ttl, ok, err := backend.URLDuration(q, "ttl"); err != nil {
+		return nil, Config{}, err
+	} else if ok && ttl > 0 && ttl < MinTTL {
+		return nil, Config{}, backend.URLValueError("ttl", q.Get("ttl"), fmt.Sprintf("under the Redis adapter's minimum of %v", MinTTL))
+	} else if ok && ttl%time.Millisecond != 0 {
+		return nil, Config{}, backend.URLValueError("ttl", q.Get("ttl"), "Redis expiries are whole milliseconds")
+	}
+	cfg, err = cfg.check()
 	if err != nil {
 		return bad("%v", err)
+	}
+	if err := checkClientParams(u, q); err != nil {
+		return nil, Config{}, err
 	}
 
 	// go-redis parses the rest; it must not see our parameters.
@@ -108,7 +402,17 @@ func parseURL(u *url.URL) (*goredis.Options, Config, error) {
 	cu.RawQuery = cq.Encode()
 	opt, err := goredis.ParseURL(cu.String())
 	if err != nil {
-		return bad("%v", err)
+		// Its errors may quote the URL: never passed on.
+		msg := err.Error()
+		if p, ok := u.User.Password(); ok && p != "" {
+			msg = strings.ReplaceAll(msg, p, "xxxxx")
+			msg = strings.ReplaceAll(msg, url.QueryEscape(p), "xxxxx")
+			msg = strings.ReplaceAll(msg, url.PathEscape(p), "xxxxx")
+		}
+		return bad("%s", msg)
+	}
+	if opt.DialTimeout == 0 {
+		opt.DialTimeout = DefaultDialTimeout
 	}
 	// go-redis's own TLS settings (ServerName from the host, skip_verify)
 	// stay; the files add the roots and the client certificate.
@@ -122,11 +426,6 @@ func parseURL(u *url.URL) (*goredis.Options, Config, error) {
 		opt.TLSConfig.MinVersion = max(opt.TLSConfig.MinVersion, tc.MinVersion)
 		opt.TLSConfig.RootCAs = tc.RootCAs
 		opt.TLSConfig.Certificates = tc.Certificates
-	}
-	if u.User != nil && u.User.Username() == "" {
-		if _, hasPass := u.User.Password(); !hasPass {
-			return bad("empty user name")
-		}
 	}
 	return opt, cfg, nil
 }

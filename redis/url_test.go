@@ -116,13 +116,12 @@ func TestOpenURL(t *testing.T) {
 	_, err = lo.TryAcquire(ctx, "n")
 	require.ErrorContains(t, err, "NOPERM")
 
-	// Open does not dial: a wrong password shows on first use.
-	lw, err := backend.Open(ctx, "redis://fencelock:wrong@"+srv.Addr()+"/0?prefix="+prefix)
-	require.NoError(t, err)
-	defer lw.Close()
-	_, err = lw.TryAcquire(ctx, "n")
-	require.Error(t, err)
-	require.NotErrorIs(t, err, backend.ErrNotAcquired)
+	// Open pings: a wrong password is an error of Open, not of the first
+	// acquisition, and never looks like a held lock.
+	_, err = backend.Open(ctx, "redis://fencelock:wrong@"+srv.Addr()+"/0?prefix="+prefix)
+	require.ErrorIs(t, err, backend.ErrPermission)
+	require.ErrorContains(t, err, "WRONGPASS")
+	require.NotContains(t, err.Error(), "wrong@")
 }
 
 // TestParseURLTLS: rediss:// takes the TLS files of backend.URLTLS on top

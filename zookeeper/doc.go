@@ -187,8 +187,14 @@
 // The host part lists the ensemble, comma-separated host:port (port 2181 by
 // default; give every host its port if any has one). The path is the
 // prefix ("zk://h/app/locks": "/app/locks"; none: DefaultPrefix). Userinfo
-// gives digest credentials. Query parameters, besides
-// backend.CommonParams: session_timeout (Go duration). A lease's TTL is its
+// gives digest credentials (user and password both). Query parameters,
+// besides backend.CommonParams: session_timeout (Go duration) and
+// dial_timeout (Go duration, default DefaultDialTimeout, 10s), which bounds
+// Open's wait for the first session, context deadline or not: a refused
+// connection, a server that accepts and never answers, or any other reason
+// for no session is an error matching backend.ErrUnavailable that says what
+// was seen. A ttl or session_timeout under MinTTL or not whole milliseconds
+// is an error matching backend.ErrInvalidURL, before any dial. A lease's TTL is its
 // session timeout, and backend.Open takes a Locker's default TTL from ttl
 // only, so through backend.Open write ttl=10s (session_timeout, if also
 // given, must agree); Open, this package's, applies session_timeout as the
@@ -206,8 +212,10 @@
 // retries a failing server forever; Open gives up, with the TLS error (a
 // certificate from an unknown authority, a refused client certificate), as
 // soon as every server has failed TLS once in a row, context deadline or
-// not. A plain zk:// URL to a TLS port gets no session: only the context
-// ends that wait.
+// not, and a handshake that a plain port answers says so. A plain zk:// URL
+// to a TLS port (the server closes the connection without a word) fails as
+// soon as a probe finds the port speaks TLS, with an error that says to use
+// zks://.
 //
 // # Caveats
 //

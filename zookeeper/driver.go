@@ -1,6 +1,7 @@
 package zookeeper
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -23,6 +24,10 @@ const DefaultPrefix = "/fencelock"
 // Config.SessionTimeout is zero.
 const DefaultSessionTimeout = 10 * time.Second
 
+// DefaultDialTimeout bounds Dial's wait for its first session (and Open's,
+// for a URL without dial_timeout) when Config.DialTimeout is zero.
+const DefaultDialTimeout = 10 * time.Second
+
 // MinTTL is the shortest TTL (session timeout) the adapter asks a server
 // for. The server grants at least its minSessionTimeout (2*tickTime: 4s with
 // the default tickTime of 2s); a TTL it raises is rejected with an error
@@ -37,6 +42,10 @@ const newConnWait = 10 * time.Second
 const pollInterval = 25 * time.Millisecond
 
 var errConnClosed = errors.New("zookeeper: connection closed")
+
+// errDialTimeout is the cause of a dial's context when the dial timeout
+// ends it.
+var errDialTimeout = errors.New("dial timeout")
 
 // Config configures Dial.
 type Config struct {
@@ -56,6 +65,12 @@ type Config struct {
 	// auth:PermAll (only clients with the same credentials can read,
 	// write, create under or delete it).
 	User, Password string
+	// DialTimeout bounds how long Dial waits for the first session, its
+	// digest authentication included, context deadline or not; zero means
+	// DefaultDialTimeout. A dial that times out says what it saw: a
+	// refused connection, a server that accepted and never answered, one
+	// that closed the connection at once (a TLS port, for a plain Config).
+	DialTimeout time.Duration
 	// Dialer, if set, opens the TCP connections (zk.WithDialer).
 	Dialer zk.Dialer
 	// TLS, if set, makes every connection, to every server and on every
@@ -197,10 +212,21 @@ func dialDriver(ctx context.Context, cfg Config) (*driver, error) {
 	if cfg.User != "" {
 		acl = zk.AuthACL(zk.PermAll)
 	}
+	if cfg.DialTimeout < 0 {
+		return nil, fmt.Errorf("%w: zookeeper: negative dial timeout %v", backend.ErrInvalidOption, cfg.DialTimeout)
+	}
+	if cfg.DialTimeout == 0 {
+		cfg.DialTimeout = DefaultDialTimeout
+	}
 	d := newDriver(p, acl)
 	d.cfg = cfg
-	s, err := d.dial(ctx, cfg.SessionTimeout, true)
+	dctx, cancel := context.WithTimeoutCause(ctx, cfg.DialTimeout, errDialTimeout)
+	defer cancel()
+	s, err := d.dial(dctx, cfg.SessionTimeout, true)
 	if err != nil {
+		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+			err = fmt.Errorf("%w: %w", ctx.Err(), err)
+		}
 		return nil, err
 	}
 	d.defaultTTL = s.timeout()
@@ -230,6 +256,7 @@ func (d *driver) dial(ctx context.Context, ttl time.Duration, anyTimeout bool) (
 	if d.cfg.TLS != nil {
 		td = newTLSDialer(d.cfg.TLS, d.cfg.Dialer, len(d.cfg.Servers))
 	}
+	watch := newDialWatch()
 	setup := func(c *zk.Conn) {
 		s.conn = c
 		dial := d.cfg.Dialer
@@ -237,8 +264,11 @@ func (d *driver) dial(ctx context.Context, ttl time.Duration, anyTimeout bool) (
 			dial = net.DialTimeout
 		}
 		if td != nil {
+			td.tcp = watch.wrap(dial)
 			dial = td.dial
 			zk.WithHostProvider(&namedHosts{})(c)
+		} else {
+			dial = watch.wrap(dial)
 		}
 		zk.WithDialer(buffered(dial))(c)
 	}
@@ -246,28 +276,46 @@ func (d *driver) dial(ctx context.Context, ttl time.Duration, anyTimeout bool) (
 		zk.WithEventCallback(s.onEvent), setup); err != nil {
 		return nil, fmt.Errorf("zookeeper: connect: %w", err)
 	}
-	wctx := ctx
-	if td != nil {
-		var cancel context.CancelCauseFunc
-		wctx, cancel = context.WithCancelCause(ctx)
-		defer cancel(nil)
-		go func() {
-			select {
-			case <-td.failed:
-				cancel(fmt.Errorf("every server failed TLS: %w", td.lastErr()))
-			case <-wctx.Done():
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		// Without TLS, failed is nil; with TLS, closedEarly is (the
+		// handshake's failure is the TLS dialer's to count).
+		var failed <-chan struct{}
+		closedEarly := watch.closedEarly
+		if td != nil {
+			failed, closedEarly = td.failed, nil
+		}
+		select {
+		case <-failed:
+			cancel(fmt.Errorf("every server failed TLS: %w", td.lastErr()))
+		case addr := <-closedEarly:
+			// A plain client at a TLS port: the server closes the
+			// connection without a word.
+			if backend.SpeaksTLS(wctx, addr) {
+				cancel(errors.New(backend.PlainToTLSHint(addr, "zks")))
 			}
-		}()
-	}
+		case <-wctx.Done():
+		}
+	}()
 	g, err := s.current(wctx)
 	if err != nil {
-		s.close()
-		tlsFailed := td != nil && ctx.Err() == nil && context.Cause(wctx) != nil
-		if tlsFailed {
-			err = context.Cause(wctx)
-		} else if td != nil {
-			if terr := td.lastErr(); terr != nil {
-				err = fmt.Errorf("%w (%v)", err, terr)
+		// No session was opened: nothing to close on the server, and
+		// go-zookeeper's Close would wait a second for one.
+		s.abandon()
+		tlsFailed := false
+		if cause := context.Cause(wctx); ctx.Err() == nil && cause != nil {
+			err, tlsFailed = cause, true // a TLS failure, or a plain client at a TLS port
+		} else {
+			if errors.Is(context.Cause(ctx), errDialTimeout) {
+				err = fmt.Errorf("no session within dial_timeout %v: %w", d.cfg.DialTimeout, err)
+			}
+			why := watch.why()
+			if td != nil {
+				why = cmp.Or(td.lastErr(), why)
+			}
+			if why != nil {
+				err = fmt.Errorf("%w (%v)", err, why)
 			}
 		}
 		if !tlsFailed && !errors.Is(err, errConnClosed) {
@@ -279,7 +327,7 @@ func (d *driver) dial(ctx context.Context, ttl time.Duration, anyTimeout bool) (
 	if d.cfg.User != "" {
 		auth := []byte(d.cfg.User + ":" + d.cfg.Password)
 		if err := call(ctx, func() error { return s.conn.AddAuth("digest", auth) }); err != nil {
-			s.close()
+			s.abandon()
 			return nil, fmt.Errorf("zookeeper: add digest auth: %w", mapErr(err))
 		}
 	}

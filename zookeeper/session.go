@@ -190,6 +190,19 @@ func (s *session) close() {
 	}
 }
 
+// abandon closes a session that never got going (its dial failed): as
+// close, but the Conn is closed in the background, since go-zookeeper's
+// Close waits up to a second for a session that a silent server never
+// grants, and there is no server-side session to end.
+func (s *session) abandon() {
+	owned := s.owned
+	s.owned = false
+	s.close()
+	if owned && s.conn != nil {
+		go s.conn.Close()
+	}
+}
+
 // negotiatedTimeout returns the session timeout the server granted to conn.
 // go-zookeeper keeps it in an unexported field and has no accessor, so it
 // is read by reflection; ok is false if this version of go-zookeeper has no

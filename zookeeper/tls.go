@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fencelock/backend"
 )
 
 // tlsDialer opens the TLS connections of one go-zookeeper Conn (Config.TLS):
@@ -64,7 +66,11 @@ func (d *tlsDialer) dial(network, addr string, timeout time.Duration) (net.Conn,
 	_ = c.SetDeadline(time.Now().Add(timeout))
 	if err := c.Handshake(); err != nil {
 		_ = raw.Close()
-		err = fmt.Errorf("TLS handshake with %s: %w", addr, err)
+		if backend.NotTLS(err) {
+			err = fmt.Errorf("TLS handshake with %s: %w (the server does not seem to speak TLS there: is it a plain port? use zk://)", addr, err)
+		} else {
+			err = fmt.Errorf("TLS handshake with %s: %w", addr, err)
+		}
 		if !isTimeout(err) {
 			d.fail(err)
 		}
@@ -91,6 +97,16 @@ func (d *tlsDialer) answered() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.failures = 0
+}
+
+// failedErr returns the error of the last failure once failed is closed.
+func (d *tlsDialer) failedErr() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.done {
+		return nil
+	}
+	return d.last
 }
 
 // lastErr returns the last TLS failure, if any.

@@ -21,8 +21,8 @@ import (
 // clients over TLS only and requires client certificates: the URL with the
 // CA and the client pair works; one that lacks either fails in Open with
 // the TLS error, well before the context's deadline (go-zookeeper itself
-// would retry forever); plain zk:// to the TLS port gets no session and
-// fails at the context's deadline.
+// would retry forever); plain zk:// to the TLS port fails as fast, saying
+// the server speaks TLS.
 func TestOpenTLS(t *testing.T) {
 	f := tlstest.New(t)
 	s := zktest.Start(t, zktest.WithTLS(f))
@@ -44,9 +44,9 @@ func TestOpenTLS(t *testing.T) {
 		{Name: "system roots", URL: base + clientPair, Want: "x509: certificate signed by unknown authority", Bound: 3 * time.Second},
 		// ssl.clientAuth=need.
 		{Name: "no client certificate", URL: base + "&cacert=" + url.QueryEscape(f.CA), Want: "remote error: tls: ", Bound: 3 * time.Second},
-		// Plain ZooKeeper to a TLS port: the server drops the connection,
-		// which is no TLS error, so only the context bounds it.
-		{Name: "plain URL", URL: strings.Replace(base, "zks://", "zk://", 1), Want: "context deadline exceeded", Bound: 6 * time.Second},
+		// Plain ZooKeeper to a TLS port: the server drops the connection
+		// without a word; a probe finds it speaks TLS.
+		{Name: "plain URL", URL: strings.Replace(base, "zks://", "zk://", 1), Want: "speaks TLS: use the zks:// scheme", Bound: 3 * time.Second},
 	}, locktest.OpenErr)
 
 	// Without a context deadline, a TLS failure still ends Open.

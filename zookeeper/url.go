@@ -15,7 +15,7 @@ const DefaultPort = "2181"
 // Params are the query parameters of zk and zks URLs besides
 // backend.CommonParams (the TLS files of backend.TLSParams on zks only); see
 // the package documentation.
-var Params = append([]string{"session_timeout"}, backend.TLSParams...)
+var Params = append([]string{"session_timeout", "dial_timeout"}, backend.TLSParams...)
 
 func init() {
 	backend.Register("zk", backend.Scheme{Params: Params, Open: open})
@@ -30,18 +30,30 @@ func open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	q := u.Query()
+	q, err := backend.URLQuery(u)
+	if err != nil {
+		return nil, err
+	}
 	ttl, hasTTL, err := backend.URLDuration(q, "ttl")
 	if err != nil {
 		return nil, err
 	}
+	// The TTL is the session timeout asked for: checked before any dial.
+	switch {
+	case hasTTL && ttl <= 0:
+		return nil, backend.URLValueError("ttl", q.Get("ttl"), "the TTL must be positive")
+	case hasTTL && ttl < MinTTL:
+		return nil, backend.URLValueError("ttl", q.Get("ttl"), fmt.Sprintf("under the ZooKeeper adapter's minimum of %v", MinTTL))
+	case hasTTL && checkTTLShape(ttl) != nil:
+		return nil, backend.URLValueError("ttl", q.Get("ttl"), "ZooKeeper session timeouts are whole milliseconds")
+	}
 	switch {
 	case q.Has("session_timeout") && !hasTTL && cfg.SessionTimeout != backend.DefaultTTL:
 		return nil, fmt.Errorf("%w: %s: a ZooKeeper lease's TTL is its session timeout, and backend.Open takes the default TTL from ttl: write ttl=%v instead of session_timeout=%v (or open with zookeeper.Open, which applies session_timeout)",
-			backend.ErrInvalidURL, u.Redacted(), cfg.SessionTimeout, cfg.SessionTimeout)
+			backend.ErrInvalidURL, backend.RedactURL(u), cfg.SessionTimeout, cfg.SessionTimeout)
 	case q.Has("session_timeout") && hasTTL && ttl != cfg.SessionTimeout:
 		return nil, fmt.Errorf("%w: %s: ttl=%v and session_timeout=%v differ, but a ZooKeeper lease's TTL is its session timeout",
-			backend.ErrInvalidURL, u.Redacted(), ttl, cfg.SessionTimeout)
+			backend.ErrInvalidURL, backend.RedactURL(u), ttl, cfg.SessionTimeout)
 	case hasTTL:
 		cfg.SessionTimeout = ttl
 	case !q.Has("session_timeout"):
@@ -52,7 +64,7 @@ func open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 	}
 	d, err := dialDriver(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("zookeeper: open %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("zookeeper: open %s: %w", backend.RedactURL(u), err)
 	}
 	return d, nil
 }
@@ -61,14 +73,17 @@ func open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 // session_timeout parameter without ttl becomes the Locker's default TTL
 // (the negotiated timeout), as with Dial.
 func Open(ctx context.Context, rawURL string, opts ...backend.Option) (*backend.Locker, error) {
-	u, err := url.Parse(rawURL)
+	u, err := backend.ParseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", backend.ErrInvalidURL, err)
+		return nil, err
 	}
 	if u.Scheme != "zk" && u.Scheme != "zks" {
-		return nil, fmt.Errorf("%w: %s: scheme %q is neither zk nor zks", backend.ErrInvalidURL, u.Redacted(), u.Scheme)
+		return nil, fmt.Errorf("%w: %s: scheme %q is neither zk nor zks", backend.ErrInvalidURL, backend.RedactURL(u), u.Scheme)
 	}
-	q := u.Query()
+	q, err := backend.URLQuery(u)
+	if err != nil {
+		return nil, err
+	}
 	if q.Has("session_timeout") && !q.Has("ttl") {
 		cfg, err := parseURL(u)
 		if err != nil {
@@ -84,7 +99,7 @@ func Open(ctx context.Context, rawURL string, opts ...backend.Option) (*backend.
 // backend.ErrInvalidURL.
 func parseURL(u *url.URL) (Config, error) {
 	bad := func(format string, args ...any) (Config, error) {
-		return Config{}, fmt.Errorf("%w: %s: %s", backend.ErrInvalidURL, u.Redacted(), fmt.Sprintf(format, args...))
+		return Config{}, fmt.Errorf("%w: %s: %s", backend.ErrInvalidURL, backend.RedactURL(u), fmt.Sprintf(format, args...))
 	}
 	if u.Scheme != "zk" && u.Scheme != "zks" {
 		return bad("scheme %q is neither zk nor zks", u.Scheme)
@@ -117,15 +132,29 @@ func parseURL(u *url.URL) (Config, error) {
 	if cfg.User, cfg.Password, err = backend.URLUser(u); err != nil {
 		return bad("%v", err)
 	}
+	if cfg.User != "" && cfg.Password == "" {
+		return bad("user %q has no password: digest credentials are zk://user:password@host", cfg.User)
+	}
+	q, err := backend.URLQuery(u)
+	if err != nil {
+		return Config{}, err
+	}
+	if d, ok, err := backend.URLPositiveDuration(q, "dial_timeout"); err != nil {
+		return Config{}, err
+	} else if ok {
+		cfg.DialTimeout = d
+	} else {
+		cfg.DialTimeout = DefaultDialTimeout
+	}
 	cfg.SessionTimeout = DefaultSessionTimeout
-	if d, ok, err := backend.URLDuration(u.Query(), "session_timeout"); err != nil {
-		return Config{}, fmt.Errorf("%w (in %s)", err, u.Redacted())
+	if d, ok, err := backend.URLDuration(q, "session_timeout"); err != nil {
+		return Config{}, err
 	} else if ok {
 		if d < MinTTL {
-			return bad("session_timeout %v is under the minimum of %v", d, MinTTL)
+			return Config{}, backend.URLValueError("session_timeout", q.Get("session_timeout"), fmt.Sprintf("under the ZooKeeper adapter's minimum of %v", MinTTL))
 		}
 		if err := checkTTLShape(d); err != nil {
-			return bad("session_timeout: %v", err)
+			return Config{}, backend.URLValueError("session_timeout", q.Get("session_timeout"), "ZooKeeper session timeouts are whole milliseconds")
 		}
 		cfg.SessionTimeout = d
 	}

@@ -2,7 +2,9 @@ package mem
 
 import (
 	"context"
+	"fmt"
 	"net/url"
+	"strings"
 	"sync"
 
 	"github.com/fencelock/fencelock/backend"
@@ -29,7 +31,36 @@ func Named(name string) *Server {
 func init() {
 	backend.Register("mem", backend.Scheme{
 		Open: func(_ context.Context, u *url.URL) (backend.Driver, error) {
-			return &driver{conn: Named(u.Host).Connect()}, nil
+			return openURL(u)
 		},
 	})
+}
+
+// openURL connects to the server a mem URL names: mem://name, or mem:// for
+// the default one. A userinfo, a port, a path or a name with characters a
+// host name cannot hold is an error matching backend.ErrInvalidURL.
+func openURL(u *url.URL) (backend.Driver, error) {
+	if err := checkURL(u); err != nil {
+		return nil, err
+	}
+	return &driver{conn: Named(u.Host).Connect()}, nil
+}
+
+func checkURL(u *url.URL) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s: %s", backend.ErrInvalidURL, backend.RedactURL(u), fmt.Sprintf(format, args...))
+	}
+	switch {
+	case u.Scheme != "mem":
+		return bad("scheme %q is not mem", u.Scheme)
+	case u.User != nil:
+		return bad("mem:// takes no user name or password")
+	case strings.Contains(u.Host, ":"):
+		return bad("mem:// takes a server name, not host:port: want mem://name")
+	case strings.Contains(u.Host, ","):
+		return bad("mem:// takes one server name, not a list")
+	case u.Path != "" && u.Path != "/":
+		return bad("unexpected path: want mem://name")
+	}
+	return nil
 }

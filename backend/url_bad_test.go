@@ -1,0 +1,134 @@
+package backend_test
+
+import (
+	"context"
+	"net/url"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/backend"
+	_ "github.com/fencelock/fencelock/backend/mem"
+	"github.com/fencelock/fencelock/internal/urltest"
+)
+
+const pw = urltest.Secret
+
+// TestOpenBadMemURLs: every bad mem URL is refused, saying which part and
+// why, before the driver is made.
+func TestOpenBadMemURLs(t *testing.T) {
+	urltest.RequireRefused(t, nil, []urltest.Bad{
+		{"mem://?ttl=0s", `ttl="0s": the TTL must be positive`},
+		{"mem://?ttl=-1s", `ttl="-1s": the TTL must be positive`},
+		{"mem://?ttl=ten", `ttl="ten" is not a duration such as 10s`},
+		{"mem://?ttl=1s&ttl=2s", "query parameter ttl given 2 times: give it once"},
+		{"mem://?holder=a&holder=a", "query parameter holder given 2 times"},
+		{"mem://?max_hold=-1s", `max_hold="-1s": must not be negative (0 means no limit)`},
+		{"mem://?max_hold=-", `max_hold="-" is not a duration`},
+		{"mem://?drift=-1ms", `drift="-1ms": must not be negative`},
+		{"mem://?ttl=1s&drift=1s", `drift="1s": the drift margin must be smaller than the TTL (1s)`},
+		{"mem://?drift=20s", `drift="20s": the drift margin must be smaller than the TTL (15s)`},
+		{"mem://?auto_renew=maybe", `auto_renew="maybe" is not true or false`},
+		{"mem://?auto_renew=", `auto_renew="" is not true or false`},
+		{"mem://?holder=", "holder is empty"},
+		{"mem://?holder=a%00b", `holder "a\x00b" is not printable UTF-8`},
+		{"mem://?holder=%ff", "is not printable UTF-8"},
+		{"mem://?tll=1s", `unknown query parameter "tll" for scheme mem (known: auto_renew, drift, holder, max_hold, ttl)`},
+		{"mem://?%zz=1", "malformed query: invalid URL escape"},
+		{"mem://?ttl=1s;drift=0s", "malformed query: invalid semicolon separator in query"},
+		{"mem://?=1", "a query parameter without a name"},
+		{"mem://a:1", "mem:// takes a server name, not host:port: want mem://name"},
+		{"mem://a,b", "mem:// takes one server name, not a list"},
+		{"mem://u@a", "mem://u@a: mem:// takes no user name or password"},
+		{"mem://u:" + pw + "@a", "mem://u:xxxxx@a: mem:// takes no user name or password"},
+		{"mem://a/path", "unexpected path: want mem://name"},
+		{"mem://a#frag", "a URL fragment (#...) is not allowed"},
+		{"mem:a", "mem: URL without //: want mem://host/path"},
+		{"mem://a\x7f", "cannot parse the URL: invalid control character in URL"},
+		{"nosuch://x", `unknown scheme "nosuch" in nosuch://x (known: mem; import the adapter package to register its scheme)`},
+		{"", "empty URL"},
+		{"//h/x", "no scheme: want scheme://host/path"},
+		{"::not a url", "cannot parse the URL: missing protocol scheme"},
+	})
+}
+
+// TestOpenNeverLeaksPassword: a URL that carries a password and is refused,
+// by url.Parse or by Open's checks, never has the password in the error, in
+// any format or in any error of its chain.
+func TestOpenNeverLeaksPassword(t *testing.T) {
+	urltest.RequireRefused(t, nil, []urltest.Bad{
+		// url.Parse quotes its input: never passed on.
+		{"etcd://app:" + pw + "@host:notaport/locks", "cannot parse the URL: invalid port after host"},
+		{"redis://u:" + pw + "@[::1/0", "cannot parse the URL: missing ']' in host"},
+		{"zk://app:" + pw + "/x@h:2181/x", "invalid port after host (a port is a number from 1 to 65535; a password holding / ? # @ or : must be percent-encoded)"},
+		{"etcd://app:" + pw + "?x@h/x", "invalid port after host"},
+		{"etcd://app:" + pw + "#x@h/x", "invalid port after host"},
+		{"redis://app:" + pw + "%zz@h", "cannot parse the URL: invalid URL escape (write % as %25)"},
+		{"redis://app:" + pw + "%@h", "invalid URL escape"},
+		{"mem://app:" + pw + "@h\x7f", "invalid control character in URL"},
+		{"etcd://app:" + pw + "@h\n/x", "invalid control character in URL"},
+		{"etcd://app:" + pw + "@h o/x", "cannot parse the URL: invalid character in host name"},
+		{"http://u:" + pw + "@h:80:80/", "invalid port"},
+		{"etcd://u:" + pw + "@[::1]:x/", "invalid port"},
+		{" etcd://u:" + pw + "@h", "cannot parse the URL: first path segment in URL cannot contain colon"},
+		{"etcd:app:" + pw + "@h", "etcd: URL without //"},
+		{"zk:u:" + pw + "@h:2181", "zk: URL without //"},
+		// Parsed, then refused: echoed redacted.
+		{"mem:/app:" + pw + "@h", "mem: URL without //"},
+		{"nosuch://u:" + pw + "@h", "nosuch://u:xxxxx@h"},
+		{"mem://u:" + pw + "@h", "mem://u:xxxxx@h"},
+		{"mem://:" + pw + "@h", "mem://:xxxxx@h"},
+		{"mem://u:" + pw + "@h#" + pw, "a URL fragment (#...) is not allowed"},
+		{"mem://u:" + pw + "@h?ttl=-1s", "the TTL must be positive"},
+		{"mem://u:" + pw + "@h?ttl=1s&ttl=1s", "given 2 times"},
+		{"mem://u:" + pw + "@h?%zz", "malformed query"},
+		{"mem://u:" + pw + "@h?bogus=1", `unknown query parameter "bogus"`},
+		{"mem://u:" + pw + "@h?holder=", "holder is empty"},
+		{"mem://u:" + pw + "@h:1", "mem://u:xxxxx@h:1: mem:// takes no user name"},
+	})
+}
+
+func TestRedactURL(t *testing.T) {
+	for raw, want := range map[string]string{
+		"etcd://u:" + pw + "@h/x": "etcd://u:xxxxx@h/x",
+		"etcd://u@h/x":            "etcd://u@h/x",
+		"etcd:u:" + pw + "@h":     "etcd:xxxxx",
+		"etcd://h/x#" + pw:        "etcd://h/x#xxxxx",
+		"etcd:/u:" + pw + "@h":    "etcd:/xxxxx",
+	} {
+		u, err := backend.ParseURL(raw)
+		if err != nil { // opaque and fragments are refused by ParseURL
+			u = mustURL(t, raw)
+		}
+		assert.Equal(t, want, backend.RedactURL(u), raw)
+	}
+}
+
+func TestURLQueryStrict(t *testing.T) {
+	q, err := backend.URLQuery(mustURL(t, "x://h?a=1&b=&c"))
+	require.NoError(t, err)
+	assert.Equal(t, "1", q.Get("a"))
+	assert.True(t, q.Has("b") && q.Has("c"))
+	for _, raw := range []string{"x://h?a=1&a=2", "x://h?a=%zz", "x://h?a=1;b=2", "x://h?=1", "x://h?a&a"} {
+		_, err := backend.URLQuery(mustURL(t, raw))
+		assert.ErrorIs(t, err, backend.ErrInvalidURL, raw)
+	}
+}
+
+// A value out of range matches ErrInvalidOption too, as it did when the
+// Locker's checks caught it.
+func TestOpenValueErrorsAreOptionErrors(t *testing.T) {
+	for _, raw := range []string{"mem://?ttl=0s", "mem://?max_hold=-1s", "mem://?drift=-1s", "mem://?ttl=1s&drift=2s"} {
+		_, err := backend.Open(context.Background(), raw)
+		assert.ErrorIs(t, err, backend.ErrInvalidOption, raw)
+		assert.ErrorIs(t, err, backend.ErrInvalidURL, raw)
+	}
+}
+
+func mustURL(t *testing.T, raw string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(raw)
+	require.NoError(t, err)
+	return u
+}
