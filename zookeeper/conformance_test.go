@@ -25,10 +25,6 @@ type harness struct {
 	crashers locktest.Crashers
 }
 
-// suiteTTL is the short TTL of the suite: the session timeout of its
-// expiring leases.
-const suiteTTL = 2 * time.Second
-
 func (h *harness) NewLocker(t testing.TB, opts ...backend.Option) *backend.Locker {
 	t.Helper()
 	p := zktest.NewProxy(t, srv.Addr())
