@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"io"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -37,12 +38,20 @@ func TestURLCapabilitiesUnreachable(t *testing.T) {
 }
 
 // TestURLCapabilitiesInvalid: a URL the harness cannot use is refused
-// before anything is dialled.
+// before anything is dialled, and one that Open refuses (an unknown
+// parameter, here with a host that accepts connections) is reported as
+// invalid, not as unavailable.
 func TestURLCapabilitiesInvalid(t *testing.T) {
-	for _, u := range []string{"etcd://127.0.0.1/x", "nosuch://127.0.0.1:1/x", "redis://127.0.0.1:1/0?nosuch=1", "::"} {
+	for _, u := range []string{"etcd://127.0.0.1/x", "nosuch://127.0.0.1:1/x", "::"} {
 		_, err := conformance.URLCapabilities(context.Background(), u)
 		assert.ErrorIs(t, err, backend.ErrInvalidURL, u)
 	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	_, err = conformance.URLCapabilities(context.Background(), "redis://"+ln.Addr().String()+"/0?nosuch=1")
+	assert.ErrorIs(t, err, backend.ErrInvalidURL)
+	assert.NotErrorIs(t, err, backend.ErrUnavailable)
 }
 
 // TestCapabilityFlags: only the flags given replace a capability, -fifo=false
