@@ -69,6 +69,7 @@ func TestConformanceCommandServers(t *testing.T) {
 			t.Parallel()
 			url := tc.url(t)
 			code, out, errOut, _ := conformanceRun(t, 20*time.Minute, url)
+			t.Log(out)
 			require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
 			assert.Contains(t, out, "settings: "+tc.settings)
 			assert.Regexp(t, `\n\d+ passed, 0 failed in`, out)
