@@ -29,6 +29,14 @@ type Scheme struct {
 	// Open returns a Driver for u. It runs only after every query parameter
 	// of u was found in CommonParams or Params.
 	Open func(ctx context.Context, u *url.URL) (Driver, error)
+	// Suite, if set, returns what the conformance suite needs to know of
+	// the backend at u (package conformance: NewURLHarness,
+	// URLCapabilities). A profile that does not depend on the server is
+	// StaticSuite(p); one that does (ZooKeeper: the session timeouts the
+	// server grants) may ask the server, within ctx. It is called with URLs
+	// that Open accepted. Without it, the suite runs on the scheme's URLs
+	// only with every capability given.
+	Suite func(ctx context.Context, u *url.URL) (SuiteProfile, error)
 }
 
 // CommonParams are the query parameters every scheme accepts; each sets the

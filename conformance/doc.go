@@ -41,9 +41,11 @@
 //     server. Neither may touch other Lockers.
 //   - Capabilities.TTL is the short TTL for expiry cases; every time bound
 //     is derived from it (expiry within 2*TTL+2s, "promptly" within 5s,
-//     against a 30s-or-more TTL for leases that must not expire). The suite
+//     against a TTL of 15*TTL, at least 30s and at most MaxTTL, for leases
+//     that must not expire). The suite
 //     takes about 25*TTL plus a few seconds (mem at 300ms: ~10s; etcd at
-//     2s: ~45s).
+//     2s: ~45s). Every adapter of this module declares its Capabilities
+//     with its URL scheme (backend.Scheme.Suite, see URLCapabilities).
 //   - Optionally, WaiterRevoker enables the WaiterRevoked case; a backend
 //     with Locker.Status and Locker.RevokeID gets it from
 //     RevokeWaitersByID. URLHarness has it for every scheme.

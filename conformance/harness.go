@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -41,7 +42,48 @@ type Capabilities struct {
 	// MinTTL is the backend's minimum TTL: the suite checks that a shorter
 	// one is rejected with ErrInvalidOption.
 	MinTTL time.Duration
+	// MaxTTL, if not zero, is the backend's maximum TTL (a ZooKeeper
+	// server's maxSessionTimeout): the suite's long leases, 15*TTL and at
+	// least 30s, are cut to it. It must leave them room to outlive a few
+	// expiries: at least 4*TTL+4s.
+	MaxTTL time.Duration
 }
+
+// CapabilitiesOf returns the Capabilities an adapter declares with its URL
+// scheme (backend.Scheme.Suite).
+func CapabilitiesOf(p backend.SuiteProfile) Capabilities {
+	return Capabilities{FIFO: p.FIFO, TTL: p.TTL, MinTTL: p.MinTTL, MaxTTL: p.MaxTTL}
+}
+
+// check reports Capabilities the suite cannot run with.
+func (c Capabilities) check() error {
+	switch {
+	case c.TTL <= 0:
+		return fmt.Errorf("conformance: Capabilities.TTL must be set")
+	case c.MinTTL < 0 || c.MaxTTL < 0:
+		return fmt.Errorf("conformance: negative Capabilities.MinTTL %v or MaxTTL %v", c.MinTTL, c.MaxTTL)
+	case c.TTL < c.MinTTL:
+		return fmt.Errorf("conformance: Capabilities.TTL %v is under MinTTL %v", c.TTL, c.MinTTL)
+	case c.MaxTTL > 0 && c.MaxTTL < c.minLong():
+		return fmt.Errorf("conformance: Capabilities.MaxTTL %v leaves no room for the suite's long leases with TTL %v: it needs at least %v (4*TTL+4s); give a shorter TTL or raise the backend's maximum (ZooKeeper: maxSessionTimeout)",
+			c.MaxTTL, c.TTL, c.minLong())
+	}
+	return nil
+}
+
+// longTTL is the TTL of the suite's leases that must not expire during a
+// case: 15*TTL, at least 30s, at most MaxTTL.
+func (c Capabilities) longTTL() time.Duration {
+	long := max(30*time.Second, 15*c.TTL)
+	if c.MaxTTL > 0 {
+		long = min(long, c.MaxTTL)
+	}
+	return long
+}
+
+// minLong is the shortest long TTL the suite can work with: twice the
+// expiry bound (2*TTL+2s), so that a long lease outlives a case's expiries.
+func (c Capabilities) minLong() time.Duration { return 4*c.TTL + 4*time.Second }
 
 // WaiterRevoker is an optional extension of Harness. A harness that
 // implements it enables the WaiterRevoked case (etcd#19597, etcd#11456: a

@@ -1,9 +1,10 @@
 package conformance_test
 
 import (
+	"context"
+	"net/url"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -56,8 +57,17 @@ func (h *memHarness) RevokeWaiters(t testing.TB, name string) int {
 	return conformance.RevokeWaitersByID(t, admin, name)
 }
 
+// Capabilities are what the mem scheme declares.
 func (h *memHarness) Capabilities() conformance.Capabilities {
-	return conformance.Capabilities{FIFO: true, TTL: 300 * time.Millisecond, MinTTL: mem.MinTTL}
+	s, ok := backend.LookupScheme("mem")
+	if !ok || s.Suite == nil {
+		panic("the mem scheme declares no conformance profile")
+	}
+	p, err := s.Suite(context.Background(), &url.URL{Scheme: "mem"})
+	if err != nil {
+		panic(err)
+	}
+	return conformance.CapabilitiesOf(p)
 }
 
 func TestMem(t *testing.T) {

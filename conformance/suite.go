@@ -57,8 +57,9 @@ type suite struct {
 	caps Capabilities
 	// short is Capabilities.TTL: for leases the case wants to expire.
 	short time.Duration
-	// long is for leases that must not expire during a case; it is also
-	// what an orphan left in the backend would block others for.
+	// long is for leases that must not expire during a case (15*short, at
+	// least 30s, at most Capabilities.MaxTTL); it is also what an orphan
+	// left in the backend would block others for.
 	long time.Duration
 	// expiry bounds how long an unrenewed short lease takes to be gone and
 	// noticed: server-side expiry, the holder's loss signal, a waiter's
@@ -75,9 +76,8 @@ type suite struct {
 func newSuite(t *testing.T, h Harness) *suite {
 	t.Helper()
 	c := h.Capabilities()
-	require.Positive(t, c.TTL, "Capabilities.TTL must be set")
-	require.GreaterOrEqual(t, c.TTL, c.MinTTL, "Capabilities.TTL must be at least MinTTL")
-	long := max(30*time.Second, 15*c.TTL)
+	require.NoError(t, c.check())
+	long := c.longTTL()
 	return &suite{
 		h:      h,
 		caps:   c,

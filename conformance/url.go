@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -15,20 +16,6 @@ import (
 	"github.com/fencelock/fencelock/internal/faultproxy"
 )
 
-// URLCapabilities are the suite's settings for the networked schemes whose
-// adapters are in this module. etcd's MinTTL is what a server with default
-// election settings accepts (2s); a cluster tuned otherwise needs its own.
-// ZooKeeper has none: a lease's TTL is its session timeout, which the
-// server bounds by its tickTime (2 to 20 ticks by default), so give
-// Capabilities that fit the ensemble (TTL and MinTTL within its bounds, and
-// the suite's 15*TTL, at least 30s, too).
-var URLCapabilities = map[string]Capabilities{
-	"etcd":   {FIFO: true, TTL: 2 * time.Second, MinTTL: 2 * time.Second},
-	"etcds":  {FIFO: true, TTL: 2 * time.Second, MinTTL: 2 * time.Second},
-	"redis":  {FIFO: true, TTL: 500 * time.Millisecond, MinTTL: 100 * time.Millisecond},
-	"rediss": {FIFO: true, TTL: 500 * time.Millisecond, MinTTL: 100 * time.Millisecond},
-}
-
 // URLHarness runs the suite against the backend at a URL, such as your own
 // cluster, with no code of your own: every Locker is opened from the URL
 // through its own TCP proxies on 127.0.0.1 (one per host in the URL), so
@@ -38,6 +25,13 @@ var URLCapabilities = map[string]Capabilities{
 // implement (every adapter in this module does). Import the adapter that
 // registers the URL's scheme. The hosts in the URL need explicit ports, and
 // TLS schemes that verify the server's name will see 127.0.0.1.
+//
+//	caps, err := conformance.URLCapabilities(ctx, rawURL) // reachable? and the scheme's declaration
+//	...
+//	caps.TTL = 5 * time.Second // what you know better, if anything
+//	h, err := conformance.NewURLHarness(rawURL, caps)
+//	...
+//	conformance.Run(t, h)
 type URLHarness struct {
 	rawURL string
 	caps   Capabilities
@@ -47,26 +41,32 @@ type URLHarness struct {
 	proxies map[*backend.Locker][]*faultproxy.Proxy // each Locker's, for Crash and Partition
 }
 
-// NewURLHarness returns a harness for rawURL with caps, or, if caps is the
-// zero value, the URLCapabilities of its scheme.
+// NewURLHarness returns a harness for the backend at rawURL with caps,
+// which must be complete: take them from URLCapabilities, which also checks
+// that the backend answers, and change what you know better.
 func NewURLHarness(rawURL string, caps Capabilities) (*URLHarness, error) {
+	if _, err := parseURL(rawURL); err != nil {
+		return nil, err
+	}
+	if err := caps.check(); err != nil {
+		return nil, err
+	}
+	return &URLHarness{rawURL: rawURL, caps: caps}, nil
+}
+
+// parseURL parses rawURL and checks that each of its hosts has an
+// explicit port (the harness puts a proxy in front of each).
+func parseURL(rawURL string) (*url.URL, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", backend.ErrInvalidURL, err)
 	}
-	if caps == (Capabilities{}) {
-		c, ok := URLCapabilities[u.Scheme]
-		if !ok {
-			return nil, fmt.Errorf("conformance: no capabilities known for scheme %q: give them", u.Scheme)
-		}
-		caps = c
-	}
 	for _, h := range strings.Split(u.Host, ",") {
-		if _, port, ok := strings.Cut(h, ":"); !ok || port == "" {
+		if _, port, err := net.SplitHostPort(h); err != nil || port == "" {
 			return nil, fmt.Errorf("%w: conformance: host %q needs an explicit port", backend.ErrInvalidURL, h)
 		}
 	}
-	return &URLHarness{rawURL: rawURL, caps: caps}, nil
+	return u, nil
 }
 
 var _ WaiterRevoker = (*URLHarness)(nil)

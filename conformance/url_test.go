@@ -1,6 +1,7 @@
 package conformance_test
 
 import (
+	"context"
 	"flag"
 	"os"
 	"runtime"
@@ -18,35 +19,58 @@ import (
 	_ "github.com/fencelock/fencelock/zookeeper"
 )
 
-var urlFlag = flag.String("fencelock.url", "", "run TestURL against this backend URL only (default $FENCELOCK_URL, else the servers of $FENCELOCK_PROVIDER)")
+var (
+	urlFlag = flag.String("fencelock.url", "", "run TestUserURL against this backend URL (default $FENCELOCK_URL)")
+	// capFlags are -fencelock.ttl, -fencelock.min-ttl, -fencelock.max-ttl
+	// and -fencelock.fifo, for TestUserURL.
+	capFlags = conformance.CapabilityFlags(flag.CommandLine, "fencelock.")
+)
 
-// zkCaps are the suite's settings for ZooKeeper: the servers of package
-// servers have a tickTime of 200ms and allow sessions of 400ms to 120s. An
-// external ensemble ($FENCELOCK_ZK_URL) needs bounds as wide (tickTime at
-// most 200ms, maxSessionTimeout at least 30s); for others, use
-// -fencelock.url with the fencelock conformance command's -ttl and -min-ttl.
-var zkCaps = conformance.Capabilities{FIFO: true, TTL: 2 * time.Second, MinTTL: 400 * time.Millisecond}
+// userURL returns -fencelock.url, or else $FENCELOCK_URL.
+func userURL() string {
+	if *urlFlag != "" {
+		return *urlFlag
+	}
+	return os.Getenv("FENCELOCK_URL")
+}
 
-// TestURL runs the suite against a backend URL: -fencelock.url or
-// $FENCELOCK_URL (your own cluster) alone, or else, for each provider in
-// $FENCELOCK_PROVIDER (comma-separated, default auto) and each of etcd,
-// ZooKeeper and Redis, against a single server and, where the provider is
-// Docker (or auto picks it), a cluster: TestURL/<provider>/<kind>/<topology>,
-// e.g. -run 'TestURL/docker/etcd/cluster'. The external provider runs the
-// kinds whose $FENCELOCK_<KIND>_URL is set. Nothing is skipped: a provider
-// that cannot start a server fails its subtest.
+// TestUserURL runs the suite against your own backend: the URL of
+// -fencelock.url or $FENCELOCK_URL, with the capabilities its scheme
+// declares (read from the server for ZooKeeper), each of which
+// -fencelock.ttl, -fencelock.min-ttl, -fencelock.max-ttl and
+// -fencelock.fifo override. An unreachable backend fails it in seconds, with
+// one error. Without a URL it skips: the other tests start their own
+// servers.
+func TestUserURL(t *testing.T) {
+	u := userURL()
+	if u == "" {
+		t.Skip("no backend URL: give -fencelock.url URL or set $FENCELOCK_URL")
+	}
+	runURL(t, u, capFlags)
+}
+
+// skipForUserURL skips a test that starts its own servers when the run is
+// about the user's URL (TestUserURL), so that go test ./conformance
+// -fencelock.url URL runs that URL only.
+func skipForUserURL(t *testing.T) {
+	if userURL() != "" {
+		t.Skip("a backend URL is given (-fencelock.url or $FENCELOCK_URL): TestUserURL runs it, and this test, which starts its own servers, does not run")
+	}
+}
+
+// TestURL runs the suite through the URL harness against servers it starts:
+// for each provider in $FENCELOCK_PROVIDER (comma-separated, default auto)
+// and each of etcd, ZooKeeper and Redis, against a single server and, where
+// the provider is Docker (or auto picks it), a cluster:
+// TestURL/<provider>/<kind>/<topology>, e.g. -run
+// 'TestURL/docker/etcd/cluster'. The external provider runs the kinds whose
+// $FENCELOCK_<KIND>_URL is set. Nothing is skipped: a provider that cannot
+// start a server fails its subtest. (Your own cluster alone: TestUserURL.)
 //
 // The runs mostly wait for TTLs to pass (measured: 9 runs, 35s of CPU in
 // 4 minutes), so up to twice -parallel of them (4 on 2 cores) run at once.
 func TestURL(t *testing.T) {
-	u := *urlFlag
-	if u == "" {
-		u = os.Getenv("FENCELOCK_URL")
-	}
-	if u != "" {
-		runURL(t, u, conformance.Capabilities{})
-		return
-	}
+	skipForUserURL(t)
 	providers, err := servers.ProvidersFromEnv()
 	require.NoError(t, err)
 	sem := make(chan struct{}, 2*urlParallel())
@@ -65,11 +89,7 @@ func TestURL(t *testing.T) {
 					// subtest that -run can pick, without t.Parallel's limit.
 					t.Run(string(p)+"/"+string(kind)+"/"+string(topo), func(t *testing.T) {
 						s := servers.StartWith(t, p, kind, topo)
-						caps := conformance.Capabilities{} // URLCapabilities of the scheme
-						if kind == servers.ZooKeeper {
-							caps = zkCaps
-						}
-						runURL(t, s.URL, caps)
+						runURL(t, s.URL, nil)
 					})
 				}()
 			}
@@ -111,8 +131,18 @@ func urlTopologies(t *testing.T, p servers.Provider, kind servers.Kind) []server
 	return []servers.Topology{servers.Single}
 }
 
-func runURL(t *testing.T, u string, caps conformance.Capabilities) {
+// runURL runs the suite against u with the capabilities its scheme
+// declares, passed through adjust if not nil.
+func runURL(t *testing.T, u string, adjust func(*conformance.Capabilities)) {
 	t.Logf("backend: %s", u)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	caps, err := conformance.URLCapabilities(ctx, u)
+	cancel()
+	require.NoError(t, err)
+	if adjust != nil {
+		adjust(&caps)
+	}
+	t.Logf("capabilities: %+v", caps)
 	h, err := conformance.NewURLHarness(u, caps)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = h.Close() })

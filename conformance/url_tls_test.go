@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/internal/etcdtest"
 	"github.com/fencelock/fencelock/internal/redistest"
 	"github.com/fencelock/fencelock/internal/tlstest"
@@ -21,27 +20,28 @@ import (
 // 127.0.0.1, which the server certificate names. It never skips: a server
 // that cannot start fails it.
 func TestURLTLS(t *testing.T) {
+	skipForUserURL(t)
 	f := tlstest.New(t)
 	t.Run("etcds", func(t *testing.T) {
 		t.Parallel()
 		s := etcdtest.Start(t, etcdtest.WithClientTLS(f))
 		host := strings.TrimPrefix(s.Endpoints()[0], "https://")
-		runURL(t, "etcds://"+host+"/fencelock-tls?"+f.Query(), conformance.Capabilities{})
+		runURL(t, "etcds://"+host+"/fencelock-tls?"+f.Query(), nil)
 	})
 	t.Run("rediss", func(t *testing.T) {
 		t.Parallel()
 		s := redistest.Start(t, redistest.WithTLS(f))
-		runURL(t, "rediss://"+s.Addr()+"/0?prefix=fencelock-tls&"+f.Query(), conformance.Capabilities{})
+		runURL(t, "rediss://"+s.Addr()+"/0?prefix=fencelock-tls&"+f.Query(), nil)
 	})
 	t.Run("rediss_replicated", func(t *testing.T) {
 		t.Parallel()
 		s := redistest.Start(t, redistest.WithTLS(f))
 		redistest.StartReplica(t, s, redistest.WithTLS(f))
-		runURL(t, "rediss://"+s.Addr()+"/0?prefix=fencelock-tls&wait_replicas=1&"+f.Query(), conformance.Capabilities{})
+		runURL(t, "rediss://"+s.Addr()+"/0?prefix=fencelock-tls&wait_replicas=1&"+f.Query(), nil)
 	})
 	t.Run("zks", func(t *testing.T) {
 		t.Parallel()
 		s := zktest.Start(t, zktest.WithTLS(f))
-		runURL(t, "zks://"+s.Addr()+"/fencelock-tls?"+f.Query(), zkCaps)
+		runURL(t, "zks://"+s.Addr()+"/fencelock-tls?"+f.Query(), nil)
 	})
 }

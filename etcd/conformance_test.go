@@ -77,10 +77,10 @@ func (h *harness) RevokeWaiters(t testing.TB, name string) int {
 
 var _ conformance.WaiterRevoker = (*harness)(nil)
 
+// Capabilities are the scheme's declaration (suiteProfile): 2s is the
+// embedded server's minimum lease TTL too (default election settings).
 func (h *harness) Capabilities() conformance.Capabilities {
-	// 2s is the embedded server's minimum lease TTL (default election
-	// settings); shorter TTLs are refused with ErrInvalidOption.
-	return conformance.Capabilities{FIFO: true, TTL: 2 * time.Second, MinTTL: 2 * time.Second}
+	return conformance.CapabilitiesOf(suiteProfile)
 }
 
 func TestConformance(t *testing.T) {

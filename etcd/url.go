@@ -28,8 +28,8 @@ const DefaultDialTimeout = 5 * time.Second
 var Params = append([]string{"dial_timeout"}, backend.TLSParams...)
 
 func init() {
-	backend.Register("etcd", backend.Scheme{Params: Params, Open: open})
-	backend.Register("etcds", backend.Scheme{Params: Params, Open: open})
+	backend.Register("etcd", backend.Scheme{Params: Params, Open: open, Suite: backend.StaticSuite(suiteProfile)})
+	backend.Register("etcds", backend.Scheme{Params: Params, Open: open, Suite: backend.StaticSuite(suiteProfile)})
 }
 
 // probeDelay is how long open waits for the cluster to answer before it

@@ -35,7 +35,7 @@ var clientParams = []string{
 
 func init() {
 	for _, scheme := range []string{"redis", "rediss"} {
-		backend.Register(scheme, backend.Scheme{Params: Params, Open: open})
+		backend.Register(scheme, backend.Scheme{Params: Params, Open: open, Suite: backend.StaticSuite(suiteProfile)})
 	}
 }
 

@@ -25,10 +25,6 @@ type harness struct {
 	crashers locktest.Crashers
 }
 
-// suiteTTL is the short TTL of the suite: the session timeout of its
-// expiring leases.
-const suiteTTL = 2 * time.Second
-
 func (h *harness) NewLocker(t testing.TB, opts ...backend.Option) *backend.Locker {
 	t.Helper()
 	p := zktest.NewProxy(t, srv.Addr())
@@ -58,8 +54,10 @@ func (h *harness) RevokeWaiters(t testing.TB, name string) int {
 
 var _ conformance.WaiterRevoker = (*harness)(nil)
 
+// Capabilities are what probeSuite reads from the test server (tickTime
+// 200ms: sessions of 400ms to 120s are granted as asked), without asking it.
 func (h *harness) Capabilities() conformance.Capabilities {
-	return conformance.Capabilities{FIFO: true, TTL: suiteTTL, MinTTL: MinTTL}
+	return conformance.Capabilities{FIFO: true, TTL: suiteTTL, MinTTL: MinTTL, MaxTTL: zktest.MaxSessionTimeout}
 }
 
 func TestConformance(t *testing.T) {

@@ -18,8 +18,8 @@ const DefaultPort = "2181"
 var Params = append([]string{"session_timeout", "dial_timeout"}, backend.TLSParams...)
 
 func init() {
-	backend.Register("zk", backend.Scheme{Params: Params, Open: open})
-	backend.Register("zks", backend.Scheme{Params: Params, Open: open})
+	backend.Register("zk", backend.Scheme{Params: Params, Open: open, Suite: probeSuite})
+	backend.Register("zks", backend.Scheme{Params: Params, Open: open, Suite: probeSuite})
 }
 
 // open opens a driver for backend.Open. backend.Open takes a Locker's

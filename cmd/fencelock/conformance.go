@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/conformance"
 )
 
@@ -20,12 +21,15 @@ const conformanceUsage = `usage: fencelock conformance [flags] URL
 
 Runs the conformance suite against the backend at URL (your own cluster:
 give every host its port), without go test, and prints a table of cases.
-For ZooKeeper give -ttl, -min-ttl and -fifo to fit the ensemble's session
-timeout bounds (2 to 20 ticks by default), e.g. -ttl 4s -min-ttl 4s -fifo
-for tickTime 2s; the suite also holds leases of 15*ttl (at least 30s).
-Each client reaches the backend through its own proxy on 127.0.0.1, so the
-suite can cut one off to play a crash. Exit status 0 if every case passed,
-1 if any failed, 64 for usage errors.
+It first checks that every host answers and takes and releases a probe
+lock: a backend it cannot reach fails in seconds. The suite's settings are
+those the URL's scheme declares (ZooKeeper's are read from the session
+timeouts the server grants); -ttl, -min-ttl, -max-ttl and -fifo override
+them. Each client reaches the backend through its own proxy on 127.0.0.1,
+so the suite can cut one off to play a crash.
+
+Exit status: 0 if every case passed, 1 if any failed, 64 for usage errors,
+65 for an invalid URL or settings, 69 if the backend cannot be reached.
 
 flags:
 `
@@ -35,15 +39,15 @@ flags:
 // output.
 const childEnv = "FENCELOCK_CONFORMANCE_URL"
 
-// capsEnv carries the capabilities to the child: "fifo,ttl,min-ttl", or
-// empty for the scheme's defaults.
+// capsEnv carries the capabilities to the child, as the parent resolved
+// them: "fifo,ttl,min-ttl,max-ttl".
 const capsEnv = "FENCELOCK_CONFORMANCE_CAPS"
 
 func encodeCaps(c conformance.Capabilities) string {
 	if c == (conformance.Capabilities{}) {
 		return ""
 	}
-	return fmt.Sprintf("%t,%v,%v", c.FIFO, c.TTL, c.MinTTL)
+	return fmt.Sprintf("%t,%v,%v,%v", c.FIFO, c.TTL, c.MinTTL, c.MaxTTL)
 }
 
 func decodeCaps(s string) (conformance.Capabilities, error) {
@@ -52,16 +56,15 @@ func decodeCaps(s string) (conformance.Capabilities, error) {
 		return c, nil
 	}
 	parts := strings.Split(s, ",")
-	if len(parts) != 3 {
+	if len(parts) != 4 {
 		return c, fmt.Errorf("bad %s %q", capsEnv, s)
 	}
 	var err error
 	c.FIFO = parts[0] == "true"
-	if c.TTL, err = time.ParseDuration(parts[1]); err != nil {
-		return c, err
-	}
-	if c.MinTTL, err = time.ParseDuration(parts[2]); err != nil {
-		return c, err
+	for i, d := range []*time.Duration{&c.TTL, &c.MinTTL, &c.MaxTTL} {
+		if *d, err = time.ParseDuration(parts[i+1]); err != nil {
+			return c, fmt.Errorf("bad %s %q: %w", capsEnv, s, err)
+		}
 	}
 	return c, nil
 }
@@ -71,9 +74,7 @@ func conformanceCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, conformanceUsage); fs.PrintDefaults() }
 	run := fs.String("run", "", "run only the cases matching this regular expression (as go test -run, under TestConformance/)")
-	ttl := fs.Duration("ttl", 0, "the short TTL the suite gives leases meant to expire (default: the scheme's; needed for zk)")
-	minTTL := fs.Duration("min-ttl", 0, "the backend's minimum TTL, which must be accepted (default: the scheme's; needed for zk)")
-	fifo := fs.Bool("fifo", false, "the backend grants in FIFO order (with -ttl; the schemes' defaults say it themselves)")
+	overrideCaps := conformance.CapabilityFlags(fs, "")
 	verbose := fs.Bool("v", false, "print the suite's full output")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
@@ -86,13 +87,14 @@ func conformanceCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 		fs.Usage()
 		return exitUsage
 	}
-	caps := conformance.Capabilities{FIFO: *fifo, TTL: *ttl, MinTTL: *minTTL}
-	if *ttl == 0 && (*minTTL != 0 || *fifo) {
-		fmt.Fprintln(stderr, "fencelock conformance: -min-ttl and -fifo need -ttl")
-		return exitUsage
-	}
-	if _, err := conformance.NewURLHarness(url, caps); err != nil {
+	// Reachability first: one line in seconds, not every case failing.
+	caps, err := conformance.URLCapabilities(ctx, url)
+	if err != nil {
 		return report(stderr, "conformance", err)
+	}
+	overrideCaps(&caps)
+	if _, err := conformance.NewURLHarness(url, caps); err != nil {
+		return report(stderr, "conformance", fmt.Errorf("%w: %w", backend.ErrInvalidOption, err))
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -110,6 +112,7 @@ func conformanceCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 		return report(stderr, "conformance", err)
 	}
 	fmt.Fprintf(stdout, "conformance suite against %s\n", url)
+	fmt.Fprintf(stdout, "settings: ttl %v, min-ttl %v, max-ttl %v, fifo %t\n", caps.TTL, caps.MinTTL, caps.MaxTTL, caps.FIFO)
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		return report(stderr, "conformance", err)

@@ -68,6 +68,23 @@ type config struct {
 // be changed.
 func WithConfig(key, value string) Option { return func(c *config) { c.entries[key] = value } }
 
+// StockTickTime is the tickTime of Debian's zoo.cfg (/etc/zookeeper/conf),
+// as of ZooKeeper's sample configuration.
+const StockTickTime = 2 * time.Second
+
+// WithStockTimeouts gives the server the session timeout bounds of
+// Debian's stock configuration: tickTime 2000 and neither
+// minSessionTimeout nor maxSessionTimeout, so it grants sessions of 2 to
+// 20 ticks (4s to 40s) and clamps what is asked into that range. Apply
+// it after any WithConfig of those keys.
+func WithStockTimeouts() Option {
+	return func(c *config) {
+		c.entries["tickTime"] = strconv.Itoa(int(StockTickTime / time.Millisecond))
+		delete(c.entries, "minSessionTimeout")
+		delete(c.entries, "maxSessionTimeout")
+	}
+}
+
 // WithTLS serves clients over TLS only, with f's server certificate, and
 // requires client certificates signed by f's CA (ssl.clientAuth=need): the
 // port is a secureClientPort on ZooKeeper's Netty connection factory, and

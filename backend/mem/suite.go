@@ -1,0 +1,12 @@
+package mem
+
+import (
+	"time"
+
+	"github.com/fencelock/fencelock/backend"
+)
+
+// suiteProfile is the mem scheme's declaration for the conformance suite
+// (backend.Scheme.Suite). The server is in the process, so a short TTL
+// holds: no network between a renewal and the server.
+var suiteProfile = backend.SuiteProfile{FIFO: true, TTL: 300 * time.Millisecond, MinTTL: MinTTL}
