@@ -29,6 +29,11 @@ type Scheme struct {
 	// Open returns a Driver for u. It runs only after every query parameter
 	// of u was found in CommonParams or Params.
 	Open func(ctx context.Context, u *url.URL) (Driver, error)
+	// Check, if set, validates u as Open would, without connecting (it may
+	// read local files the URL names, such as certificates). CheckURL and
+	// Open call it after the common checks, so a bad URL is reported before
+	// anything is dialled, even by callers that dial something else first.
+	Check func(u *url.URL) error
 	// Suite, if set, returns what the conformance suite needs to know of
 	// the backend at u (package conformance: NewURLHarness,
 	// URLCapabilities). A profile that does not depend on the server is
@@ -92,30 +97,7 @@ func Schemes() []string {
 // error of Open carries the URL's password: a URL is echoed redacted
 // (RedactURL), and a URL that does not parse is not echoed at all.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Locker, error) {
-	u, err := ParseURL(rawURL)
-	if err != nil {
-		return nil, err
-	}
-	schemesMu.RLock()
-	s, ok := schemes[u.Scheme]
-	schemesMu.RUnlock()
-	if !ok {
-		return nil, fmt.Errorf("%w: unknown scheme %q in %s (known: %s; import the adapter package to register its scheme)",
-			ErrInvalidURL, u.Scheme, RedactURL(u), strings.Join(Schemes(), ", "))
-	}
-	q, err := URLQuery(u)
-	if err != nil {
-		return nil, err
-	}
-	known := append(slices.Clone(CommonParams), s.Params...)
-	for k := range q {
-		if !slices.Contains(known, k) {
-			sort.Strings(known)
-			return nil, fmt.Errorf("%w: unknown query parameter %q for scheme %s (known: %s)",
-				ErrInvalidURL, k, u.Scheme, strings.Join(known, ", "))
-		}
-	}
-	common, err := commonOptions(q)
+	u, s, common, err := checkURL(rawURL)
 	if err != nil {
 		return nil, err
 	}
@@ -132,6 +114,52 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Locker, error) {
 		return nil, errors.Join(err, drv.Close())
 	}
 	return l, nil
+}
+
+// CheckURL reports what Open would find wrong with rawURL before it
+// connects: the same errors, matching ErrInvalidURL, for the URL's syntax,
+// its scheme, the common parameters and, where the adapter has a Check, the
+// adapter's own. It dials nothing. A nil error does not promise that Open
+// succeeds: the backend may be unreachable, or refuse the credentials.
+func CheckURL(rawURL string) error {
+	_, _, _, err := checkURL(rawURL)
+	return err
+}
+
+// checkURL is CheckURL, returning what Open needs next: the parsed URL, its
+// scheme and the common parameters' options.
+func checkURL(rawURL string) (*url.URL, Scheme, []Option, error) {
+	u, err := ParseURL(rawURL)
+	if err != nil {
+		return nil, Scheme{}, nil, err
+	}
+	s, ok := LookupScheme(u.Scheme)
+	if !ok {
+		return nil, Scheme{}, nil, fmt.Errorf("%w: unknown scheme %q in %s (known: %s; import the adapter package to register its scheme)",
+			ErrInvalidURL, u.Scheme, RedactURL(u), strings.Join(Schemes(), ", "))
+	}
+	q, err := URLQuery(u)
+	if err != nil {
+		return nil, Scheme{}, nil, err
+	}
+	known := append(slices.Clone(CommonParams), s.Params...)
+	for k := range q {
+		if !slices.Contains(known, k) {
+			sort.Strings(known)
+			return nil, Scheme{}, nil, fmt.Errorf("%w: unknown query parameter %q for scheme %s (known: %s)",
+				ErrInvalidURL, k, u.Scheme, strings.Join(known, ", "))
+		}
+	}
+	common, err := commonOptions(q)
+	if err != nil {
+		return nil, Scheme{}, nil, err
+	}
+	if s.Check != nil {
+		if err := s.Check(u); err != nil {
+			return nil, Scheme{}, nil, err
+		}
+	}
+	return u, s, common, nil
 }
 
 // ParseURL parses a backend URL for Open and adapters' own Open functions.

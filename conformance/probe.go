@@ -48,6 +48,10 @@ func URLCapabilities(ctx context.Context, rawURL string) (Capabilities, error) {
 		return Capabilities{}, fmt.Errorf("%w: unknown scheme %q in %q (known: %s; import the adapter package to register its scheme)",
 			backend.ErrInvalidURL, u.Scheme, u.Redacted(), strings.Join(backend.Schemes(), ", "))
 	}
+	// A bad URL is reported as such, before anything is dialled.
+	if err := backend.CheckURL(rawURL); err != nil {
+		return Capabilities{}, err
+	}
 	if err := reach(ctx, strings.Split(u.Host, ",")); err != nil {
 		return Capabilities{}, fmt.Errorf("%w: %s: %w", backend.ErrUnavailable, u.Redacted(), err)
 	}

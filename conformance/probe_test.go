@@ -52,6 +52,52 @@ func TestURLCapabilitiesInvalid(t *testing.T) {
 	_, err = conformance.URLCapabilities(context.Background(), "redis://"+ln.Addr().String()+"/0?nosuch=1")
 	assert.ErrorIs(t, err, backend.ErrInvalidURL)
 	assert.NotErrorIs(t, err, backend.ErrUnavailable)
+
+	// With nothing listening, a bad URL is still reported as bad: checked
+	// before the hosts are dialled.
+	port, err := freeport.Port()
+	require.NoError(t, err)
+	host := "127.0.0.1:" + strconv.Itoa(port)
+	for _, u := range []string{"redis://" + host + "/0?nosuch=1", "etcd://" + host + "/x?dial_timeout=-1s",
+		"zk://" + host + "/x?ttl=-1s", "redis://" + host + "/0?pool_size=0"} {
+		_, err := conformance.URLCapabilities(context.Background(), u)
+		assert.ErrorIs(t, err, backend.ErrInvalidURL, u)
+		assert.NotErrorIs(t, err, backend.ErrUnavailable, u)
+	}
+}
+
+// TestCheckURL: CheckURL finds what Open finds before it dials, for every
+// scheme in this module, and dials nothing.
+func TestCheckURL(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	accepted := make(chan struct{}, 1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+			accepted <- struct{}{}
+		}
+	}()
+	host := ln.Addr().String()
+	for _, u := range []string{"etcd://" + host + "/x", "etcds://" + host + "/x", "zk://" + host + "/x?ttl=4s",
+		"zks://" + host + "/x", "redis://" + host + "/0", "rediss://" + host + "/0", "mem://check"} {
+		assert.NoError(t, backend.CheckURL(u), u)
+	}
+	for _, u := range []string{"etcd://" + host + "/x?ttl=1500ms", "etcd://" + host + "/x?cacert=/nonexistent",
+		"zk://" + host + "/x?ttl=1s&session_timeout=2s", "zk://" + host + "/x?dial_timeout=0s",
+		"redis://" + host + "/0?protocol=4", "redis://" + host + "/-1", "mem://a:1", "redis://" + host + "/0?ttl=1s&ttl=2s"} {
+		assert.ErrorIs(t, backend.CheckURL(u), backend.ErrInvalidURL, u)
+	}
+	select {
+	case <-accepted:
+		t.Fatal("CheckURL connected to the server")
+	case <-time.After(100 * time.Millisecond):
+	}
 }
 
 // TestCapabilityFlags: only the flags given replace a capability, -fifo=false

@@ -28,8 +28,8 @@ const DefaultDialTimeout = 5 * time.Second
 var Params = append([]string{"dial_timeout"}, backend.TLSParams...)
 
 func init() {
-	backend.Register("etcd", backend.Scheme{Params: Params, Open: open, Suite: backend.StaticSuite(suiteProfile)})
-	backend.Register("etcds", backend.Scheme{Params: Params, Open: open, Suite: backend.StaticSuite(suiteProfile)})
+	backend.Register("etcd", backend.Scheme{Params: Params, Open: open, Check: check, Suite: backend.StaticSuite(suiteProfile)})
+	backend.Register("etcds", backend.Scheme{Params: Params, Open: open, Check: check, Suite: backend.StaticSuite(suiteProfile)})
 }
 
 // probeDelay is how long open waits for the cluster to answer before it
@@ -40,6 +40,12 @@ const probeDelay = 250 * time.Millisecond
 
 // open opens a driver that owns its client, for backend.Open. It returns
 // within dial_timeout, and when ctx ends.
+// check is the etcd and etcds schemes' Check: parseURL, without dialling.
+func check(u *url.URL) error {
+	_, _, err := parseURL(u)
+	return err
+}
+
 func open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 	cfg, prefix, err := parseURL(u)
 	if err != nil {

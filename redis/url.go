@@ -35,7 +35,7 @@ var clientParams = []string{
 
 func init() {
 	for _, scheme := range []string{"redis", "rediss"} {
-		backend.Register(scheme, backend.Scheme{Params: Params, Open: open, Suite: backend.StaticSuite(suiteProfile)})
+		backend.Register(scheme, backend.Scheme{Params: Params, Open: open, Check: check, Suite: backend.StaticSuite(suiteProfile)})
 	}
 }
 
@@ -48,6 +48,12 @@ const DefaultDialTimeout = 5 * time.Second
 // TLS port, or a rediss:// URL at a plain one, fails well within
 // dial_timeout and says why.
 const probeDelay = 250 * time.Millisecond
+
+// check is the redis and rediss schemes' Check: parseURL, without dialling.
+func check(u *url.URL) error {
+	_, _, err := parseURL(u)
+	return err
+}
 
 // open opens a client and checks, with one PING bounded by dial_timeout and
 // ctx, that the server can be reached and accepts the credentials: an

@@ -18,46 +18,17 @@ const DefaultPort = "2181"
 var Params = append([]string{"session_timeout", "dial_timeout"}, backend.TLSParams...)
 
 func init() {
-	backend.Register("zk", backend.Scheme{Params: Params, Open: open, Suite: probeSuite})
-	backend.Register("zks", backend.Scheme{Params: Params, Open: open, Suite: probeSuite})
+	backend.Register("zk", backend.Scheme{Params: Params, Open: open, Check: check, Suite: probeSuite})
+	backend.Register("zks", backend.Scheme{Params: Params, Open: open, Check: check, Suite: probeSuite})
 }
 
 // open opens a driver for backend.Open. backend.Open takes a Locker's
 // default TTL from the ttl parameter only, so session_timeout must agree
 // with it there; Open (this package's) has no such limit.
 func open(ctx context.Context, u *url.URL) (backend.Driver, error) {
-	cfg, err := parseURL(u)
+	cfg, err := configOf(u)
 	if err != nil {
 		return nil, err
-	}
-	q, err := backend.URLQuery(u)
-	if err != nil {
-		return nil, err
-	}
-	ttl, hasTTL, err := backend.URLDuration(q, "ttl")
-	if err != nil {
-		return nil, err
-	}
-	// The TTL is the session timeout asked for: checked before any dial.
-	switch {
-	case hasTTL && ttl <= 0:
-		return nil, backend.URLValueError("ttl", q.Get("ttl"), "the TTL must be positive")
-	case hasTTL && ttl < MinTTL:
-		return nil, backend.URLValueError("ttl", q.Get("ttl"), fmt.Sprintf("under the ZooKeeper adapter's minimum of %v", MinTTL))
-	case hasTTL && checkTTLShape(ttl) != nil:
-		return nil, backend.URLValueError("ttl", q.Get("ttl"), "ZooKeeper session timeouts are whole milliseconds")
-	}
-	switch {
-	case q.Has("session_timeout") && !hasTTL && cfg.SessionTimeout != backend.DefaultTTL:
-		return nil, fmt.Errorf("%w: %s: a ZooKeeper lease's TTL is its session timeout, and backend.Open takes the default TTL from ttl: write ttl=%v instead of session_timeout=%v (or open with zookeeper.Open, which applies session_timeout)",
-			backend.ErrInvalidURL, backend.RedactURL(u), cfg.SessionTimeout, cfg.SessionTimeout)
-	case q.Has("session_timeout") && hasTTL && ttl != cfg.SessionTimeout:
-		return nil, fmt.Errorf("%w: %s: ttl=%v and session_timeout=%v differ, but a ZooKeeper lease's TTL is its session timeout",
-			backend.ErrInvalidURL, backend.RedactURL(u), ttl, cfg.SessionTimeout)
-	case hasTTL:
-		cfg.SessionTimeout = ttl
-	case !q.Has("session_timeout"):
-		cfg.SessionTimeout = backend.DefaultTTL
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -67,6 +38,51 @@ func open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 		return nil, fmt.Errorf("zookeeper: open %s: %w", backend.RedactURL(u), err)
 	}
 	return d, nil
+}
+
+// check is the zk and zks schemes' Check: configOf, without dialling.
+func check(u *url.URL) error {
+	_, err := configOf(u)
+	return err
+}
+
+// configOf returns the Config a URL opens, with its session timeout from
+// ttl (or session_timeout), checked before any dial.
+func configOf(u *url.URL) (Config, error) {
+	cfg, err := parseURL(u)
+	if err != nil {
+		return Config{}, err
+	}
+	q, err := backend.URLQuery(u)
+	if err != nil {
+		return Config{}, err
+	}
+	ttl, hasTTL, err := backend.URLDuration(q, "ttl")
+	if err != nil {
+		return Config{}, err
+	}
+	// The TTL is the session timeout asked for: checked before any dial.
+	switch {
+	case hasTTL && ttl <= 0:
+		return Config{}, backend.URLValueError("ttl", q.Get("ttl"), "the TTL must be positive")
+	case hasTTL && ttl < MinTTL:
+		return Config{}, backend.URLValueError("ttl", q.Get("ttl"), fmt.Sprintf("under the ZooKeeper adapter's minimum of %v", MinTTL))
+	case hasTTL && checkTTLShape(ttl) != nil:
+		return Config{}, backend.URLValueError("ttl", q.Get("ttl"), "ZooKeeper session timeouts are whole milliseconds")
+	}
+	switch {
+	case q.Has("session_timeout") && !hasTTL && cfg.SessionTimeout != backend.DefaultTTL:
+		return Config{}, fmt.Errorf("%w: %s: a ZooKeeper lease's TTL is its session timeout, and backend.Open takes the default TTL from ttl: write ttl=%v instead of session_timeout=%v (or open with zookeeper.Open, which applies session_timeout)",
+			backend.ErrInvalidURL, backend.RedactURL(u), cfg.SessionTimeout, cfg.SessionTimeout)
+	case q.Has("session_timeout") && hasTTL && ttl != cfg.SessionTimeout:
+		return Config{}, fmt.Errorf("%w: %s: ttl=%v and session_timeout=%v differ, but a ZooKeeper lease's TTL is its session timeout",
+			backend.ErrInvalidURL, backend.RedactURL(u), ttl, cfg.SessionTimeout)
+	case hasTTL:
+		cfg.SessionTimeout = ttl
+	case !q.Has("session_timeout"):
+		cfg.SessionTimeout = backend.DefaultTTL
+	}
+	return cfg, nil
 }
 
 // Open opens a Locker from a zk or zks URL like backend.Open, except that a

@@ -31,6 +31,7 @@ func Named(name string) *Server {
 func init() {
 	backend.Register("mem", backend.Scheme{
 		Suite: backend.StaticSuite(suiteProfile),
+		Check: checkURL,
 		Open: func(_ context.Context, u *url.URL) (backend.Driver, error) {
 			return openURL(u)
 		},
