@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -28,9 +27,10 @@ timeouts the server grants); -ttl, -min-ttl, -max-ttl and -fifo override
 them. Each client reaches the backend through its own proxy on 127.0.0.1,
 so the suite can cut one off to play a crash.
 
-Exit status: 0 if every case passed, 1 if any failed, 64 for usage errors,
-65 for an invalid URL or settings, 69 if the backend cannot be reached.
-
+Exit status: 0 if every case passed, 1 if any failed; otherwise as for
+every command (65 for an invalid URL or settings, 69 if the backend cannot
+be reached, 77 if it refuses the credentials):
+` + exitTable + `
 flags:
 `
 
@@ -70,22 +70,22 @@ func decodeCaps(s string) (conformance.Capabilities, error) {
 }
 
 func conformanceCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("conformance", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, conformanceUsage); fs.PrintDefaults() }
+	fs := newFlagSet("conformance", conformanceUsage)
 	run := fs.String("run", "", "run only the cases matching this regular expression (as go test -run, under TestConformance/)")
 	overrideCaps := conformance.CapabilityFlags(fs, "")
 	verbose := fs.Bool("v", false, "print the suite's full output")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+		return code
 	}
 	url := fs.Arg(0)
 	if url == "" {
 		url = os.Getenv("FENCELOCK_URL")
 	}
-	if url == "" || fs.NArg() > 1 {
-		fs.Usage()
-		return exitUsage
+	switch {
+	case url == "":
+		return usageErr(stderr, "conformance", "no backend URL: give it after the flags or set FENCELOCK_URL")
+	case fs.NArg() > 1:
+		return usageErr(stderr, "conformance", "give one URL after the flags")
 	}
 	// Reachability first: one line in seconds, not every case failing.
 	caps, err := conformance.URLCapabilities(ctx, url)
