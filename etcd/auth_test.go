@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/conformance"
@@ -110,4 +111,33 @@ func requirePermission(t *testing.T, err error) {
 	require.ErrorIs(t, err, backend.ErrPermission)
 	require.NotErrorIs(t, err, backend.ErrNotAcquired)
 	require.NotErrorIs(t, err, backend.ErrUnavailable)
+}
+
+// A waiter whose role loses its grant while it waits ends its wait with
+// backend.ErrPermission once it is refused (here: its read after the
+// holder's release), rather than retrying until its context ends and
+// reporting a held lock, or losing its lease at the TTL.
+func TestWaitRefused(t *testing.T) {
+	s, _ := authServer(t)
+	root := s.NewClient(t)
+	app, err := s.ClientAs(appUser.Name, appUser.Password)
+	require.NoError(t, err)
+	defer app.Close()
+	holderLocker, err := New(root, "locks")
+	require.NoError(t, err)
+	defer holderLocker.Close()
+	waiterLocker, err := New(app, "locks", backend.WithTTL(30*time.Second))
+	require.NoError(t, err)
+	defer waiterLocker.Close()
+
+	held, err := holderLocker.TryAcquire(tctx(t, 10*time.Second), "n")
+	require.NoError(t, err)
+	ch := goAcquire(tctx(t, 60*time.Second), waiterLocker, "n")
+	requireBlocked(t, ch, 300*time.Millisecond)
+	ctx := tctx(t, 10*time.Second)
+	_, err = root.RoleRevokePermission(ctx, appUser.Name, "locks/", clientv3.GetPrefixRangeEnd("locks/"))
+	require.NoError(t, err)
+	release(t, held)
+	r := waitAcquired(t, ch, 20*time.Second)
+	requirePermission(t, r.Err)
 }
