@@ -207,7 +207,7 @@
 // When another identity created the prefix first with an ACL that leaves
 // our user out, Open succeeds (it makes no request on the prefix), and
 // every Acquire, TryAcquire, Status, Revoke and RevokeID there fails at
-// once, in one round trip, with an error matching backend.ErrPermission
+// once (a few round trips, no wait) with an error matching backend.ErrPermission
 // that keeps the server's "zk: not authenticated" and, for a new lock, names
 // the node whose ACL refused. That identity (or a super user) must grant
 // our user CREATE on the prefix, or delete it.
