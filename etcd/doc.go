@@ -38,6 +38,42 @@
 // etcd URL aimed at a TLS port fail at once, with an error that says so. A Locker opened from a URL owns its client
 // and closes it on Close; New never closes the client it is given.
 //
+// # Permissions
+//
+// On a cluster with authentication on, the URL's user needs one thing: a
+// role with readwrite on the key range of "<prefix>/", the prefix with its
+// slash, and nothing else, not even the key "<prefix>":
+//
+//	etcdctl role add locks-app
+//	etcdctl role grant-permission locks-app readwrite --prefix locks/
+//	etcdctl user add app
+//	etcdctl user grant-role app locks-app
+//
+// for etcd://app:…@h:2379/locks. (With --prefix locks, without the slash,
+// the role would reach "locks2/" as well.) Every request stays in that
+// range: Open reads the one key "<prefix>/" (a reachability probe, never a
+// lock key); acquisitions, waits, releases, Status, Revoke and RevokeID
+// read, write, watch and delete keys <prefix>/<name>/<lease>. Lease grants
+// and TimeToLive (without keys) need no key permission; keepalives and
+// revokes need write permission on the keys attached to the lease, which
+// are in the range (an idle lease of the pool has none). The conformance
+// suite passes as such a user (TestRestrictedUserConformance).
+//
+// A refusal is an error matching backend.ErrPermission that keeps the
+// server's message ("etcdserver: permission denied", or "authentication
+// failed" for a wrong password), never ErrUnavailable or ErrNotAcquired:
+// Open fails at once for a user without the grant, and a request refused
+// later (a role revoked under a Locker, a waiter included) fails with it
+// rather than being retried. Revoking an acquisition whose lease also holds
+// keys outside the range (a concurrency.Mutex session's) is refused too.
+//
+// A user name and password travel in clear over etcd://; use etcds:// on a
+// network you do not trust. No URL parameter turns certificate verification
+// off: etcds:// always verifies the servers' chain (against cacert or the
+// system roots) and name. A client of your own given to New can, with
+// tls.Config.InsecureSkipVerify; that opens the connection, credentials and
+// all, to interception, and is for tests only.
+//
 // # Key layout and token
 //
 // An acquisition of lock name N holding etcd lease L writes the key

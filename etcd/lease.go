@@ -236,6 +236,10 @@ func (l *lease) waitTurn(ctx context.Context, key string, rev int64, pred string
 			continue
 		case errors.Is(err, backend.ErrLeaseLost):
 			return err
+		case errors.Is(mapErr(err), backend.ErrPermission):
+			// Refused (a role revoked under us): retrying cannot help,
+			// and giving up at ctx's end would look like a held lock.
+			return mapErr(err)
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case l.d.client.Ctx().Err() != nil:

@@ -23,7 +23,7 @@ func (d *driver) Inspect(ctx context.Context, name string) (backend.Status, erro
 	resp, err := d.client.Get(ctx, nameDir(d.prefix, name), clientv3.WithPrefix(),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
-		return backend.Status{}, fmt.Errorf("etcd: status: %w", err)
+		return backend.Status{}, fmt.Errorf("etcd: status: %w", mapErr(err))
 	}
 	var entries []backend.Entry
 	for _, kv := range resp.Kvs {
@@ -35,7 +35,7 @@ func (d *driver) Inspect(ctx context.Context, name string) (backend.Status, erro
 		if kv.Lease != 0 {
 			ttl, err := d.client.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
 			if err != nil {
-				return backend.Status{}, fmt.Errorf("etcd: status: lease of %q: %w", kv.Key, err)
+				return backend.Status{}, fmt.Errorf("etcd: status: lease of %q: %w", kv.Key, mapErr(err))
 			}
 			if ttl.TTL >= 0 {
 				e.TTLLeft = time.Duration(ttl.TTL) * time.Second
@@ -54,7 +54,7 @@ func (d *driver) Revoke(ctx context.Context, name string, token fencing.Token) (
 	resp, err := d.client.Get(ctx, nameDir(d.prefix, name), clientv3.WithPrefix(),
 		clientv3.WithMinCreateRev(rev), clientv3.WithMaxCreateRev(rev))
 	if err != nil {
-		return false, fmt.Errorf("etcd: revoke: %w", err)
+		return false, fmt.Errorf("etcd: revoke: %w", mapErr(err))
 	}
 	if len(resp.Kvs) == 0 {
 		return false, nil
@@ -62,14 +62,14 @@ func (d *driver) Revoke(ctx context.Context, name string, token fencing.Token) (
 	kv := resp.Kvs[0]
 	if kv.Lease != 0 {
 		if _, err := d.client.Revoke(ctx, clientv3.LeaseID(kv.Lease)); err != nil && !isLeaseNotFound(err) {
-			return false, fmt.Errorf("etcd: revoke lease %x: %w", kv.Lease, err)
+			return false, fmt.Errorf("etcd: revoke lease %x: %w", kv.Lease, mapErr(err))
 		}
 		return true, nil
 	}
 	del, err := d.client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", rev)).
 		Then(clientv3.OpDelete(string(kv.Key))).Commit()
 	if err != nil {
-		return false, fmt.Errorf("etcd: revoke: delete %q: %w", kv.Key, err)
+		return false, fmt.Errorf("etcd: revoke: delete %q: %w", kv.Key, mapErr(err))
 	}
 	return del.Succeeded, nil
 }
@@ -114,7 +114,7 @@ func (d *driver) RevokeID(ctx context.Context, name, id string) (bool, error) {
 	resp, err := d.client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
 		Then(clientv3.OpDelete(key)).Commit()
 	if err != nil {
-		return false, fmt.Errorf("etcd: revoke: delete %q: %w", key, err)
+		return false, fmt.Errorf("etcd: revoke: delete %q: %w", key, mapErr(err))
 	}
 	return resp.Succeeded, nil
 }

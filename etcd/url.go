@@ -98,22 +98,33 @@ func open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 	// clientv3 dials lazily: one cheap read, bounded by the dial timeout,
 	// makes an unreachable cluster an error of Open rather than a wait that
 	// looks like a held lock. While it waits, a probe looks for a TLS
-	// mismatch, which gRPC would only report as its deadline.
+	// mismatch, which gRPC would only report as its deadline. The read is
+	// of the one key "<prefix>/", inside the range every lock key is in
+	// (and never a lock key itself: names are not empty), so a role that
+	// may read and write that range and nothing else may make it, and one
+	// that may not is refused here, with an error that says so.
 	got := make(chan error, 1)
 	go func() {
-		_, err := client.Get(dctx, prefix, clientv3.WithSerializable(), clientv3.WithCountOnly())
+		_, err := client.Get(dctx, prefix+"/", clientv3.WithSerializable(), clientv3.WithCountOnly())
 		got <- err
 	}()
 	fail := func(err error) (backend.Driver, error) {
 		_ = client.Close()
+		if merr := mapErr(err); errors.Is(merr, backend.ErrPermission) {
+			return nil, fmt.Errorf("%w: etcd: %s: the user may not read %q (it needs readwrite on the key range of prefix %q): %w",
+				backend.ErrPermission, backend.RedactURL(u), prefix+"/", prefix+"/", err)
+		}
 		return nil, unreachable(err)
 	}
 	timer := time.NewTimer(probeDelay)
 	defer timer.Stop()
 	select {
 	case err := <-got:
+		if err != nil && !errors.Is(mapErr(err), backend.ErrPermission) {
+			err = withMismatch(dctx, addr, cfg.TLS, err)
+		}
 		if err != nil {
-			return fail(withMismatch(dctx, addr, cfg.TLS, err))
+			return fail(err)
 		}
 		return newDriver(client, prefix, true), nil
 	case <-timer.C:
@@ -123,7 +134,7 @@ func open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 	select {
 	case err := <-got:
 		if err != nil {
-			if perr := <-probed; perr != nil {
+			if perr := <-probed; perr != nil && !errors.Is(mapErr(err), backend.ErrPermission) {
 				err = fmt.Errorf("%w (%v)", err, perr)
 			}
 			return fail(err)

@@ -182,6 +182,43 @@
 // "h:2181/app" and lock path "/locks/x" uses the node that prefix
 // "/app/locks" gives to name "x".
 //
+// # Permissions
+//
+// What a digest user needs:
+//
+//   - A prefix that does not exist yet: nothing. The Locker creates it, its
+//     missing ancestors and the lock directories as container nodes with its
+//     own ACL (the server deletes a container once it is empty).
+//   - A prefix an operator created beforehand, under another identity:
+//     CREATE on the prefix for our user, nothing more, and nothing on its
+//     ancestors (the lock directory is created first, and its parents only
+//     while they are missing: ZooKeeper checks CREATE on the parent before
+//     it looks for the node). For example, as the operator:
+//     setAcl /app/locks digest:admin:<hash>:cdrwa,digest:app:<hash>:c, where
+//     <hash> is base64(sha1("user:password")). The conformance suite passes
+//     so, under an ancestor closed to our user
+//     (TestRestrictedUserConformance); every node below the prefix is then
+//     our user's alone.
+//   - A lock directory created by someone else (a Curator or zk.Lock client
+//     with its own ACL): READ, CREATE and DELETE on it, and WRITE for the
+//     one-request acquisition (without it a plain create takes its place,
+//     see Token).
+//
+// When another identity created the prefix first with an ACL that leaves
+// our user out, Open succeeds (it makes no request on the prefix), and
+// every Acquire, TryAcquire, Status, Revoke and RevokeID there fails at
+// once (a few round trips, no wait) with an error matching backend.ErrPermission
+// that keeps the server's "zk: not authenticated" and, for a new lock, names
+// the node whose ACL refused. That identity (or a super user) must grant
+// our user CREATE on the prefix, or delete it.
+//
+// Digest credentials travel in clear over zk:// (ZooKeeper hashes them on
+// the server); use zks:// on a network you do not trust. No URL parameter
+// turns certificate verification off: zks:// always verifies each server's
+// chain (against cacert or the system roots) and name. A Config.TLS of your
+// own with InsecureSkipVerify would open the connection, credentials and
+// all, to interception, and is for tests only.
+//
 // # URLs
 //
 // The host part lists the ensemble, comma-separated host:port (port 2181 by

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"path"
 	"strings"
 	"sync"
 	"time"
@@ -490,7 +491,7 @@ func (l *lease) children(ctx context.Context) ([]string, error) {
 		err, kids = nil, nil
 	}
 	if err != nil {
-		return nil, l.opError("get children", err)
+		return nil, l.opError("get children of "+l.dir, err)
 	}
 	if !l.alive(sent) {
 		l.markLost()
@@ -626,7 +627,7 @@ func (l *lease) doCreate(plain bool) (path string, czxid int64, alone bool, err 
 			l.markLost()
 			return "", 0, false, l.lostError("the session ended during the create")
 		default:
-			return "", 0, false, l.opError("create lock node", err)
+			return "", 0, false, l.opError("create lock node in "+l.dir, err)
 		}
 		if !l.alive(sent) {
 			l.dropStray(path)
@@ -710,16 +711,43 @@ func (l *lease) findOwn() (path string, czxid int64, found bool, err error) {
 	}
 }
 
-// makeDir creates the lock directory and its missing ancestors as container
-// nodes (the server deletes a container once its last child is gone).
+// makeDir creates the lock directory, and its missing ancestors, as
+// container nodes (the server deletes a container once its last child is
+// gone). It creates the directory first and goes up only while a parent is
+// missing, so an existing prefix costs nothing more and is never created
+// again: ZooKeeper checks CREATE on the parent before it looks for the
+// node, so creating an existing node under a parent we may not write (an
+// operator's /app above our /app/locks) would be refused.
 func (l *lease) makeDir() error {
-	for _, p := range parents(l.dir) {
+	return l.makeNode(l.dir)
+}
+
+func (l *lease) makeNode(p string) error {
+	for attempt := 0; ; attempt++ {
 		_, err := l.s.conn.CreateContainer(p, nil, zk.FlagContainer, l.d.acl)
-		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		switch {
+		case err == nil, errors.Is(err, zk.ErrNodeExists):
+			return nil
+		case errors.Is(err, zk.ErrNoNode) && attempt < createAttempts:
+			parent := path.Dir(p)
+			if parent == "/" {
+				return l.opError("create "+p, err)
+			}
+			if err := l.makeNode(parent); err != nil {
+				return err
+			}
+			continue
+		case errors.Is(err, zk.ErrNoAuth):
+			// The parent's ACL does not let us create children; the
+			// node may exist all the same (exists needs no permission).
+			if ok, _, eerr := l.s.conn.Exists(p); eerr == nil && ok {
+				return nil
+			}
+			return l.opError(fmt.Sprintf("create %s: the ACL of %s does not give this client CREATE (another identity created it?)", p, path.Dir(p)), err)
+		default:
 			return l.opError("create "+p, err)
 		}
 	}
-	return nil
 }
 
 // watchOwn watches our node (once) and closes Lost when the node is
@@ -933,7 +961,7 @@ func (l *lease) cleanupNode() error {
 			return gone()
 		case connDown(err):
 		default:
-			return fmt.Errorf("zookeeper: delete %s: %w", path, err)
+			return fmt.Errorf("zookeeper: delete %s: %w", path, mapErr(err))
 		}
 		t := time.NewTimer(backoff)
 		select {

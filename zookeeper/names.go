@@ -110,15 +110,3 @@ func cleanPrefix(p string) (string, error) {
 	}
 	return p, nil
 }
-
-// parents returns the ancestors of path that may need creating, outermost
-// first, ending with path itself ("/a/b" → "/a", "/a/b").
-func parents(path string) []string {
-	var out []string
-	for i := 1; i < len(path); i++ {
-		if path[i] == '/' {
-			out = append(out, path[:i])
-		}
-	}
-	return append(out, path)
-}

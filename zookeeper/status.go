@@ -38,7 +38,7 @@ func (d *driver) lockNodes(ctx context.Context, name string) ([]lockNode, error)
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("zookeeper: list %s: %w", dir, err)
+		return nil, fmt.Errorf("zookeeper: list %s: %w", dir, mapErr(err))
 	}
 	var nodes []lockNode
 	for _, c := range children {
@@ -52,7 +52,7 @@ func (d *driver) lockNodes(ctx context.Context, name string) ([]lockNode, error)
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("zookeeper: read %s: %w", n.path, err)
+			return nil, fmt.Errorf("zookeeper: read %s: %w", n.path, mapErr(err))
 		}
 		nodes = append(nodes, n)
 	}
@@ -103,7 +103,7 @@ func (d *driver) Revoke(ctx context.Context, name string, token fencing.Token) (
 		case errors.Is(err, zk.ErrNoNode):
 			return false, nil
 		case err != nil:
-			return false, fmt.Errorf("zookeeper: delete %s: %w", n.path, err)
+			return false, fmt.Errorf("zookeeper: delete %s: %w", n.path, mapErr(err))
 		}
 		return true, nil
 	}
@@ -130,7 +130,7 @@ func (d *driver) RevokeID(ctx context.Context, name, id string) (bool, error) {
 	case errors.Is(err, zk.ErrNoNode):
 		return false, nil
 	case err != nil:
-		return false, fmt.Errorf("zookeeper: delete %s: %w", node, err)
+		return false, fmt.Errorf("zookeeper: delete %s: %w", node, mapErr(err))
 	}
 	return true, nil
 }

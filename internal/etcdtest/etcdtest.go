@@ -11,10 +11,12 @@
 // and fsync would dominate test time on slow disks); WithFsync turns fsync
 // back on for measurements that should pay what a real cluster pays.
 // WithClientTLS serves clients over TLS (https) with client certificates
-// required.
+// required. WithAuth turns authentication on, with a root user and users of
+// given key-prefix grants.
 package etcdtest
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -47,9 +49,10 @@ type Server struct {
 	dir       string
 	removeDir bool
 	logPath   string
-	member    string   // the member's data directory
-	ports     [2]int   // client and peer ports, the same over a Restart
-	opts      []Option // as started
+	member    string    // the member's data directory
+	auth      *authSpec // for WithAuth
+	ports     [2]int    // client and peer ports, the same over a Restart
+	opts      []Option  // as started
 
 	mu      sync.Mutex
 	etcd    *embed.Etcd
@@ -64,8 +67,32 @@ func (s *Server) LogPath() string { return s.logPath }
 type Option func(*options)
 
 type options struct {
-	cfg *embed.Config
-	tls *tlstest.Files
+	cfg  *embed.Config
+	tls  *tlstest.Files
+	auth *authSpec
+}
+
+type authSpec struct {
+	rootPassword string
+	users        []User
+}
+
+// RootUser is the name of the user that WithAuth makes the server's
+// administrator.
+const RootUser = "root"
+
+// User is a user that WithAuth creates, with a role of the same name that
+// may read and write each key prefix in ReadWrite and nothing else: what
+//
+//	etcdctl role add NAME
+//	etcdctl role grant-permission NAME readwrite --prefix P   (each P)
+//	etcdctl user add NAME
+//	etcdctl user grant-role NAME NAME
+//
+// give. A user with no ReadWrite has a role without permissions.
+type User struct {
+	Name, Password string
+	ReadWrite      []string
 }
 
 // WithFsync makes the server fsync its write-ahead log as a production
@@ -82,6 +109,17 @@ func WithConfig(f func(*embed.Config)) Option { return func(o *options) { f(o.cf
 // (etcd's --client-cert-auth). Clients of NewClient and Client present f's
 // client certificate. Peers stay plain.
 func WithClientTLS(f *tlstest.Files) Option { return func(o *options) { o.tls = f } }
+
+// WithAuth enables authentication (etcdctl auth enable) once the server has
+// started, with the user RootUser (password rootPassword, role root) and
+// users. Client and NewClient authenticate as RootUser. Passwords are hashed
+// with bcrypt's minimum cost, so that authenticating costs tests little.
+func WithAuth(rootPassword string, users ...User) Option {
+	return func(o *options) {
+		o.auth = &authSpec{rootPassword: rootPassword, users: users}
+		o.cfg.BcryptCost = 4 // bcrypt.MinCost
+	}
+}
 
 // Start starts a server in a temporary directory of tb and stops it when the
 // test or benchmark ends. It fails tb if the server does not start.
@@ -133,6 +171,10 @@ func start(dir string, remove bool, opts []Option) (*Server, error) {
 		s, err := startOnce(member, [2]int{ports[0], ports[1]}, opts)
 		if err == nil {
 			s.dir, s.removeDir = dir, remove
+			if err := s.enableAuth(); err != nil {
+				s.Close()
+				return nil, err
+			}
 			return s, nil
 		}
 		errs = append(errs, err)
@@ -200,7 +242,49 @@ func startOnce(dir string, ports [2]int, opts []Option) (*Server, error) {
 		return nil, fmt.Errorf("server not ready after %v", readyTimeout)
 	}
 	return &Server{etcd: e, endpoints: []string{clientURL.String()}, clientTLS: clientTLS, logPath: cfg.LogOutputs[0],
-		member: dir, ports: ports, opts: opts}, nil
+		member: dir, ports: ports, opts: opts, auth: o.auth}, nil
+}
+
+// enableAuth creates WithAuth's users and roles and enables authentication,
+// on a server just started on empty data (a Restart keeps them).
+func (s *Server) enableAuth() error {
+	if s.auth == nil {
+		return nil
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: s.Endpoints(), DialTimeout: 5 * time.Second,
+		Logger: s.Etcd().GetLogger(), TLS: s.clientTLS.Clone()})
+	if err != nil {
+		return fmt.Errorf("auth: new client: %w", err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	if _, err := c.UserAdd(ctx, RootUser, s.auth.rootPassword); err != nil {
+		return fmt.Errorf("auth: add %s: %w", RootUser, err)
+	}
+	if _, err := c.UserGrantRole(ctx, RootUser, "root"); err != nil {
+		return fmt.Errorf("auth: grant root: %w", err)
+	}
+	for _, u := range s.auth.users {
+		if _, err := c.RoleAdd(ctx, u.Name); err != nil {
+			return fmt.Errorf("auth: add role %s: %w", u.Name, err)
+		}
+		for _, p := range u.ReadWrite {
+			if _, err := c.RoleGrantPermission(ctx, u.Name, p, clientv3.GetPrefixRangeEnd(p), clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
+				return fmt.Errorf("auth: grant %s readwrite on prefix %q: %w", u.Name, p, err)
+			}
+		}
+		if _, err := c.UserAdd(ctx, u.Name, u.Password); err != nil {
+			return fmt.Errorf("auth: add user %s: %w", u.Name, err)
+		}
+		if _, err := c.UserGrantRole(ctx, u.Name, u.Name); err != nil {
+			return fmt.Errorf("auth: grant role %s: %w", u.Name, err)
+		}
+	}
+	if _, err := c.AuthEnable(ctx); err != nil {
+		return fmt.Errorf("auth: enable: %w", err)
+	}
+	return nil
 }
 
 func isAddrInUse(err error) bool {
@@ -264,13 +348,26 @@ func (s *Server) NewClient(tb testing.TB) *clientv3.Client {
 	return c
 }
 
-// Client returns a new client of the server; the caller closes it.
+// Client returns a new client of the server; the caller closes it. With
+// WithAuth it authenticates as RootUser.
 func (s *Server) Client() (*clientv3.Client, error) {
+	return s.ClientAs("", "")
+}
+
+// ClientAs returns a new client of the server that authenticates as user
+// with password, or, for an empty user, as RootUser if WithAuth enabled
+// authentication (as nobody otherwise); the caller closes it.
+func (s *Server) ClientAs(user, password string) (*clientv3.Client, error) {
+	if user == "" && s.auth != nil {
+		user, password = RootUser, s.auth.rootPassword
+	}
 	c, err := clientv3.New(clientv3.Config{
 		Endpoints:   s.Endpoints(),
 		DialTimeout: 5 * time.Second,
 		Logger:      s.Etcd().GetLogger(), // the server's, at error level
 		TLS:         s.clientTLS.Clone(),
+		Username:    user,
+		Password:    password,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("etcdtest: new client: %w", err)

@@ -118,3 +118,31 @@ func TestStopRestart(t *testing.T) {
 		t.Fatal("a closed server restarted")
 	}
 }
+
+// WithAuth: the root client may do anything, a user only what its grant
+// allows, and a wrong password does not authenticate.
+func TestWithAuth(t *testing.T) {
+	s := etcdtest.Start(t, etcdtest.WithAuth("rootpw", etcdtest.User{Name: "app", Password: "apppw", ReadWrite: []string{"locks/"}}))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	root := s.NewClient(t)
+	if _, err := root.Put(ctx, "anything", "v"); err != nil {
+		t.Fatalf("root: %v", err)
+	}
+	app, err := s.ClientAs("app", "apppw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Close()
+	if _, err := app.Put(ctx, "locks/x", "v"); err != nil {
+		t.Fatalf("app in its range: %v", err)
+	}
+	for _, k := range []string{"locks", "lockz", "anything"} {
+		if _, err := app.Get(ctx, k); err == nil || !strings.Contains(err.Error(), "permission denied") {
+			t.Errorf("app reading %q: %v, want permission denied", k, err)
+		}
+	}
+	if _, err := s.ClientAs("app", "wrong"); err == nil {
+		t.Error("a wrong password authenticated")
+	}
+}

@@ -1,0 +1,143 @@
+package etcd
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/conformance"
+	"github.com/fencelock/fencelock/internal/etcdtest"
+)
+
+// The least-privilege grant of the package documentation: a role with
+// readwrite on the prefix range "locks/" and nothing else, for the URL
+// etcd://app:…@host/locks.
+var (
+	appUser  = etcdtest.User{Name: "app", Password: "app-pw", ReadWrite: []string{"locks/"}}
+	noneUser = etcdtest.User{Name: "nobody", Password: "nobody-pw"}
+)
+
+// authServer starts a server of its own with authentication on and the
+// users appUser and noneUser, and returns it with its host:port.
+func authServer(t *testing.T) (*etcdtest.Server, string) {
+	t.Helper()
+	s := etcdtest.Start(t, etcdtest.WithAuth("root-pw", appUser, noneUser))
+	return s, strings.TrimPrefix(s.Endpoints()[0], "http://")
+}
+
+// The whole suite runs through the URL form as a user whose role may read
+// and write the prefix range "locks/" and nothing else: Open, every
+// acquisition, renewal, release, the lease pool, Status, Revoke and
+// RevokeID stay within it.
+func TestRestrictedUserConformance(t *testing.T) {
+	_, host := authServer(t)
+	u := "etcd://app:app-pw@" + host + "/locks"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	caps, err := conformance.URLCapabilities(ctx, u)
+	require.NoError(t, err)
+	h, err := conformance.NewURLHarness(u, caps)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = h.Close() })
+	conformance.Run(t, h)
+}
+
+// A user without the grant is refused at Open, at once, with an error that
+// matches backend.ErrPermission and says so: not "cannot reach", not
+// ErrUnavailable. So is the granted user on a prefix outside its range, and
+// a wrong password.
+func TestOpenWithoutGrant(t *testing.T) {
+	_, host := authServer(t)
+	const dialTimeout = 20 * time.Second
+	for _, tc := range []struct{ what, url string }{
+		{"user without grant", "etcd://nobody:nobody-pw@" + host + "/locks"},
+		{"prefix outside the grant", "etcd://app:app-pw@" + host + "/other"},
+		{"prefix lock, not locks", "etcd://app:app-pw@" + host + "/lock"},
+		{"wrong password", "etcd://app:wrong@" + host + "/locks"},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			start := time.Now()
+			l, err := backend.Open(tctx(t, 30*time.Second), tc.url+"?dial_timeout="+dialTimeout.String())
+			took := time.Since(start)
+			if l != nil {
+				_ = l.Close()
+			}
+			require.ErrorIs(t, err, backend.ErrPermission)
+			assert.NotErrorIs(t, err, backend.ErrUnavailable)
+			assert.NotContains(t, err.Error(), "cannot reach")
+			assert.Contains(t, err.Error(), "etcdserver:")
+			assert.NotContains(t, err.Error(), "-pw", "the error shows a password")
+			assert.NotContains(t, err.Error(), "wrong", "the error shows a password")
+			// Well under dial_timeout, on a busy machine too.
+			assert.Less(t, took, dialTimeout/2)
+			t.Logf("%v: %v", took, err)
+		})
+	}
+}
+
+// Over a client of its own (New), a Locker on a prefix outside the user's
+// grant reports every refused request as backend.ErrPermission: not as a
+// held lock, not as an unreachable cluster.
+func TestRequestsWithoutGrant(t *testing.T) {
+	s, _ := authServer(t)
+	c, err := s.ClientAs(appUser.Name, appUser.Password)
+	require.NoError(t, err)
+	defer c.Close()
+	l, err := New(c, "other")
+	require.NoError(t, err)
+	defer l.Close()
+	ctx := tctx(t, 30*time.Second)
+
+	_, err = l.TryAcquire(ctx, "n")
+	requirePermission(t, err)
+	_, err = l.Acquire(ctx, "n")
+	requirePermission(t, err)
+	_, err = l.Status(ctx, "n")
+	requirePermission(t, err)
+	_, err = l.Revoke(ctx, "n", 1)
+	requirePermission(t, err)
+	_, err = l.RevokeID(ctx, "n", "other/n/1@1")
+	requirePermission(t, err)
+}
+
+func requirePermission(t *testing.T, err error) {
+	t.Helper()
+	require.ErrorIs(t, err, backend.ErrPermission)
+	require.NotErrorIs(t, err, backend.ErrNotAcquired)
+	require.NotErrorIs(t, err, backend.ErrUnavailable)
+}
+
+// A waiter whose role loses its grant while it waits ends its wait with
+// backend.ErrPermission once it is refused (here: its read after the
+// holder's release), rather than retrying until its context ends and
+// reporting a held lock, or losing its lease at the TTL.
+func TestWaitRefused(t *testing.T) {
+	s, _ := authServer(t)
+	root := s.NewClient(t)
+	app, err := s.ClientAs(appUser.Name, appUser.Password)
+	require.NoError(t, err)
+	defer app.Close()
+	holderLocker, err := New(root, "locks")
+	require.NoError(t, err)
+	defer holderLocker.Close()
+	waiterLocker, err := New(app, "locks", backend.WithTTL(30*time.Second))
+	require.NoError(t, err)
+	defer waiterLocker.Close()
+
+	held, err := holderLocker.TryAcquire(tctx(t, 10*time.Second), "n")
+	require.NoError(t, err)
+	ch := goAcquire(tctx(t, 60*time.Second), waiterLocker, "n")
+	requireBlocked(t, ch, 300*time.Millisecond)
+	ctx := tctx(t, 10*time.Second)
+	_, err = root.RoleRevokePermission(ctx, appUser.Name, "locks/", clientv3.GetPrefixRangeEnd("locks/"))
+	require.NoError(t, err)
+	release(t, held)
+	r := waitAcquired(t, ch, 20*time.Second)
+	requirePermission(t, r.Err)
+}
