@@ -22,7 +22,7 @@
 // Memory, for state in the same process, and every StoreGuard's Gate method,
 // for code that does not know the store (httpfence.Middleware, Admit).
 //
-// Every guard has the same shape: New(store, opts ...Option) (*Guard,
+// Every StoreGuard has the same shape: New(store, opts ...Option) (*Guard,
 // error), Do, Admit, Gate and Highest; fencing/fencetest is the suite they
 // all pass.
 //
