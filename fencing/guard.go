@@ -25,28 +25,64 @@ func (e *StaleTokenError) Error() string {
 // Is makes errors.Is(err, ErrStaleToken) true.
 func (e *StaleTokenError) Is(target error) bool { return target == ErrStaleToken }
 
-// Guard is the check a protected resource runs before every write.
+// StoreGuard is a guard that keeps the highest token in a store and hands
+// its write function the store's handle for one atomic step: a transaction
+// (sqlfence: *sql.Tx), a batch of staged commands (redisfence:
+// *redisfence.Batch), a staged etcd transaction (etcdfence: *etcdfence.Txn)
+// or the new content of a file (filefence: io.Writer).
 //
-// Do runs write only if token is not lower than the highest token admitted
-// for resource, and records token as the highest if write succeeds. The check,
-// the write and the record are one atomic step with respect to every other Do
-// on the same resource: that is what makes fencing work. A Guard whose check
-// is not atomic with the write (check, then write later) lets a stale holder
-// slip in between and protects nothing.
+// Do calls write with that handle only if token is not lower than the
+// highest token admitted for resource, and records token, together with
+// everything write did through the handle, only if write returns nil: the
+// check, the write and the record are one atomic step. A lower token is
+// rejected with a *StaleTokenError (errors.Is(err, ErrStaleToken)); if the
+// token turns stale while write runs (a guard that does not hold the
+// resource meanwhile, such as redisfence and etcdfence), what write staged
+// is discarded and Do still returns the *StaleTokenError. A zero token is
+// rejected with ErrInvalidToken. A nil write records the token alone.
+//
+// Only the handle is part of the atomic step. A write that goes around it,
+// through the *sql.DB or the Redis client the guard was made from, lands
+// whatever the token, and is neither rolled back nor discarded when the
+// token is rejected.
 //
 // Equal tokens are admitted: one holder writes many times under one grant,
-// and a retried write carries the same token. A token that is lower is
-// rejected with a *StaleTokenError (errors.Is(err, ErrStaleToken)), and write
-// is not called. A zero token is rejected with ErrInvalidToken.
+// and a retried write carries the same token.
+type StoreGuard[S any] interface {
+	Do(ctx context.Context, resource string, token Token, write func(ctx context.Context, s S) error) error
+}
+
+// Guard is the store-agnostic form of a guard, for code that does not know
+// where the data lives (httpfence.Middleware, Admit, generic tests).
 //
-// Durable implementations (SQL, Redis, etcd, files) keep the highest token in
-// the same store and transaction as the data it protects.
+// Do runs write only if token is not lower than the highest token admitted
+// for resource, and records token as the highest if write succeeds. Equal
+// tokens are admitted; a lower token is rejected with a *StaleTokenError
+// (errors.Is(err, ErrStaleToken)) and write is not called; a zero token is
+// rejected with ErrInvalidToken.
+//
+// write gets no handle to any store, so whether what it does is atomic with
+// the check depends on the implementation:
+//
+//   - Memory runs write while holding the resource's mutex: for state that
+//     lives in the same process, the check, the write and the record are one
+//     atomic step.
+//   - The Gate of a StoreGuard (sqlfence, redisfence, etcdfence, filefence)
+//     runs write as a gate before the token is recorded: the token is
+//     recorded only if write returns nil, but nothing write does is part of
+//     the store's atomic step (redisfence and etcdfence do not even hold the
+//     resource while write runs). To change the store atomically with the
+//     check, use the StoreGuard's own Do and write through its handle.
+//
+// A Guard whose check is not atomic with the write (check, then write
+// later) lets a stale holder slip in between and protects nothing.
 type Guard interface {
 	Do(ctx context.Context, resource string, token Token, write func(ctx context.Context) error) error
 }
 
 // Admit records token for resource through g without a write of its own, for
-// resources whose write happens elsewhere under the same atomic step.
+// resources whose write happens elsewhere under the same atomic step. Every
+// StoreGuard has an Admit method that does the same.
 func Admit(ctx context.Context, g Guard, resource string, token Token) error {
 	return g.Do(ctx, resource, token, nil)
 }

@@ -9,15 +9,30 @@ import (
 	"github.com/fencelock/fencelock/fencing/fencetest"
 )
 
-// memStore is a Memory guard over an in-process map.
+// memStore is a Memory guard over an in-process map. Memory's write
+// function takes no handle (the map is in scope), so the suite's handle is
+// struct{}.
 type memStore struct {
-	*fencing.Memory
+	m    *fencing.Memory
 	mu   sync.Mutex
 	vals map[string]string
 }
 
-func (s *memStore) Put(res, v string) func(context.Context) error {
-	return func(context.Context) error {
+func (s *memStore) Do(ctx context.Context, res string, tok fencing.Token, write func(context.Context, struct{}) error) error {
+	if write == nil {
+		return s.m.Do(ctx, res, tok, nil)
+	}
+	return s.m.Do(ctx, res, tok, func(ctx context.Context) error { return write(ctx, struct{}{}) })
+}
+
+func (s *memStore) Admit(ctx context.Context, res string, tok fencing.Token) error {
+	return fencing.Admit(ctx, s.m, res, tok)
+}
+
+func (s *memStore) Gate() fencing.Guard { return s.m }
+
+func (s *memStore) Put(res, v string) func(context.Context, struct{}) error {
+	return func(context.Context, struct{}) error {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.vals[res] = v
@@ -34,9 +49,9 @@ func (s *memStore) Get(_ context.Context, res string) (string, error) {
 func TestMemoryConformance(t *testing.T) {
 	var shared map[*testing.T]*memStore
 	var mu sync.Mutex
-	fencetest.Run(t, fencetest.Harness{
+	fencetest.Run(t, fencetest.Harness[struct{}]{
 		Volatile: true,
-		Open: func(t *testing.T) fencetest.Store {
+		Open: func(t *testing.T) fencetest.Store[struct{}] {
 			mu.Lock()
 			defer mu.Unlock()
 			if shared == nil {
@@ -45,7 +60,7 @@ func TestMemoryConformance(t *testing.T) {
 			if s := shared[t]; s != nil {
 				return s // one state per subtest
 			}
-			s := &memStore{Memory: fencing.NewMemory(), vals: map[string]string{}}
+			s := &memStore{m: fencing.NewMemory(), vals: map[string]string{}}
 			shared[t] = s
 			return s
 		},

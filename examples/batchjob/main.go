@@ -52,7 +52,7 @@ func main() {
 
 type job struct {
 	db      *sql.DB
-	exports *filefence.Dir
+	exports *filefence.Guard
 	summary sqlfence.Table
 	ledger  *sqlfence.Guard
 }
@@ -79,7 +79,7 @@ CREATE TABLE IF NOT EXISTS ledger (day DATE PRIMARY KEY, entry TEXT NOT NULL)`);
 		db.Close()
 		return nil, err
 	}
-	if j.ledger, err = sqlfence.NewGuard(db, "", nil); err == nil {
+	if j.ledger, err = sqlfence.New(db); err == nil {
 		err = j.ledger.CreateTable(ctx)
 	}
 	if err != nil {
@@ -123,8 +123,8 @@ func (j *job) run(ctx context.Context, token fencing.Token, out io.Writer) error
 	}
 	fmt.Fprintf(out, "step 3: summary row written under token %s\n", token)
 	// Step 4: the ledger entry, in the same transaction as the token record.
-	err := j.ledger.Do(ctx, "ledger/"+day, token, func(ctx context.Context) error {
-		_, err := sqlfence.Tx(ctx).ExecContext(ctx, `INSERT INTO ledger (day, entry) VALUES ($1, $2)
+	err := j.ledger.Do(ctx, "ledger/"+day, token, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO ledger (day, entry) VALUES ($1, $2)
 ON CONFLICT (day) DO UPDATE SET entry = EXCLUDED.entry`, day, fmt.Sprintf("settled %d orders, %d cents (token %s)", n, total, token))
 		return err
 	})

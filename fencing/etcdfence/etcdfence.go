@@ -2,11 +2,22 @@
 // protect: one Txn compares the resource's stored token and, only if it is
 // not higher, applies the write's staged operations and stores the token.
 //
-// A write function stages its operations on Ops(ctx) (Put, Delete) and may
-// add conditions (If), for example HeldBy, the compare the etcd Mutex's
-// IsOwner() makes: the lock key still exists with the create revision the
-// token came from. Then a write is refused as soon as the lock is lost,
-// before a newer holder has written anything.
+// Guard.Do hands the write function a *Txn: it stages operations there (Put,
+// Delete) and may add conditions (If), for example HeldBy, the compare the
+// etcd Mutex's IsOwner() makes: the lock key still exists with the create
+// revision the token came from. Then a write is refused as soon as the lock
+// is lost, before a newer holder has written anything.
+//
+//	g, err := etcdfence.New(cli) // option: WithPrefix
+//	err = g.Do(ctx, "report", token, func(ctx context.Context, t *etcdfence.Txn) error {
+//		t.If(etcdfence.HeldBy(lockKey, token))
+//		t.Put("/reports/daily", body)
+//		return nil
+//	})
+//
+// A put sent on the client itself instead lands whatever the token.
+// Guard.Gate is the same guard as a plain fencing.Guard for store-agnostic
+// code (httpfence.Middleware); its write function gets no Txn.
 //
 // Tokens are stored as 20-digit zero-padded decimals so that etcd's
 // byte-wise value compare orders them numerically. The token key of resource
@@ -29,16 +40,42 @@ import (
 // HeldBy) is false: nothing was written and the token was not recorded.
 var ErrConditionFailed = errors.New("etcdfence: condition failed")
 
-// Guard is a fencing.Guard over an etcd cluster.
+// DefaultPrefix is the token key prefix of a Guard made without WithPrefix.
+const DefaultPrefix = "fencelock-fences/"
+
+// Guard is a fencing.StoreGuard[*Txn] over an etcd cluster.
 type Guard struct {
 	c      *clientv3.Client
 	prefix string
 }
 
-// New returns a Guard keeping the token of resource r at prefix+r.
-func New(c *clientv3.Client, prefix string) *Guard { return &Guard{c: c, prefix: prefix} }
+// Option configures a Guard made by New.
+type Option func(*Guard)
 
-// Txn is the staged part of one Do: conditions and operations.
+// WithPrefix sets the prefix of the token keys: the token of resource r is
+// kept at prefix+r (default DefaultPrefix, "fencelock-fences/"). New rejects
+// an empty prefix, which would make every resource name a bare key.
+func WithPrefix(prefix string) Option { return func(g *Guard) { g.prefix = prefix } }
+
+// New returns a Guard over the etcd cluster of c.
+func New(c *clientv3.Client, opts ...Option) (*Guard, error) {
+	if c == nil {
+		return nil, errors.New("etcdfence: New: nil client")
+	}
+	g := &Guard{c: c, prefix: DefaultPrefix}
+	for _, o := range opts {
+		o(g)
+	}
+	if g.prefix == "" {
+		return nil, errors.New("etcdfence: New: empty token key prefix")
+	}
+	return g, nil
+}
+
+// Txn is the staged part of one Do: conditions and operations, sent in the
+// etcd transaction that checks the token and applied only if it is admitted
+// and every condition holds. A Txn is valid only during the write function
+// it was handed to.
 type Txn struct {
 	cmps []clientv3.Cmp
 	ops  []clientv3.Op
@@ -64,21 +101,22 @@ func HeldBy(lockKey string, token fencing.Token) clientv3.Cmp {
 	return clientv3.Compare(clientv3.CreateRevision(lockKey), "=", int64(token))
 }
 
-type txnKey struct{}
-
-// Ops returns the Txn of the Do whose write function received ctx (nil
-// outside one).
-func Ops(ctx context.Context) *Txn {
-	t, _ := ctx.Value(txnKey{}).(*Txn)
-	return t
-}
-
 func pad(t fencing.Token) string { return fmt.Sprintf("%020d", uint64(t)) }
 
-// Do implements fencing.Guard. It first reads the token so that an already
-// stale write is turned away before write runs; the Txn then checks again,
-// atomically with the staged operations. If write fails nothing is sent.
-func (g *Guard) Do(ctx context.Context, resource string, token fencing.Token, write func(ctx context.Context) error) error {
+// Do implements fencing.StoreGuard[*Txn]. It first reads the token so that
+// an already stale write is turned away before write runs; then write stages
+// its conditions and operations on t, and one etcd transaction checks the
+// token again, atomically with applying them and storing the token. If a
+// higher token is admitted while write runs, the staged operations are not
+// applied and Do returns the *fencing.StaleTokenError; if a condition added
+// with t.If is false, nothing is written and the error wraps
+// ErrConditionFailed. If write returns an error nothing is sent. A nil
+// write stores the token alone (see Admit).
+func (g *Guard) Do(ctx context.Context, resource string, token fencing.Token, write func(ctx context.Context, t *Txn) error) error {
+	return g.do(ctx, resource, token, write)
+}
+
+func (g *Guard) do(ctx context.Context, resource string, token fencing.Token, write func(ctx context.Context, t *Txn) error) error {
 	if token == 0 {
 		return fmt.Errorf("%w: zero token", fencing.ErrInvalidToken)
 	}
@@ -92,7 +130,7 @@ func (g *Guard) Do(ctx context.Context, resource string, token fencing.Token, wr
 		if token < cur {
 			return &fencing.StaleTokenError{Resource: resource, Token: token, Highest: cur}
 		}
-		if err := write(context.WithValue(ctx, txnKey{}, txn)); err != nil {
+		if err := write(ctx, txn); err != nil {
 			return err
 		}
 	}
@@ -125,6 +163,30 @@ func (g *Guard) Do(ctx context.Context, resource string, token fencing.Token, wr
 		return fmt.Errorf("%w: %q: nothing written", ErrConditionFailed, resource)
 	}
 	return nil
+}
+
+// Admit stores token for resource without a write of its own (rejecting a
+// lower one), in one etcd transaction.
+func (g *Guard) Admit(ctx context.Context, resource string, token fencing.Token) error {
+	return g.do(ctx, resource, token, nil)
+}
+
+// Gate returns g as a fencing.Guard for store-agnostic code
+// (httpfence.Middleware, fencing.Admit). Its write function gets no Txn and
+// runs between the pre-check and the etcd transaction, holding nothing: the
+// token is stored only if it returns nil and is still not stale, but nothing
+// the function does is part of the transaction, and a higher token may be
+// admitted while it runs. To change etcd atomically with the check, use Do
+// and t.
+func (g *Guard) Gate() fencing.Guard { return gate{g} }
+
+type gate struct{ g *Guard }
+
+func (x gate) Do(ctx context.Context, resource string, token fencing.Token, write func(ctx context.Context) error) error {
+	if write == nil {
+		return x.g.do(ctx, resource, token, nil)
+	}
+	return x.g.do(ctx, resource, token, func(ctx context.Context, _ *Txn) error { return write(ctx) })
 }
 
 func parse(key string, v []byte) (fencing.Token, error) {

@@ -20,9 +20,9 @@ type store struct {
 	prefix string
 }
 
-func (s store) Put(res, v string) func(context.Context) error {
-	return func(ctx context.Context) error {
-		etcdfence.Ops(ctx).Put(s.prefix+"data/"+res, v)
+func (s store) Put(res, v string) func(context.Context, *etcdfence.Txn) error {
+	return func(_ context.Context, t *etcdfence.Txn) error {
+		t.Put(s.prefix+"data/"+res, v)
 		return nil
 	}
 }
@@ -37,12 +37,12 @@ func (s store) Get(ctx context.Context, res string) (string, error) {
 
 func TestConformance(t *testing.T) {
 	srv := etcdtest.Start(t)
-	fencetest.Run(t, fencetest.Harness{
+	fencetest.Run(t, fencetest.Harness[*etcdfence.Txn]{
 		Rollback: true,
-		Open: func(t *testing.T) fencetest.Store {
+		Open: func(t *testing.T) fencetest.Store[*etcdfence.Txn] {
 			c := srv.NewClient(t)
 			prefix := "/" + t.Name() + "/" // one state per subtest
-			return store{etcdfence.New(c, prefix+"fence/"), c, prefix}
+			return store{newGuard(t, c, etcdfence.WithPrefix(prefix+"fence/")), c, prefix}
 		},
 	})
 }
@@ -51,13 +51,12 @@ func TestHeldBy(t *testing.T) {
 	srv := etcdtest.Start(t)
 	c := srv.NewClient(t)
 	ctx := context.Background()
-	g := etcdfence.New(c, "/fence/")
+	g := newGuard(t, c, etcdfence.WithPrefix("/fence/"))
 	put, err := c.Put(ctx, "/locks/job/holder", "A")
 	require.NoError(t, err)
 	tok := fencing.Token(put.Header.Revision) // the lock key's create revision
-	write := func(v string) func(context.Context) error {
-		return func(ctx context.Context) error {
-			o := etcdfence.Ops(ctx)
+	write := func(v string) func(context.Context, *etcdfence.Txn) error {
+		return func(_ context.Context, o *etcdfence.Txn) error {
 			o.If(etcdfence.HeldBy("/locks/job/holder", tok))
 			o.Put("/data/job", v)
 			return nil
@@ -82,10 +81,64 @@ func TestHeldBy(t *testing.T) {
 
 func TestLargeTokens(t *testing.T) {
 	srv := etcdtest.Start(t)
-	g := etcdfence.New(srv.NewClient(t), "/f/")
+	g := newGuard(t, srv.NewClient(t), etcdfence.WithPrefix("/f/"))
 	ctx := context.Background()
-	require.NoError(t, fencing.Admit(ctx, g, "r", 9))
-	require.NoError(t, fencing.Admit(ctx, g, "r", 10), "10 > 9 although \"10\" < \"9\" as bytes")
-	require.NoError(t, fencing.Admit(ctx, g, "r", ^fencing.Token(0)))
-	assert.ErrorIs(t, fencing.Admit(ctx, g, "r", 1<<63), fencing.ErrStaleToken)
+	require.NoError(t, g.Admit(ctx, "r", 9))
+	require.NoError(t, g.Admit(ctx, "r", 10), "10 > 9 although \"10\" < \"9\" as bytes")
+	require.NoError(t, g.Admit(ctx, "r", ^fencing.Token(0)))
+	assert.ErrorIs(t, g.Admit(ctx, "r", 1<<63), fencing.ErrStaleToken)
+}
+
+func newGuard(t *testing.T, c *clientv3.Client, opts ...etcdfence.Option) *etcdfence.Guard {
+	g, err := etcdfence.New(c, opts...)
+	require.NoError(t, err)
+	return g
+}
+
+// The Txn is the atomic handle: a token admitted while the write function
+// runs (nothing is held meanwhile) makes the etcd transaction skip what was
+// staged on t, while a put sent on the client directly in the same write
+// function has landed already.
+func TestTxnIsTheAtomicHandle(t *testing.T) {
+	srv := etcdtest.Start(t)
+	c := srv.NewClient(t)
+	ctx := context.Background()
+	g, other := newGuard(t, c), newGuard(t, srv.NewClient(t))
+	require.NoError(t, g.Do(ctx, "r", 5, func(_ context.Context, tx *etcdfence.Txn) error {
+		tx.Put("/data/r", "by 5")
+		return nil
+	}))
+	err := g.Do(ctx, "r", 5, func(ctx context.Context, tx *etcdfence.Txn) error {
+		require.NoError(t, other.Admit(ctx, "r", 6)) // a newer holder, during the write
+		tx.Put("/data/r", "by 5, staged")
+		_, err := c.Put(ctx, "/data/escaped", "by 5, on the client")
+		return err
+	})
+	var st *fencing.StaleTokenError
+	require.ErrorAs(t, err, &st)
+	assert.Equal(t, fencing.StaleTokenError{Resource: "r", Token: 5, Highest: 6}, *st)
+	get := func(key string) string {
+		r, err := c.Get(ctx, key)
+		require.NoError(t, err)
+		require.Len(t, r.Kvs, 1, key)
+		return string(r.Kvs[0].Value)
+	}
+	assert.Equal(t, "by 5", get("/data/r"), "the staged put was not applied")
+	assert.Equal(t, "by 5, on the client", get("/data/escaped"), "a put on the client escapes the fence")
+	r, err := c.Get(ctx, etcdfence.DefaultPrefix+"r")
+	require.NoError(t, err)
+	require.Len(t, r.Kvs, 1, "the token key is under DefaultPrefix")
+
+	ran := false
+	err = g.Gate().Do(ctx, "r", 5, func(context.Context) error { ran = true; return nil })
+	require.ErrorIs(t, err, fencing.ErrStaleToken)
+	assert.False(t, ran, "the pre-check turns an already stale token away")
+}
+
+func TestNewOptions(t *testing.T) {
+	_, err := etcdfence.New(nil)
+	assert.Error(t, err)
+	srv := etcdtest.Start(t)
+	_, err = etcdfence.New(srv.NewClient(t), etcdfence.WithPrefix(""))
+	assert.Error(t, err)
 }

@@ -11,13 +11,18 @@
 //     the final state);
 //   - the zero token is rejected with fencing.ErrInvalidToken;
 //   - resources are independent;
+//   - a token admitted while a write runs either waits for that write (the
+//     guard holds the resource) or makes it stale, and then what the write
+//     did through the store's handle is discarded;
 //   - after a restart of the store (a new Guard over the same durable state,
 //     and where the harness can, a restart of the server) the highest token
 //     is still known.
 //
-// A guard's test supplies a Store: the Guard plus how a write stages a value
-// inside Do (the part that must be atomic with the check) and how to read it
-// back.
+// A guard's test supplies a Store: the guard as a fencing.StoreGuard[S], with
+// S its store handle (*sql.Tx, *redisfence.Batch, ...), plus how a write
+// stages a value through that handle (the part that must be atomic with the
+// check) and how to read it back. A Store that also has a Gate method (the
+// guard as a plain fencing.Guard) gets that adapter checked too.
 package fencetest
 
 import (
@@ -33,23 +38,32 @@ import (
 	"github.com/fencelock/fencelock/fencing"
 )
 
-// Store is a Guard under test with a way to write and read one value per
-// resource.
-type Store interface {
-	fencing.Guard
+// Store is a guard under test, whose write functions get the store handle
+// S, with a way to write and read one value per resource.
+type Store[S any] interface {
+	fencing.StoreGuard[S]
+	// Admit records token for resource without a write of its own.
+	Admit(ctx context.Context, resource string, token fencing.Token) error
 	// Put returns the write function to pass to Do that sets resource's
-	// value. It must take effect only if Do admits the token.
-	Put(resource, value string) func(ctx context.Context) error
+	// value through the handle it is given. It must take effect only if Do
+	// admits the token.
+	Put(resource, value string) func(ctx context.Context, s S) error
 	// Get returns resource's value ("" if never written).
 	Get(ctx context.Context, resource string) (string, error)
 }
 
+// Gater is implemented by a Store that also offers its guard as a plain
+// fencing.Guard; Run then checks that adapter's token handling.
+type Gater interface {
+	Gate() fencing.Guard
+}
+
 // Harness opens stores over the durable state of one test.
-type Harness struct {
+type Harness[S any] struct {
 	// Open returns a new Store over the test's state. Called more than once
 	// per test, every Store sees the same state. Close what it opens with
 	// t.Cleanup.
-	Open func(t *testing.T) Store
+	Open func(t *testing.T) Store[S]
 	// Restart, if set, restarts the store's server or process, keeping its
 	// durable state. Stores opened earlier may stop working.
 	Restart func(t *testing.T)
@@ -67,14 +81,16 @@ type Harness struct {
 // Run runs the suite. Each case calls h.Open for a fresh state only through
 // the subtest's t, so harnesses may give every subtest its own database,
 // directory or key prefix.
-func Run(t *testing.T, h Harness) {
+func Run[S any](t *testing.T, h Harness[S]) {
 	t.Run("RejectsLowerToken", func(t *testing.T) { rejectsLower(t, h) })
 	t.Run("EqualTokensPass", func(t *testing.T) { equalPass(t, h) })
 	t.Run("FailedWriteDoesNotRecord", func(t *testing.T) { failedWrite(t, h) })
 	t.Run("AdmitWithoutWrite", func(t *testing.T) { admitOnly(t, h) })
 	t.Run("ZeroTokenRejected", func(t *testing.T) { zeroToken(t, h) })
 	t.Run("ResourcesIndependent", func(t *testing.T) { independent(t, h) })
+	t.Run("HigherTokenDuringWrite", func(t *testing.T) { higherDuringWrite(t, h) })
 	t.Run("ConcurrentWritersNeverGoBackwards", func(t *testing.T) { concurrent(t, h) })
+	t.Run("Gate", func(t *testing.T) { gate(t, h) })
 	if !h.Volatile {
 		t.Run("NewStoreKeepsHighest", func(t *testing.T) { restart(t, h, false) })
 		if h.Restart != nil {
@@ -89,11 +105,11 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-func put(ctx context.Context, s Store, res string, tok fencing.Token, v string) error {
+func put[S any](ctx context.Context, s Store[S], res string, tok fencing.Token, v string) error {
 	return s.Do(ctx, res, tok, s.Put(res, v))
 }
 
-func mustGet(t *testing.T, ctx context.Context, s Store, res, want string) {
+func mustGet[S any](t *testing.T, ctx context.Context, s Store[S], res, want string) {
 	t.Helper()
 	got, err := s.Get(ctx, res)
 	if err != nil {
@@ -118,13 +134,13 @@ func mustStale(t *testing.T, err error, res string, tok, highest fencing.Token) 
 	}
 }
 
-func rejectsLower(t *testing.T, h Harness) {
+func rejectsLower[S any](t *testing.T, h Harness[S]) {
 	ctx, s := ctxT(t), h.Open(t)
 	if err := put(ctx, s, "doc", 34, "by 34"); err != nil {
 		t.Fatal(err)
 	}
 	ran := false
-	err := s.Do(ctx, "doc", 33, func(ctx context.Context) error { ran = true; return s.Put("doc", "by 33")(ctx) })
+	err := s.Do(ctx, "doc", 33, func(ctx context.Context, st S) error { ran = true; return s.Put("doc", "by 33")(ctx, st) })
 	mustStale(t, err, "doc", 33, 34)
 	if ran {
 		t.Fatal("the write of a stale token ran")
@@ -137,7 +153,7 @@ func rejectsLower(t *testing.T, h Harness) {
 	mustGet(t, ctx, s, "doc", "by 35")
 }
 
-func equalPass(t *testing.T, h Harness) {
+func equalPass[S any](t *testing.T, h Harness[S]) {
 	ctx, s := ctxT(t), h.Open(t)
 	for i, v := range []string{"one", "two", "three"} {
 		if err := put(ctx, s, "doc", 7, v); err != nil {
@@ -147,15 +163,15 @@ func equalPass(t *testing.T, h Harness) {
 	mustGet(t, ctx, s, "doc", "three")
 }
 
-func failedWrite(t *testing.T, h Harness) {
+func failedWrite[S any](t *testing.T, h Harness[S]) {
 	ctx, s := ctxT(t), h.Open(t)
 	if err := put(ctx, s, "doc", 5, "by 5"); err != nil {
 		t.Fatal(err)
 	}
 	boom := errors.New("boom")
-	err := s.Do(ctx, "doc", 9, func(ctx context.Context) error {
+	err := s.Do(ctx, "doc", 9, func(ctx context.Context, st S) error {
 		if h.Rollback {
-			if err := s.Put("doc", "by 9, failed")(ctx); err != nil {
+			if err := s.Put("doc", "by 9, failed")(ctx, st); err != nil {
 				return err
 			}
 		}
@@ -171,12 +187,12 @@ func failedWrite(t *testing.T, h Harness) {
 	mustGet(t, ctx, s, "doc", "by 6")
 }
 
-func admitOnly(t *testing.T, h Harness) {
+func admitOnly[S any](t *testing.T, h Harness[S]) {
 	ctx, s := ctxT(t), h.Open(t)
 	if err := put(ctx, s, "doc", 3, "by 3"); err != nil {
 		t.Fatal(err)
 	}
-	if err := fencing.Admit(ctx, s, "doc", 4); err != nil {
+	if err := s.Admit(ctx, "doc", 4); err != nil {
 		t.Fatal(err)
 	}
 	mustGet(t, ctx, s, "doc", "by 3")
@@ -184,7 +200,7 @@ func admitOnly(t *testing.T, h Harness) {
 	mustGet(t, ctx, s, "doc", "by 3")
 }
 
-func zeroToken(t *testing.T, h Harness) {
+func zeroToken[S any](t *testing.T, h Harness[S]) {
 	ctx, s := ctxT(t), h.Open(t)
 	if err := put(ctx, s, "doc", 0, "no token"); !errors.Is(err, fencing.ErrInvalidToken) {
 		t.Fatalf("token 0: err = %v, want ErrInvalidToken", err)
@@ -192,7 +208,7 @@ func zeroToken(t *testing.T, h Harness) {
 	mustGet(t, ctx, s, "doc", "")
 }
 
-func independent(t *testing.T, h Harness) {
+func independent[S any](t *testing.T, h Harness[S]) {
 	ctx, s := ctxT(t), h.Open(t)
 	if err := put(ctx, s, "a", 100, "a100"); err != nil {
 		t.Fatal(err)
@@ -208,7 +224,7 @@ func independent(t *testing.T, h Harness) {
 // token. Linearizability of admissions: a write that starts after a write
 // with a higher token completed must be rejected, and after any admitted
 // write the stored value never holds a lower token.
-func concurrent(t *testing.T, h Harness) {
+func concurrent[S any](t *testing.T, h Harness[S]) {
 	writers, rounds := h.Writers, h.Rounds
 	if writers == 0 {
 		writers = 8
@@ -217,7 +233,7 @@ func concurrent(t *testing.T, h Harness) {
 		rounds = 40
 	}
 	ctx := ctxT(t)
-	stores := make([]Store, writers)
+	stores := make([]Store[S], writers)
 	for i := range stores {
 		stores[i] = h.Open(t)
 	}
@@ -286,12 +302,12 @@ func concurrent(t *testing.T, h Harness) {
 	t.Logf("%d of %d writes admitted", admitted.Load(), writers*rounds)
 }
 
-func restart(t *testing.T, h Harness, server bool) {
+func restart[S any](t *testing.T, h Harness[S], server bool) {
 	ctx, s := ctxT(t), h.Open(t)
 	if err := put(ctx, s, "doc", 10, "by 10"); err != nil {
 		t.Fatal(err)
 	}
-	if err := fencing.Admit(ctx, s, "other", 20); err != nil {
+	if err := s.Admit(ctx, "other", 20); err != nil {
 		t.Fatal(err)
 	}
 	if server {
@@ -305,4 +321,90 @@ func restart(t *testing.T, h Harness, server bool) {
 		t.Fatalf("the same token after the restart: %v", err)
 	}
 	mustGet(t, ctx, s2, "doc", "by 10 again")
+}
+
+// higherDuringWrite admits a higher token from a second store while a write
+// runs. A guard that holds the resource across the write (a row lock, a
+// flock, a mutex) makes the admission wait, and the write lands; a guard
+// that does not (a Redis script, an etcd Txn, sent after the write
+// function returns) must reject the write as stale and discard what it
+// staged through the handle.
+func higherDuringWrite[S any](t *testing.T, h Harness[S]) {
+	ctx, s, s2 := ctxT(t), h.Open(t), h.Open(t)
+	if err := put(ctx, s, "doc", 5, "by 5"); err != nil {
+		t.Fatal(err)
+	}
+	admitted := make(chan error, 1)
+	raced := false
+	err := s.Do(ctx, "doc", 5, func(wctx context.Context, st S) error {
+		go func() { admitted <- s2.Admit(ctx, "doc", 6) }()
+		select {
+		case err := <-admitted:
+			if err != nil {
+				return fmt.Errorf("admitting token 6 during the write: %w", err)
+			}
+			raced = true // the guard does not hold the resource while write runs
+		case <-time.After(300 * time.Millisecond):
+			// the admission waits for this write: the guard holds the resource
+		}
+		return s.Put("doc", "by 5 during 6")(wctx, st)
+	})
+	switch {
+	case err == nil:
+		if raced {
+			t.Fatal("token 6 was admitted while the write with token 5 ran, and the write was still accepted")
+		}
+		if err := <-admitted; err != nil {
+			t.Fatalf("token 6 after the write: %v", err)
+		}
+		mustGet(t, ctx, s, "doc", "by 5 during 6")
+	case errors.Is(err, fencing.ErrStaleToken):
+		// token 6 was admitted first: what the write staged must be gone
+		mustStale(t, err, "doc", 5, 6)
+		mustGet(t, ctx, s, "doc", "by 5")
+	default:
+		t.Fatalf("write while token 6 is admitted: %v", err)
+	}
+	mustStale(t, put(ctx, s, "doc", 5, "by 5 again"), "doc", 5, 6)
+	if err == nil {
+		t.Log("the guard held the resource while the write ran: token 6 waited")
+	} else {
+		t.Log("token 6 was admitted while the write ran: the write was discarded")
+	}
+}
+
+// gate checks the fencing.Guard adapter of a Store that has one: it admits
+// and rejects tokens like Do, runs its write function only for an admitted
+// token, records nothing when that function fails, and leaves the value
+// alone (its write function has no handle to the store).
+func gate[S any](t *testing.T, h Harness[S]) {
+	ctx, s := ctxT(t), h.Open(t)
+	gs, ok := any(s).(Gater)
+	if !ok {
+		t.Skip("the store has no Gate")
+	}
+	g := gs.Gate()
+	if err := put(ctx, s, "doc", 5, "by 5"); err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	mustStale(t, g.Do(ctx, "doc", 4, func(context.Context) error { ran = true; return nil }), "doc", 4, 5)
+	if ran {
+		t.Fatal("the gate ran the write function of a stale token")
+	}
+	boom := errors.New("boom")
+	if err := g.Do(ctx, "doc", 9, func(context.Context) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("failed gate write: err = %v, want the write's error", err)
+	}
+	if err := g.Do(ctx, "doc", 6, func(context.Context) error { ran = true; return nil }); err != nil || !ran {
+		t.Fatalf("gate with token 6: err = %v, ran = %v", err, ran)
+	}
+	if err := fencing.Admit(ctx, g, "doc", 6); err != nil {
+		t.Fatalf("fencing.Admit through the gate with an equal token: %v", err)
+	}
+	if err := g.Do(ctx, "doc", 0, func(context.Context) error { return nil }); !errors.Is(err, fencing.ErrInvalidToken) {
+		t.Fatalf("gate with token 0: err = %v, want ErrInvalidToken", err)
+	}
+	mustGet(t, ctx, s, "doc", "by 5")
+	mustStale(t, put(ctx, s, "doc", 5, "by 5 again"), "doc", 5, 6)
 }

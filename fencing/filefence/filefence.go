@@ -4,12 +4,24 @@
 // whose first line records the highest token admitted, so the token and the
 // content are replaced together by one rename and survive a restart.
 //
-// A write (Dir.Do) takes an exclusive flock on the resource's lock file
+// A write (Guard.Do) takes an exclusive flock on the resource's lock file
 // (excluding other goroutines and other processes on the same host), reads
-// the stored token, rejects a lower one, lets the write function fill a new
-// temporary file (Writer(ctx)), fsyncs it, renames it over the resource's
+// the stored token, rejects a lower one, hands the write function the
+// writer of a new temporary file, fsyncs it, renames it over the resource's
 // file and fsyncs the directory. A crash leaves either the old content and
 // token or the new ones, never a mix; a failed write leaves both unchanged.
+//
+//	g, err := filefence.New(dir) // option: WithFileMode
+//	err = g.Do(ctx, "report.csv", token, func(ctx context.Context, w io.Writer) error {
+//		_, err := io.WriteString(w, csv)
+//		return err
+//	})
+//
+// Only what goes to w is the new content; a file written by other means is
+// not fenced. Guard.WriteFile is Do for content already in memory, and
+// Guard.Gate is the same guard as a plain fencing.Guard for store-agnostic
+// code (httpfence.Middleware); its write function gets no writer, and the
+// content is kept.
 //
 // flock does not work across hosts on most network file systems: use
 // filefence only on a local file system, or behind one service that owns the
@@ -33,21 +45,40 @@ import (
 
 const header = "fencelock-token "
 
-// Dir is a fencing.Guard over the files of one directory.
-type Dir struct {
+// Guard is a fencing.StoreGuard[io.Writer] over the files of one directory.
+type Guard struct {
 	path string
+	mode fs.FileMode
 }
 
-// New returns a Dir over path, creating the directory if needed.
-func New(path string) (*Dir, error) {
+// Option configures a Guard made by New.
+type Option func(*Guard)
+
+// WithFileMode sets the permission bits of the resources' files (default
+// 0o600: read and written by the owner only). The lock files are 0o644,
+// before the umask, and a directory New creates is 0o755.
+func WithFileMode(perm fs.FileMode) Option { return func(g *Guard) { g.mode = perm } }
+
+// New returns a Guard over the directory path, creating it if needed.
+func New(path string, opts ...Option) (*Guard, error) {
+	if path == "" {
+		return nil, errors.New("filefence: New: empty directory path")
+	}
+	g := &Guard{path: path, mode: 0o600}
+	for _, o := range opts {
+		o(g)
+	}
+	if g.mode&^fs.ModePerm != 0 {
+		return nil, fmt.Errorf("filefence: New: file mode %v has more than permission bits", g.mode)
+	}
 	if err := os.MkdirAll(path, 0o755); err != nil {
 		return nil, err
 	}
-	return &Dir{path: path}, nil
+	return g, nil
 }
 
 // Path returns the directory.
-func (d *Dir) Path() string { return d.path }
+func (d *Guard) Path() string { return d.path }
 
 // escape maps a resource name to a file name stem: [A-Za-z0-9_.-] are kept,
 // everything else (and a leading dot) becomes %XX.
@@ -66,23 +97,46 @@ func escape(resource string) string {
 
 // File returns the path of resource's file: its first line is
 // "fencelock-token N", the rest is the content.
-func (d *Dir) File(resource string) string {
+func (d *Guard) File(resource string) string {
 	return filepath.Join(d.path, escape(resource)+".fence")
 }
 
-type writerKey struct{}
-
-// Writer returns the new content's writer of the Do whose write function
-// received ctx (nil outside one). What is written replaces the resource's
-// content if, and only if, the write function returns nil.
-func Writer(ctx context.Context) io.Writer {
-	w, _ := ctx.Value(writerKey{}).(io.Writer)
-	return w
+// Do implements fencing.StoreGuard[io.Writer]. Under the resource's flock,
+// it rejects a token lower than the stored one (write does not run), then
+// calls write with w, the writer of the new content: what write writes to w
+// replaces the resource's content, together with the new token, if and only
+// if write returns nil. w is valid only during write. A nil write keeps the
+// content and raises the token (see Admit).
+func (d *Guard) Do(ctx context.Context, resource string, token fencing.Token, write func(ctx context.Context, w io.Writer) error) error {
+	return d.do(ctx, resource, token, write, write == nil)
 }
 
-// Do implements fencing.Guard. A nil write (fencing.Admit) keeps the content
-// and raises the token.
-func (d *Dir) Do(ctx context.Context, resource string, token fencing.Token, write func(ctx context.Context) error) error {
+// Admit raises resource's token to token (rejecting a lower one) and keeps
+// its content.
+func (d *Guard) Admit(ctx context.Context, resource string, token fencing.Token) error {
+	return d.do(ctx, resource, token, nil, true)
+}
+
+// Gate returns d as a fencing.Guard for store-agnostic code
+// (httpfence.Middleware, fencing.Admit). Its write function gets no writer:
+// it runs under the resource's flock, after the check, and the token is
+// raised (the content kept) only if it returns nil, but nothing it does is
+// part of the file's replacement. To change the content atomically with the
+// check, use Do and w.
+func (d *Guard) Gate() fencing.Guard { return gate{d} }
+
+type gate struct{ d *Guard }
+
+func (x gate) Do(ctx context.Context, resource string, token fencing.Token, write func(ctx context.Context) error) error {
+	if write == nil {
+		return x.d.Admit(ctx, resource, token)
+	}
+	return x.d.do(ctx, resource, token, func(ctx context.Context, _ io.Writer) error { return write(ctx) }, true)
+}
+
+// do is Do; keep says the old content is copied after what write wrote
+// (nothing, for Admit and the Gate).
+func (d *Guard) do(ctx context.Context, resource string, token fencing.Token, write func(ctx context.Context, w io.Writer) error, keep bool) error {
 	if token == 0 {
 		return fmt.Errorf("%w: zero token", fencing.ErrInvalidToken)
 	}
@@ -126,15 +180,19 @@ func (d *Dir) Do(ctx context.Context, resource string, token fencing.Token, writ
 	bw := bufio.NewWriter(tmp)
 	fmt.Fprintf(bw, "%s%d\n", header, uint64(token))
 	if write != nil {
-		if err := write(context.WithValue(ctx, writerKey{}, io.Writer(bw))); err != nil {
+		if err := write(ctx, bw); err != nil {
 			return err
 		}
-	} else if old != nil {
+	}
+	if keep && old != nil {
 		if _, err := io.Copy(bw, old); err != nil {
 			return err
 		}
 	}
 	if err := bw.Flush(); err != nil {
+		return err
+	}
+	if err := tmp.Chmod(d.mode); err != nil {
 		return err
 	}
 	if err := tmp.Sync(); err != nil {
@@ -192,7 +250,7 @@ func readHeader(f *os.File) (fencing.Token, int, error) {
 // Read returns resource's content and the highest token admitted for it; a
 // resource never written is (nil, 0, nil). The file is replaced atomically,
 // so Read needs no lock.
-func (d *Dir) Read(resource string) ([]byte, fencing.Token, error) {
+func (d *Guard) Read(resource string) ([]byte, fencing.Token, error) {
 	f, tok, err := open(d.File(resource))
 	if f == nil || err != nil {
 		return nil, tok, err
@@ -202,10 +260,20 @@ func (d *Dir) Read(resource string) ([]byte, fencing.Token, error) {
 	return b, tok, err
 }
 
-// WriteFile replaces resource's content with data under token.
-func (d *Dir) WriteFile(ctx context.Context, resource string, token fencing.Token, data []byte) error {
-	return d.Do(ctx, resource, token, func(ctx context.Context) error {
-		_, err := Writer(ctx).Write(data)
+// Highest returns the highest token admitted for resource (0 if none).
+func (d *Guard) Highest(_ context.Context, resource string) (fencing.Token, error) {
+	f, tok, err := open(d.File(resource))
+	if f != nil {
+		f.Close()
+	}
+	return tok, err
+}
+
+// WriteFile replaces resource's content with data under token: Do with a
+// write function that writes data.
+func (d *Guard) WriteFile(ctx context.Context, resource string, token fencing.Token, data []byte) error {
+	return d.Do(ctx, resource, token, func(_ context.Context, w io.Writer) error {
+		_, err := w.Write(data)
 		return err
 	})
 }

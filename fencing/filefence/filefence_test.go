@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"sync"
@@ -19,11 +20,11 @@ import (
 	"github.com/fencelock/fencelock/fencing/filefence"
 )
 
-type store struct{ *filefence.Dir }
+type store struct{ *filefence.Guard }
 
-func (s store) Put(_, v string) func(context.Context) error {
-	return func(ctx context.Context) error {
-		_, err := filefence.Writer(ctx).Write([]byte(v))
+func (s store) Put(_, v string) func(context.Context, io.Writer) error {
+	return func(_ context.Context, w io.Writer) error {
+		_, err := io.WriteString(w, v)
 		return err
 	}
 }
@@ -36,9 +37,9 @@ func (s store) Get(_ context.Context, res string) (string, error) {
 func TestConformance(t *testing.T) {
 	var mu sync.Mutex
 	dirs := map[*testing.T]string{}
-	fencetest.Run(t, fencetest.Harness{
+	fencetest.Run(t, fencetest.Harness[io.Writer]{
 		Rollback: true,
-		Open: func(t *testing.T) fencetest.Store {
+		Open: func(t *testing.T) fencetest.Store[io.Writer] {
 			mu.Lock()
 			dir, ok := dirs[t]
 			if !ok {
@@ -150,7 +151,8 @@ func dirOf(p string) string {
 	return ""
 }
 
-func ExampleDir() {
+// The whole content is replaced with the token, or neither is.
+func ExampleGuard_WriteFile() {
 	dir, _ := os.MkdirTemp("", "filefence-example-")
 	defer os.RemoveAll(dir)
 	d, _ := filefence.New(dir)
@@ -165,4 +167,84 @@ func ExampleDir() {
 	// <nil>
 	// fencing: stale token 33 for "report.csv": token 34 was already admitted
 	// by the current holder (token 34)
+}
+
+// The writer is the atomic handle: when the write function fails after
+// writing to w, the content and the token stay as they were; a stale token
+// never gets a writer; the Gate keeps the content.
+func TestWriterIsTheAtomicHandle(t *testing.T) {
+	d, err := filefence.New(t.TempDir())
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, d.WriteFile(ctx, "doc", 5, []byte("by 5")))
+	boom := errors.New("boom")
+	err = d.Do(ctx, "doc", 9, func(_ context.Context, w io.Writer) error {
+		_, _ = io.WriteString(w, "by 9, half")
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+	b, tok, err := d.Read("doc")
+	require.NoError(t, err)
+	assert.Equal(t, "by 5", string(b))
+	assert.Equal(t, fencing.Token(5), tok)
+
+	require.NoError(t, d.Admit(ctx, "doc", 7))
+	ran := false
+	err = d.Do(ctx, "doc", 6, func(context.Context, io.Writer) error { ran = true; return nil })
+	require.ErrorIs(t, err, fencing.ErrStaleToken)
+	assert.False(t, ran)
+
+	require.NoError(t, d.Gate().Do(ctx, "doc", 8, func(context.Context) error { return nil }))
+	b, tok, err = d.Read("doc")
+	require.NoError(t, err)
+	assert.Equal(t, "by 5", string(b), "Admit and the Gate keep the content")
+	assert.Equal(t, fencing.Token(8), tok)
+	h, err := d.Highest(ctx, "doc")
+	require.NoError(t, err)
+	assert.Equal(t, fencing.Token(8), h)
+	h, err = d.Highest(ctx, "never written")
+	require.NoError(t, err)
+	assert.Zero(t, h)
+}
+
+func TestNewOptions(t *testing.T) {
+	_, err := filefence.New("")
+	assert.Error(t, err)
+	_, err = filefence.New(t.TempDir(), filefence.WithFileMode(os.ModeDir|0o700))
+	assert.Error(t, err)
+	ctx := context.Background()
+	for _, perm := range []os.FileMode{0o600, 0o640} {
+		var opts []filefence.Option
+		if perm != 0o600 {
+			opts = append(opts, filefence.WithFileMode(perm))
+		}
+		d, err := filefence.New(t.TempDir(), opts...)
+		require.NoError(t, err)
+		require.NoError(t, d.WriteFile(ctx, "doc", 1, []byte("x")))
+		fi, err := os.Stat(d.File("doc"))
+		require.NoError(t, err)
+		assert.Equal(t, perm, fi.Mode().Perm())
+	}
+}
+
+// A write function gets the writer of the new content; the token and the
+// content are replaced together when it returns nil.
+func ExampleGuard_Do() {
+	dir, _ := os.MkdirTemp("", "filefence-example-")
+	defer os.RemoveAll(dir)
+	g, _ := filefence.New(dir, filefence.WithFileMode(0o644))
+	ctx := context.Background()
+	err := g.Do(ctx, "totals.csv", 34, func(_ context.Context, w io.Writer) error {
+		fmt.Fprintln(w, "day,total")
+		_, err := fmt.Fprintln(w, "2024-06-01,1250")
+		return err
+	})
+	fmt.Println(err)
+	content, tok, _ := g.Read("totals.csv")
+	fmt.Printf("token %d\n%s", tok, content)
+	// Output:
+	// <nil>
+	// token 34
+	// day,total
+	// 2024-06-01,1250
 }

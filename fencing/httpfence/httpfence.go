@@ -4,21 +4,29 @@
 //
 // # Adopting it in a storage service
 //
-// Wrap the handlers that change state; the guard keeps the highest token per
-// resource (the URL path by default) where the data lives:
+// Serve the requests that change state with Handler: the guard keeps the
+// highest token per resource (the URL path by default) where the data
+// lives, and the handler gets the guard's store handle, the transaction its
+// statements commit in together with the token:
 //
-//	guard, _ := sqlfence.NewGuard(db, "", nil)          // or filefence.New(dir), fencing.NewMemory()
-//	h := httpfence.Middleware(guard, mux)
-//	// in a handler: sqlfence.Tx(r.Context()) is the transaction the token commits in
+//	guard, _ := sqlfence.New(db) // or redisfence.New, etcdfence.New, filefence.New
+//	mux.Handle("PUT /docs/", httpfence.Handler(guard, func(w http.ResponseWriter, r *http.Request, tx *sql.Tx) {
+//		// write through tx: it commits only if the token is admitted
+//	}))
+//	mux.HandleFunc("GET /docs/", read) // reads need no token
+//
+// Middleware is the same for a plain fencing.Guard and a handler that gets
+// no handle: fencing.Memory guarding state in the same process, or a
+// StoreGuard's Gate, whose handler's effects are then not atomic with the
+// check.
 //
 // A request to a fenced method (anything but GET, HEAD, OPTIONS, TRACE)
-// must carry "Fencing-Token: <decimal>". The handler runs inside Guard.Do,
-// so its effect is atomic with the check when it writes through the guard's
-// transaction (sqlfence.Tx, filefence.Writer, redisfence.Batch,
-// etcdfence.Txn). Its response is buffered and sent after Do returns: a
-// status of 400 or above counts as a failed write (the token is not
-// recorded), and a write that fails to commit becomes a 500 instead of a
-// success the client would wrongly trust.
+// must carry "Fencing-Token: <decimal>". The handler runs inside the
+// guard's Do. Its response is buffered and sent after Do returns: a status
+// of 400 or above counts as a failed write (the token is not recorded, and
+// what the handler did through the handle is rolled back or discarded), and
+// a write that fails to commit becomes a 500 instead of a success the client
+// would wrongly trust.
 //
 // Answers the middleware gives itself (text/plain bodies):
 //
@@ -70,6 +78,8 @@ func WithFenced(f func(*http.Request) bool) Option { return func(c *config) { c.
 
 // WithOptionalToken lets fenced requests without a token through unchecked
 // (for a migration period); a token that is present is still checked.
+// Middleware only: a Handler cannot run without its guard's store handle,
+// so it keeps answering 428.
 func WithOptionalToken() Option { return func(c *config) { c.optional = true } }
 
 type tokenKey struct{}
@@ -82,13 +92,50 @@ func TokenFrom(ctx context.Context) fencing.Token {
 }
 
 // Middleware returns a handler that admits every fenced request's token
-// through guard and runs next inside the guard's Do.
+// through guard and runs next inside the guard's Do; requests that are not
+// fenced go to next directly. next gets no store handle: use Middleware
+// with fencing.Memory, or with a StoreGuard's Gate when next's effects
+// need no atomicity with the check, and Handler otherwise.
 func Middleware(guard fencing.Guard, next http.Handler, opts ...Option) http.Handler {
+	return &handler{next: next, c: newConfig(opts), do: func(r *http.Request, resource string, tok fencing.Token) (rec *recorder, err error) {
+		err = guard.Do(r.Context(), resource, tok, func(ctx context.Context) error {
+			rec = newRecorder()
+			next.ServeHTTP(rec, r.WithContext(context.WithValue(ctx, tokenKey{}, tok)))
+			return rec.err()
+		})
+		return rec, err
+	}}
+}
+
+// Handler returns a handler that admits every fenced request's token
+// through guard and runs write inside the guard's Do with its store handle
+// s (a *sql.Tx, *redisfence.Batch, *etcdfence.Txn or io.Writer): what write
+// does through s lands only if the token is admitted and write answers with
+// a status below 400. A request that is not fenced (see WithFenced) is
+// answered 405 Method Not Allowed, because there is no handle to give it:
+// route reads to another handler. WithOptionalToken has no effect.
+func Handler[S any](guard fencing.StoreGuard[S], write func(w http.ResponseWriter, r *http.Request, s S), opts ...Option) http.Handler {
+	c := newConfig(opts)
+	c.optional = false
+	refuse := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, fmt.Sprintf("httpfence: %s is not a fenced write, and only fenced writes are served here", r.Method), http.StatusMethodNotAllowed)
+	})
+	return &handler{next: refuse, c: c, do: func(r *http.Request, resource string, tok fencing.Token) (rec *recorder, err error) {
+		err = guard.Do(r.Context(), resource, tok, func(ctx context.Context, s S) error {
+			rec = newRecorder()
+			write(rec, r.WithContext(context.WithValue(ctx, tokenKey{}, tok)), s)
+			return rec.err()
+		})
+		return rec, err
+	}}
+}
+
+func newConfig(opts []Option) config {
 	c := config{header: DefaultHeader, resource: func(r *http.Request) string { return r.URL.Path }, fenced: unsafeMethod}
 	for _, o := range opts {
 		o(&c)
 	}
-	return &handler{guard: guard, next: next, c: c}
+	return c
 }
 
 func unsafeMethod(r *http.Request) bool {
@@ -100,9 +147,10 @@ func unsafeMethod(r *http.Request) bool {
 }
 
 type handler struct {
-	guard fencing.Guard
-	next  http.Handler
-	c     config
+	next http.Handler // requests that are not fenced, and unfenced ones under WithOptionalToken
+	c    config
+	// do runs the fenced request inside the guard's Do, buffered.
+	do func(r *http.Request, resource string, tok fencing.Token) (*recorder, error)
 }
 
 // handlerFailed carries a handler's own error response out of Do.
@@ -129,16 +177,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("%s header: %v", h.c.header, err), http.StatusBadRequest)
 		return
 	}
-	resource := h.c.resource(r)
-	var rec *recorder
-	err = h.guard.Do(r.Context(), resource, tok, func(ctx context.Context) error {
-		rec = newRecorder()
-		h.next.ServeHTTP(rec, r.WithContext(context.WithValue(ctx, tokenKey{}, tok)))
-		if rec.status >= 400 {
-			return handlerFailed{rec}
-		}
-		return nil
-	})
+	rec, err := h.do(r, h.c.resource(r), tok)
 	var stale *fencing.StaleTokenError
 	var failed handlerFailed
 	switch {
@@ -168,6 +207,14 @@ type recorder struct {
 func newRecorder() *recorder { return &recorder{header: http.Header{}} }
 
 func (r *recorder) Header() http.Header { return r.header }
+
+// err makes an error status fail the guard's write.
+func (r *recorder) err() error {
+	if r.status >= 400 {
+		return handlerFailed{r}
+	}
+	return nil
+}
 
 func (r *recorder) WriteHeader(code int) {
 	if r.status == 0 {

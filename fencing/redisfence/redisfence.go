@@ -3,8 +3,20 @@
 // staged commands and records the token, atomically (Redis runs nothing else
 // while a script runs).
 //
-// A write function stages its commands on Batch(ctx) (Set, HSet, Del); they
-// are sent with the check, so they land only if the token is admitted.
+// Guard.Do hands the write function a *Batch; the commands it stages there
+// (Set, HSet, Del) are sent with the check, so they land only if the token
+// is admitted:
+//
+//	g, err := redisfence.New(rdb) // option: WithTokenKey
+//	err = g.Do(ctx, "report", token, func(ctx context.Context, b *redisfence.Batch) error {
+//		b.Set("{report}:body", body)
+//		return nil
+//	})
+//
+// A command sent on the client itself instead lands whatever the token.
+// Guard.Gate is the same guard as a plain fencing.Guard for store-agnostic
+// code (httpfence.Middleware); its write function gets no Batch.
+//
 // Keys: the token key of resource r is "{r}:fence" by default; in Redis
 // Cluster every key a write touches must hash to the same slot, so name data
 // keys with the same hash tag ("{r}:body").
@@ -33,73 +45,85 @@ var fenceLua string
 
 var fenceScript = redis.NewScript(fenceLua)
 
-// Guard is a fencing.Guard over a Redis server.
+// Guard is a fencing.StoreGuard[*Batch] over a Redis server.
 type Guard struct {
 	c        redis.Scripter
 	tokenKey func(resource string) string
 }
 
-// Option configures a Guard.
+// Option configures a Guard made by New.
 type Option func(*Guard)
 
-// WithTokenKey sets the key the token of a resource is kept in.
+// WithTokenKey sets the key the token of a resource is kept in (default
+// TokenKey, "{resource}:fence"). In Redis Cluster it must hash to the slot
+// of the resource's data keys.
 func WithTokenKey(f func(resource string) string) Option { return func(g *Guard) { g.tokenKey = f } }
 
 // TokenKey is the default token key of resource: "{resource}:fence".
 func TokenKey(resource string) string { return "{" + resource + "}:fence" }
 
 // New returns a Guard using c (a *redis.Client, *redis.ClusterClient, ...).
-func New(c redis.Scripter, opts ...Option) *Guard {
+func New(c redis.Scripter, opts ...Option) (*Guard, error) {
+	if c == nil {
+		return nil, errors.New("redisfence: New: nil client")
+	}
 	g := &Guard{c: c, tokenKey: TokenKey}
 	for _, o := range opts {
 		o(g)
 	}
-	return g
+	if g.tokenKey == nil {
+		return nil, errors.New("redisfence: New: WithTokenKey(nil)")
+	}
+	return g, nil
 }
 
-// Ops is the staged writes of one Do.
-type Ops struct {
+// Batch is the commands one Do stages: they are sent in the script that
+// checks the token and applied only if it is admitted. A Batch is valid only
+// during the write function it was handed to.
+type Batch struct {
 	keys []string
 	args []any
 }
 
 // Set stages SET key value.
-func (o *Ops) Set(key, value string) { o.add("SET", key, value) }
+func (b *Batch) Set(key, value string) { b.add("SET", key, value) }
 
 // HSet stages HSET key field value.
-func (o *Ops) HSet(key, field, value string) { o.add("HSET", key, field, value) }
+func (b *Batch) HSet(key, field, value string) { b.add("HSET", key, field, value) }
 
 // Del stages DEL key.
-func (o *Ops) Del(key string) { o.add("DEL", key) }
+func (b *Batch) Del(key string) { b.add("DEL", key) }
 
-func (o *Ops) add(name, key string, args ...string) {
-	o.keys = append(o.keys, key)
-	o.args = append(o.args, name, len(args))
+func (b *Batch) add(name, key string, args ...string) {
+	b.keys = append(b.keys, key)
+	b.args = append(b.args, name, len(args))
 	for _, a := range args {
-		o.args = append(o.args, a)
+		b.args = append(b.args, a)
 	}
 }
 
-type opsKey struct{}
-
-// Batch returns the staged writes of the Do whose write function received
-// ctx (nil outside one). They are applied with the token check, or not at all.
-func Batch(ctx context.Context) *Ops {
-	o, _ := ctx.Value(opsKey{}).(*Ops)
-	return o
+// Do implements fencing.StoreGuard[*Batch]. It first reads the token so that
+// an already stale write is turned away before write runs; then write stages
+// its commands on b, and one script checks the token again, atomically with
+// applying them and recording the token. If a higher token is admitted
+// while write runs, the script discards the staged commands and Do returns
+// the *fencing.StaleTokenError. If write returns an error nothing is sent. A
+// nil write records the token alone (see Admit).
+func (g *Guard) Do(ctx context.Context, resource string, token fencing.Token, write func(ctx context.Context, b *Batch) error) error {
+	return g.do(ctx, resource, token, write != nil, func(ctx context.Context, b *Batch) error {
+		if write == nil {
+			return nil
+		}
+		return write(ctx, b)
+	})
 }
 
-// Do implements fencing.Guard. It first reads the token so that an already
-// stale write is turned away before write runs; the script then checks again,
-// atomically with applying the staged ops. (If a higher token is admitted
-// between the two, write has run but its ops are discarded.) If write returns
-// an error nothing is sent.
-func (g *Guard) Do(ctx context.Context, resource string, token fencing.Token, write func(ctx context.Context) error) error {
+func (g *Guard) do(ctx context.Context, resource string, token fencing.Token, precheck bool, write func(ctx context.Context, b *Batch) error) error {
 	if token == 0 {
 		return fmt.Errorf("%w: zero token", fencing.ErrInvalidToken)
 	}
 	key := g.tokenKey(resource)
-	if write != nil {
+	if precheck {
 		cur, err := g.highest(ctx, key)
 		if err != nil {
 			return err
@@ -108,13 +132,11 @@ func (g *Guard) Do(ctx context.Context, resource string, token fencing.Token, wr
 			return &fencing.StaleTokenError{Resource: resource, Token: token, Highest: cur}
 		}
 	}
-	ops := &Ops{}
-	if write != nil {
-		if err := write(context.WithValue(ctx, opsKey{}, ops)); err != nil {
-			return err
-		}
+	b := &Batch{}
+	if err := write(ctx, b); err != nil {
+		return err
 	}
-	res, err := fenceScript.Run(ctx, g.c, append([]string{key}, ops.keys...), append([]any{token.String()}, ops.args...)...).Slice()
+	res, err := fenceScript.Run(ctx, g.c, append([]string{key}, b.keys...), append([]any{token.String()}, b.args...)...).Slice()
 	if err != nil {
 		return err
 	}
@@ -130,6 +152,29 @@ func (g *Guard) Do(ctx context.Context, resource string, token fencing.Token, wr
 		return fmt.Errorf("redisfence: token key %q holds %q: %w", key, s, err)
 	}
 	return &fencing.StaleTokenError{Resource: resource, Token: token, Highest: highest}
+}
+
+// Admit records token for resource without a write of its own (rejecting a
+// lower one), in one script.
+func (g *Guard) Admit(ctx context.Context, resource string, token fencing.Token) error {
+	return g.Do(ctx, resource, token, nil)
+}
+
+// Gate returns g as a fencing.Guard for store-agnostic code
+// (httpfence.Middleware, fencing.Admit). Its write function gets no Batch
+// and runs between the pre-check and the script, holding nothing: the token
+// is recorded only if it returns nil and is still not stale, but nothing the
+// function does is part of the script, and a higher token may be admitted
+// while it runs. To change Redis atomically with the check, use Do and b.
+func (g *Guard) Gate() fencing.Guard { return gate{g} }
+
+type gate struct{ g *Guard }
+
+func (x gate) Do(ctx context.Context, resource string, token fencing.Token, write func(ctx context.Context) error) error {
+	if write == nil {
+		return x.g.Do(ctx, resource, token, nil)
+	}
+	return x.g.do(ctx, resource, token, true, func(ctx context.Context, _ *Batch) error { return write(ctx) })
 }
 
 // Highest returns the highest token admitted for resource (0 if none).

@@ -9,31 +9,46 @@ import (
 	"github.com/fencelock/fencelock/fencing"
 )
 
-// DefaultTable is the fence table NewGuard uses when given "".
+// DefaultTable is the fence table of a Guard made without WithTable.
 const DefaultTable = "fencelock_fences"
 
-// Guard is a fencing.Guard backed by a fence table
-// (resource TEXT PRIMARY KEY, token BIGINT). Do runs the check, the record
-// of the token and the caller's write in one transaction.
+// Guard is a fencing.StoreGuard[*sql.Tx] backed by a fence table
+// (resource TEXT PRIMARY KEY, token BIGINT): Do records the token and runs
+// the caller's statements in one transaction, handed to the write function.
 type Guard struct {
 	db    *sql.DB
 	table string
 	opts  *sql.TxOptions
 }
 
-// NewGuard returns a Guard over table (DefaultTable if "") in db. Call
-// CreateTable once, or create the table yourself with the same columns.
-// opts are the transaction options of Do (nil: the database default, READ
-// COMMITTED on PostgreSQL; under SERIALIZABLE, concurrent writers of one
-// resource get serialization failures to retry).
-func NewGuard(db *sql.DB, table string, opts *sql.TxOptions) (*Guard, error) {
-	if table == "" {
-		table = DefaultTable
+// Option configures a Guard made by New.
+type Option func(*Guard)
+
+// WithTable sets the fence table, a plain SQL identifier, optionally
+// schema-qualified (default DefaultTable, "fencelock_fences"). New rejects
+// anything else.
+func WithTable(name string) Option { return func(g *Guard) { g.table = name } }
+
+// WithTxOptions sets the options of the transactions Do begins (default nil:
+// the database's default isolation level, READ COMMITTED on PostgreSQL).
+// Under SERIALIZABLE, concurrent writers of one resource get serialization
+// failures to retry.
+func WithTxOptions(opts *sql.TxOptions) Option { return func(g *Guard) { g.opts = opts } }
+
+// New returns a Guard over a fence table in db. Call CreateTable once, or
+// create the table yourself with the same columns.
+func New(db *sql.DB, opts ...Option) (*Guard, error) {
+	if db == nil {
+		return nil, errors.New("sqlfence: New: nil *sql.DB")
 	}
-	if err := checkIdent("table", table); err != nil {
+	g := &Guard{db: db, table: DefaultTable}
+	for _, o := range opts {
+		o(g)
+	}
+	if err := checkIdent("table", g.table); err != nil {
 		return nil, err
 	}
-	return &Guard{db: db, table: table, opts: opts}, nil
+	return g, nil
 }
 
 // CreateTable creates the fence table if it does not exist.
@@ -42,21 +57,17 @@ func (g *Guard) CreateTable(ctx context.Context) error {
 	return err
 }
 
-type txKey struct{}
-
-// Tx returns the transaction of the Do (or the DoTx) whose write function
-// received ctx, or nil outside one. Run the write's statements on it: they
-// commit only with the token.
-func Tx(ctx context.Context) *sql.Tx {
-	tx, _ := ctx.Value(txKey{}).(*sql.Tx)
-	return tx
-}
-
-// Do implements fencing.Guard: in one transaction it raises resource's
-// token to token (rejecting a lower one with a *fencing.StaleTokenError),
-// runs write with a ctx carrying the transaction (see Tx), and commits. If
-// write fails, the transaction is rolled back and the token is not raised.
-func (g *Guard) Do(ctx context.Context, resource string, token fencing.Token, write func(ctx context.Context) error) (err error) {
+// Do implements fencing.StoreGuard[*sql.Tx]. It begins a transaction,
+// raises resource's token to token in it (rejecting a lower one with a
+// *fencing.StaleTokenError before write runs), calls write with the
+// transaction, and commits. Run the write's statements on tx: they commit
+// only together with the token, and the fence row's lock, taken by the
+// token's upsert, serializes writers of one resource until then. If write
+// returns an error, or the commit fails, everything done on tx is rolled
+// back and the token is not raised. Statements run on the *sql.DB instead
+// are outside the transaction and escape the fence. A nil write raises the
+// token alone (see Admit).
+func (g *Guard) Do(ctx context.Context, resource string, token fencing.Token, write func(ctx context.Context, tx *sql.Tx) error) (err error) {
 	if err := checkToken(token); err != nil {
 		return err
 	}
@@ -76,10 +87,10 @@ func (g *Guard) Do(ctx context.Context, resource string, token fencing.Token, wr
 }
 
 // DoTx is Do inside the caller's transaction tx: the token is checked and
-// recorded in tx, then write runs (with Tx(ctx) == tx). The caller commits;
-// the record and the write commit or roll back together. After a stale
-// rejection tx is still usable (nothing was changed).
-func (g *Guard) DoTx(ctx context.Context, tx *sql.Tx, resource string, token fencing.Token, write func(ctx context.Context) error) error {
+// recorded in tx, then write runs with tx. The caller commits; the record
+// and the write commit or roll back together. After a stale rejection tx is
+// still usable (nothing was changed).
+func (g *Guard) DoTx(ctx context.Context, tx *sql.Tx, resource string, token fencing.Token, write func(ctx context.Context, tx *sql.Tx) error) error {
 	if err := checkToken(token); err != nil {
 		return err
 	}
@@ -103,7 +114,30 @@ RETURNING token`, g.table), resource, int64(token)).Scan(&got)
 	if write == nil {
 		return nil
 	}
-	return write(context.WithValue(ctx, txKey{}, tx))
+	return write(ctx, tx)
+}
+
+// Admit raises resource's token to token without a write of its own
+// (rejecting a lower one), in a transaction of its own.
+func (g *Guard) Admit(ctx context.Context, resource string, token fencing.Token) error {
+	return g.Do(ctx, resource, token, nil)
+}
+
+// Gate returns g as a fencing.Guard for store-agnostic code
+// (httpfence.Middleware, fencing.Admit). Its write function gets no
+// transaction: it runs inside Do's transaction, after the check and under
+// the fence row's lock, and the token is committed only if it returns nil,
+// but nothing it does is part of that transaction or rolled back with it.
+// To change the database atomically with the check, use Do and tx.
+func (g *Guard) Gate() fencing.Guard { return gate{g} }
+
+type gate struct{ g *Guard }
+
+func (x gate) Do(ctx context.Context, resource string, token fencing.Token, write func(ctx context.Context) error) error {
+	if write == nil {
+		return x.g.Do(ctx, resource, token, nil)
+	}
+	return x.g.Do(ctx, resource, token, func(ctx context.Context, _ *sql.Tx) error { return write(ctx) })
 }
 
 // Highest returns the highest token recorded for resource (0 if none).

@@ -14,12 +14,24 @@
 //     Zero rows means stale; the error names the token that won. Nothing can
 //     come between the check and the write: it is the row lock of the UPDATE.
 //
-//   - Per resource, as a fencing.Guard: a fence table (resource TEXT PRIMARY
-//     KEY, token BIGINT) and Guard.Do, which records the token with an upsert
-//     that only raises it and runs the caller's write in the same transaction
-//     (Tx(ctx) inside the write). The write commits only together with the
-//     token; the upsert's row lock serializes writers of one resource until
-//     commit.
+//   - Per resource, as a fencing.StoreGuard[*sql.Tx]: a fence table
+//     (resource TEXT PRIMARY KEY, token BIGINT) and Guard.Do, which records
+//     the token with an upsert that only raises it and hands the caller's
+//     write function the same transaction.
+//
+// A Guard's write gets its transaction as an argument:
+//
+//	g, err := sqlfence.New(db) // options: WithTable, WithTxOptions
+//	err = g.Do(ctx, "report:2024-06-01", token, func(ctx context.Context, tx *sql.Tx) error {
+//		_, err := tx.ExecContext(ctx, `UPDATE reports SET body = $1 WHERE day = $2`, body, day)
+//		return err
+//	})
+//
+// What runs on tx commits only together with the token; the upsert's row
+// lock serializes writers of one resource until commit. What runs on db
+// instead escapes the fence: it lands even when the token is stale.
+// Guard.Gate is the same guard as a plain fencing.Guard for store-agnostic
+// code (httpfence.Middleware); its write function gets no transaction.
 //
 // Token range: fencing tokens are uint64; BIGINT is signed, so tokens above
 // math.MaxInt64 are rejected with ErrTokenRange (which also matches

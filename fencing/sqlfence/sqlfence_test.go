@@ -25,9 +25,9 @@ type guardStore struct {
 	db *sql.DB
 }
 
-func (s *guardStore) Put(res, v string) func(context.Context) error {
-	return func(ctx context.Context) error {
-		_, err := sqlfence.Tx(ctx).ExecContext(ctx,
+func (s *guardStore) Put(res, v string) func(context.Context, *sql.Tx) error {
+	return func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx,
 			`INSERT INTO docs (id, body) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET body = EXCLUDED.body`, res, v)
 		return err
 	}
@@ -44,7 +44,7 @@ func (s *guardStore) Get(ctx context.Context, res string) (string, error) {
 
 func openGuard(t *testing.T, dsn string) *guardStore {
 	db := pgtest.Open(t, dsn)
-	g, err := sqlfence.NewGuard(db, "", nil)
+	g, err := sqlfence.New(db)
 	require.NoError(t, err)
 	return &guardStore{Guard: g, db: db}
 }
@@ -53,9 +53,9 @@ func TestGuardConformance(t *testing.T) {
 	c := pgtest.Start(t)
 	var mu sync.Mutex
 	dsns := map[*testing.T]string{}
-	fencetest.Run(t, fencetest.Harness{
+	fencetest.Run(t, fencetest.Harness[*sql.Tx]{
 		Rollback: true,
-		Open: func(t *testing.T) fencetest.Store {
+		Open: func(t *testing.T) fencetest.Store[*sql.Tx] {
 			mu.Lock()
 			dsn, ok := dsns[t]
 			if !ok {
@@ -82,14 +82,14 @@ func TestGuardTokenRange(t *testing.T) {
 	s := openGuard(t, c.NewDatabase(t))
 	ctx := context.Background()
 	require.NoError(t, s.CreateTable(ctx))
-	require.NoError(t, fencing.Admit(ctx, s, "r", math.MaxInt64), "the largest BIGINT is a valid token")
-	err := fencing.Admit(ctx, s, "r", math.MaxInt64+1)
+	require.NoError(t, s.Admit(ctx, "r", math.MaxInt64), "the largest BIGINT is a valid token")
+	err := s.Admit(ctx, "r", math.MaxInt64+1)
 	require.ErrorIs(t, err, sqlfence.ErrTokenRange)
 	require.ErrorIs(t, err, fencing.ErrInvalidToken)
 	h, err := s.Highest(ctx, "r")
 	require.NoError(t, err)
 	assert.Equal(t, fencing.Token(math.MaxInt64), h)
-	mustStale := fencing.Admit(ctx, s, "r", 5)
+	mustStale := s.Admit(ctx, "r", 5)
 	assert.ErrorIs(t, mustStale, fencing.ErrStaleToken)
 }
 
@@ -100,8 +100,8 @@ func TestGuardDoTxInCallerTransaction(t *testing.T) {
 	require.NoError(t, s.CreateTable(ctx))
 	tx, err := s.db.BeginTx(ctx, nil)
 	require.NoError(t, err)
-	require.NoError(t, s.DoTx(ctx, tx, "r", 8, func(ctx context.Context) error {
-		assert.Same(t, tx, sqlfence.Tx(ctx))
+	require.NoError(t, s.DoTx(ctx, tx, "r", 8, func(ctx context.Context, got *sql.Tx) error {
+		assert.Same(t, tx, got)
 		return nil
 	}))
 	require.NoError(t, tx.Rollback())
@@ -224,16 +224,88 @@ func ExampleTable_Update() {
 	}
 }
 
-// A Guard over a fence table: the caller's statements run in Do's
-// transaction and commit only with the token. (Not run: it needs a database.)
+// A Guard over a fence table: the write function gets Do's transaction,
+// and what it runs there commits only with the token. (Not run: it needs a
+// database.)
 func ExampleGuard_Do() {
 	ctx := context.Background()
 	db, _ := sql.Open("pgx", "postgres://localhost/shop")
-	g, _ := sqlfence.NewGuard(db, "", nil)
+	g, err := sqlfence.New(db, sqlfence.WithTable("fences"))
+	if err != nil {
+		panic(err)
+	}
 	_ = g.CreateTable(ctx)
-	err := g.Do(ctx, "report:2024-06-01", 34, func(ctx context.Context) error {
-		_, err := sqlfence.Tx(ctx).ExecContext(ctx, `UPDATE reports SET body = $1 WHERE day = $2`, "...", "2024-06-01")
+	err = g.Do(ctx, "report:2024-06-01", 34, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `UPDATE reports SET body = $1 WHERE day = $2`, "...", "2024-06-01")
 		return err
 	})
 	fmt.Println(err)
+}
+
+// Only the transaction handed to the write function is atomic with the
+// token: when the write fails after writing through tx, or the commit
+// fails, the write is rolled back and the token is not recorded, while a
+// statement run on the *sql.DB in the same write function (the escape the
+// typed argument is there to make unnecessary) has already landed.
+func TestGuardTxIsTheAtomicHandle(t *testing.T) {
+	c := pgtest.Start(t)
+	s := openGuard(t, c.NewDatabase(t))
+	ctx := context.Background()
+	require.NoError(t, s.CreateTable(ctx))
+	_, err := s.db.ExecContext(ctx, `CREATE TABLE docs (id TEXT PRIMARY KEY, body TEXT NOT NULL);
+CREATE TABLE audit (id TEXT PRIMARY KEY REFERENCES docs DEFERRABLE INITIALLY DEFERRED)`)
+	require.NoError(t, err)
+	require.NoError(t, s.Do(ctx, "d", 5, s.Put("d", "by 5")))
+
+	// The commit fails (a deferred foreign key): the write through tx and
+	// the token roll back together; the write through db stays.
+	err = s.Do(ctx, "d", 9, func(ctx context.Context, tx *sql.Tx) error {
+		if err := s.Put("d", "by 9 through tx")(ctx, tx); err != nil {
+			return err
+		}
+		if _, err := s.db.ExecContext(ctx, `INSERT INTO docs VALUES ('escaped', 'by 9 through db')`); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO audit VALUES ('missing')`)
+		return err
+	})
+	require.ErrorContains(t, err, "audit", "the commit fails on the deferred constraint")
+	got, err := s.Get(ctx, "d")
+	require.NoError(t, err)
+	assert.Equal(t, "by 5", got, "the write through tx was rolled back")
+	h, err := s.Highest(ctx, "d")
+	require.NoError(t, err)
+	assert.Equal(t, fencing.Token(5), h, "and the token with it")
+	got, err = s.Get(ctx, "escaped")
+	require.NoError(t, err)
+	assert.Equal(t, "by 9 through db", got, "a write through db is not part of the transaction")
+
+	// A stale token never reaches the write function.
+	require.NoError(t, s.Admit(ctx, "d", 7))
+	ran := false
+	err = s.Do(ctx, "d", 6, func(ctx context.Context, tx *sql.Tx) error { ran = true; return s.Put("d", "by 6")(ctx, tx) })
+	require.ErrorIs(t, err, fencing.ErrStaleToken)
+	assert.False(t, ran)
+}
+
+func TestNewOptions(t *testing.T) {
+	c := pgtest.Start(t)
+	db := pgtest.Open(t, c.NewDatabase(t))
+	ctx := context.Background()
+	_, err := sqlfence.New(db, sqlfence.WithTable("f; DROP TABLE x"))
+	assert.ErrorContains(t, err, "not a plain SQL identifier")
+	_, err = sqlfence.New(nil)
+	assert.Error(t, err)
+	g, err := sqlfence.New(db, sqlfence.WithTable("public.my_fences"), sqlfence.WithTxOptions(&sql.TxOptions{Isolation: sql.LevelSerializable}))
+	require.NoError(t, err)
+	require.NoError(t, g.CreateTable(ctx))
+	require.NoError(t, g.Do(ctx, "r", 3, func(ctx context.Context, tx *sql.Tx) error {
+		var iso string
+		require.NoError(t, tx.QueryRowContext(ctx, `SHOW transaction_isolation`).Scan(&iso))
+		assert.Equal(t, "serializable", iso)
+		return nil
+	}))
+	var tok int64
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT token FROM public.my_fences WHERE resource = 'r'`).Scan(&tok))
+	assert.Equal(t, int64(3), tok)
 }
