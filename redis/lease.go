@@ -367,7 +367,7 @@ func (l *lease) Release(ctx context.Context) error {
 	}
 	n, err := bounded(ctx, l.d, func() (int64, error) {
 		return releaseScript.Run(ctx, l.d.c, []string{l.k.lock, l.k.counter, l.k.queue, l.k.expiry, l.k.ended + l.owner}, l.owner,
-			wakeChannel(l.d.cfg.Prefix, ""), flag(l.d.cfg.ClockFloor), flag(l.d.direct()), endMark).Int64()
+			wakeChannel(l.d.cfg.Prefix, ""), flag(!l.d.cfg.NoClockFloor), flag(l.d.direct()), endMark).Int64()
 	})
 	if err != nil {
 		return fmt.Errorf("redis: release script: %w", mapErr(err))

@@ -81,7 +81,7 @@ func (d *driver) RevokeID(ctx context.Context, name, id string) (bool, error) {
 func (d *driver) revoke(ctx context.Context, name, by, who string) (bool, error) {
 	k := keysOf(d.cfg.Prefix, name)
 	n, err := revokeScript.Run(ctx, d.c, []string{k.lock, k.counter, k.queue, k.expiry}, by, who,
-		wakeChannel(d.cfg.Prefix, ""), flag(d.cfg.ClockFloor), flag(d.direct())).Int()
+		wakeChannel(d.cfg.Prefix, ""), flag(!d.cfg.NoClockFloor), flag(d.direct())).Int()
 	if err != nil {
 		return false, fmt.Errorf("redis: revoke: %w", err)
 	}

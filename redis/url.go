@@ -358,7 +358,7 @@ func parseURL(u *url.URL) (*goredis.Options, Config, error) {
 		if err != nil {
 			return nil, Config{}, fmt.Errorf("%w: clock_floor=%q is not true or false", backend.ErrInvalidURL, q.Get("clock_floor"))
 		}
-		cfg.ClockFloor = on
+		cfg.NoClockFloor = !on
 	}
 	if q.Has("wait_replicas") {
 		n, err := strconv.Atoi(q.Get("wait_replicas"))

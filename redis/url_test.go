@@ -24,10 +24,12 @@ func TestParseURL(t *testing.T) {
 		cfg  Config
 	}{
 		{"redis://localhost:6379", "localhost:6379", "", 0, false, Config{Prefix: DefaultPrefix}},
+		{"redis://h?clock_floor=true", "h:6379", "", 0, false, Config{Prefix: DefaultPrefix}},
+		{"redis://h?clock_floor=false", "h:6379", "", 0, false, Config{Prefix: DefaultPrefix, NoClockFloor: true}},
 		{"redis://h", "h:6379", "", 0, false, Config{Prefix: DefaultPrefix}},
 		{"redis://u:p@h:6380/3?prefix=locks&ttl=10s", "h:6380", "u", 3, false, Config{Prefix: "locks"}},
 		{"rediss://h:6380/0?clock_floor=true&wait_replicas=1", "h:6380", "", 0, true,
-			Config{Prefix: DefaultPrefix, ClockFloor: true, WaitReplicas: 1, WaitTimeout: DefaultWaitTimeout}},
+			Config{Prefix: DefaultPrefix, WaitReplicas: 1, WaitTimeout: DefaultWaitTimeout}},
 		{"redis://h?wait_replicas=2&wait_timeout=50ms&dial_timeout=2s&pool_size=4", "h:6379", "", 0, false,
 			Config{Prefix: DefaultPrefix, WaitReplicas: 2, WaitTimeout: 50 * time.Millisecond}},
 	}
