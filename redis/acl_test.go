@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/conformance"
 )
 
 // aclRules is the least a fencelock user needs under prefix, as the
@@ -225,4 +227,139 @@ func TestPendingSubscriptionFindsGrant(t *testing.T) {
 	require.Zero(t, db.wakeups.Load(), "no message: found by a renewal or the fallback timer")
 	require.Greater(t, r.Lease.Token(), held.Token())
 	release(t, r.Lease)
+}
+
+// TestMinimalACL runs the conformance suite, through the URL form, as a
+// user with exactly aclRules (ACL SETUSER ... reset on >pass rules...: no
+// other command, key or channel), so that a change that needs a new
+// permission fails here; the package documentation's Permissions section
+// states the same rules.
+func TestMinimalACL(t *testing.T) {
+	const prefix = "fl-min"
+	srv.SetUser(t, "fencelock-min", "s3cret", aclRules(prefix)...)
+	raw := "redis://fencelock-min:s3cret@" + srv.Addr() + "/0?prefix=" + prefix
+	caps, err := conformance.URLCapabilities(tctx(t, 30*time.Second), raw)
+	require.NoError(t, err)
+	h, err := conformance.NewURLHarness(raw, caps)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = h.Close() })
+	conformance.Run(t, h)
+}
+
+// useEverything runs, as the user of raw, every kind of request the
+// adapter makes, each command the scripts call included: Open (PING),
+// TryAcquire after SCRIPT FLUSH (EVALSHA, then EVAL; the fast path),
+// Refresh, a wait (the queue, SUBSCRIBE), Status, a release that hands the
+// lock over (PUBLISH), Revoke, and an acquisition that purges a lapsed
+// queue entry. It returns the first error.
+func useEverything(t *testing.T, raw, prefix string) error {
+	ctx := tctx(t, 20*time.Second)
+	admin := newClient(t, srv.Addr())
+	la, err := backend.Open(ctx, raw)
+	if err != nil {
+		return err
+	}
+	defer la.Close()
+	lb, err := backend.Open(ctx, raw)
+	if err != nil {
+		return err
+	}
+	defer lb.Close()
+	require.NoError(t, admin.ScriptFlush(ctx).Err())
+	ls, err := la.TryAcquire(ctx, "n")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = ls.Release(context.Background()) }()
+	if err := ls.Refresh(ctx); err != nil {
+		return err
+	}
+	ch := goAcquire(ctx, lb, "n")
+	for {
+		st, err := la.Status(ctx, "n")
+		if err != nil {
+			return err
+		}
+		if len(st.Waiters) == 1 {
+			break
+		}
+		select {
+		case r := <-ch:
+			return r.Err // failed without queueing (or, wrongly, granted)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if err := ls.Release(ctx); err != nil {
+		return err
+	}
+	r := <-ch
+	if r.Err != nil {
+		return r.Err
+	}
+	if _, err := la.Revoke(ctx, "n", r.Lease.Token()); err != nil {
+		return err
+	}
+	k := keysOf(prefix, "m")
+	require.NoError(t, admin.ZAdd(ctx, k.queue, goredis.Z{Score: 1, Member: "gone"}).Err())
+	require.NoError(t, admin.ZAdd(ctx, k.expiry, goredis.Z{Score: 1, Member: "gone"}).Err()) // lapsed long ago
+	lm, err := la.Acquire(ctx, "m")
+	if err != nil {
+		return err
+	}
+	return lm.Release(ctx)
+}
+
+// TestACLEachRuleNeeded: with all of aclRules, useEverything works; with any
+// one of them less, it fails at once with an error matching
+// backend.ErrPermission that keeps the server's message, never a hang or a
+// "not acquired". Options that send more commands need their rule too:
+// client_name CLIENT SETNAME, a database other than 0 SELECT, wait_replicas
+// WAIT.
+func TestACLEachRuleNeeded(t *testing.T) {
+	// check runs useEverything as a user with rules (PREFIX stands for
+	// the test's prefix), with path and query added to the URL.
+	check := func(t *testing.T, rules []string, path, query string, want error) {
+		// Names without characters that URLs or ACL patterns read.
+		n := prefixSeq.Add(1)
+		prefix, user := fmt.Sprintf("fl-rule-%d", n), fmt.Sprintf("fl-rule-%d", n)
+		var rs []string
+		for _, r := range rules {
+			rs = append(rs, strings.ReplaceAll(r, "PREFIX", prefix))
+		}
+		srv.SetUser(t, user, "s3cret", rs...)
+		start := time.Now()
+		err := useEverything(t, "redis://"+user+":s3cret@"+srv.Addr()+path+"?prefix="+prefix+query, prefix)
+		took := time.Since(start)
+		if want == nil {
+			require.NoError(t, err)
+			return
+		}
+		t.Logf("failed after %v: %v", took, err)
+		require.ErrorIs(t, err, want)
+		if want == backend.ErrPermission {
+			var re goredis.Error
+			require.ErrorAs(t, err, &re, "the server's message stays")
+			require.NotErrorIs(t, err, backend.ErrNotAcquired)
+		}
+		require.Less(t, took, 10*time.Second, "at once, not at a deadline")
+	}
+	all := aclRules("PREFIX")
+	t.Run("All", func(t *testing.T) { check(t, all, "", "", nil) })
+	for _, r := range all {
+		t.Run("Without"+r, func(t *testing.T) { check(t, without(all, r), "", "", backend.ErrPermission) })
+	}
+	for _, o := range []struct {
+		rule, path, query string
+		with              error // what useEverything returns with the rule
+	}{
+		{"+client|setname", "", "&client_name=fl", nil},
+		{"+select", "/1", "", nil},
+		// No replica here: WAIT runs and reports none.
+		{"+wait", "", "&wait_replicas=1&wait_timeout=50ms", ErrNotReplicated},
+	} {
+		t.Run(o.rule, func(t *testing.T) {
+			t.Run("With", func(t *testing.T) { check(t, append(all, o.rule), o.path, o.query, o.with) })
+			t.Run("Without", func(t *testing.T) { check(t, all, o.path, o.query, backend.ErrPermission) })
+		})
+	}
 }

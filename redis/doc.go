@@ -166,6 +166,34 @@
 // Queue entries carry server times, so, like key expiry, they follow the
 // server's wall clock.
 //
+// # Permissions
+//
+// The least an ACL user needs, for prefix P (default "fencelock"), checked
+// by TestMinimalACL (the conformance suite through a URL, as a user with
+// exactly these rules) and TestACLEachRuleNeeded (each one less fails):
+//
+//	ACL SETUSER fencelock on >PASSWORD resetkeys ~P:* resetchannels &P:* -@all +evalsha +eval +subscribe +ping +get +set +del +pexpire +pttl +incr +time +publish +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zscore
+//
+// The keys and channels P:* are the locks' and the wake channels; EVALSHA,
+// and EVAL after a NOSCRIPT, run the scripts, which the server checks
+// command by command against the same ACL (GET to ZSCORE, PUBLISH on the
+// channels); SUBSCRIBE is the wake channel's; PING is Open's. Add +wait
+// with wait_replicas, +client|setname with client_name, and +select for a
+// database other than 0. HELLO and AUTH need no rule; go-redis's CLIENT
+// SETINFO may be refused (it ignores the refusal). A Sentinel or Cluster
+// client sends commands of its own: add what it needs.
+//
+// A missing permission is an error matching backend.ErrPermission, with
+// the server's message, at once: Open for PING, SELECT and CLIENT
+// SETNAME, otherwise the first request that needs it. A wait whose
+// subscription the server refuses fails at once too (it could not hear its
+// grant), and its queue entry, or a grant a release gave it meanwhile, is
+// released. A script stopped mid-way by a refusal keeps what it did before
+// (Redis does not roll scripts back): for example, a release by a user
+// without the channels hands the lock over and then fails to PUBLISH; the
+// next waiter finds its grant at its next renewal, and the release reports
+// the refusal. Give the user the whole line.
+//
 // # Loss
 //
 // Redis does not tell anyone when a key expires or is deleted (keyspace
