@@ -1,13 +1,14 @@
 // Package redis is the Redis adapter of fencelock: a backend.Driver whose
 // acquire is one Lua script that takes the lock key with an expiry and
-// issues a fencing token from a per-lock INCR counter.
+// issues a fencing token from a per-lock INCR counter, raised to the
+// server's clock in microseconds so that it never goes back.
 //
 // Open a Locker over a go-redis client you already have with New (or
 // NewWithConfig for the adapter's own settings), or from a URL with
 // backend.Open after importing this package:
 //
 //	redis://user:pass@host:6379/0?prefix=locks&ttl=10s
-//	rediss://host:6380/0?clock_floor=true&wait_replicas=1&wait_timeout=200ms
+//	rediss://host:6380/0?wait_replicas=1&wait_timeout=200ms
 //	rediss://host:6380/0?cacert=/etc/ca.pem&cert=/etc/c.pem&key=/etc/c-key.pem
 //
 // # Clients, Sentinel and Cluster
@@ -30,8 +31,11 @@
 // # URLs
 //
 // redis:// is plain TCP, rediss:// is TLS 1.2 or later, verified against
-// the system roots or cacert, for the host name of the URL
-// (skip_verify=true turns verification off). Userinfo is the ACL user and
+// the system roots or cacert, for the host name of the URL.
+// skip_verify=true turns verification off: the connection is then open to
+// interception (anyone on the path can pose as the server, read the
+// password and the locks, and answer as it likes), so it is for tests
+// only; give cacert instead. Userinfo is the ACL user and
 // password (or just a password: redis://:pass@host), the path the database
 // number. Query parameters, besides backend.CommonParams:
 //
@@ -41,7 +45,8 @@
 //     neither). They are accepted only with the rediss scheme, and read
 //     once, when the URL is opened.
 //   - prefix: the key prefix (default "fencelock"; no '{' or '}').
-//   - clock_floor: true for Config.ClockFloor.
+//   - clock_floor: true (the default) or false for Config.NoClockFloor:
+//     false makes tokens the plain counter, which can go back.
 //   - wait_replicas, wait_timeout: Config.WaitReplicas and WaitTimeout.
 //   - dial_timeout, read_timeout, write_timeout, pool_size, max_retries,
 //     client_name, protocol and the other go-redis client settings listed
@@ -80,10 +85,13 @@
 // removes a newer holder's key.
 //
 // The acquire script: if the lock key is free and no earlier waiter is in
-// the queue, it INCRs the counter and sets the lock key with PX TTL, as one
-// atomic step, and returns the counter's value as the token. The token is
-// thus strictly greater than every token granted before on the same data:
-// see "Failover and lost counters" for when the data itself goes back.
+// the queue, it INCRs the counter, raises it to the server's clock in
+// microseconds if it is below (TIME; the clock floor, on by default), and
+// sets the lock key with PX TTL, as one atomic step, and returns the
+// counter's value as the token. The token is thus strictly greater than
+// every token granted before on the same data, and, with the clock floor,
+// than every token granted before the data went back: see "Failover and
+// lost counters".
 //
 // # Round trips
 //
@@ -156,10 +164,35 @@
 // fencelock's (see Interoperability).
 //
 // Queue entries carry server times, so, like key expiry, they follow the
-// server's wall clock. An ACL user needs, besides EVALSHA, EVAL, SUBSCRIBE
-// and UNSUBSCRIBE, the commands the scripts call: GET, SET, DEL, PEXPIRE,
-// PTTL, INCR, TIME, PUBLISH, ZADD, ZREM, ZRANGE, ZRANGEBYSCORE,
-// ZREMRANGEBYSCORE and ZSCORE, on keys and channels P:*.
+// server's wall clock.
+//
+// # Permissions
+//
+// The least an ACL user needs, for prefix P (default "fencelock"), checked
+// by TestMinimalACL (the conformance suite through a URL, as a user with
+// exactly these rules) and TestACLEachRuleNeeded (each one less fails):
+//
+//	ACL SETUSER fencelock on >PASSWORD resetkeys ~P:* resetchannels &P:* -@all +evalsha +eval +subscribe +ping +get +set +del +pexpire +pttl +incr +time +publish +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zscore
+//
+// The keys and channels P:* are the locks' and the wake channels; EVALSHA,
+// and EVAL after a NOSCRIPT, run the scripts, which the server checks
+// command by command against the same ACL (GET to ZSCORE, PUBLISH on the
+// channels); SUBSCRIBE is the wake channel's; PING is Open's. Add +wait
+// with wait_replicas, +client|setname with client_name, and +select for a
+// database other than 0. HELLO and AUTH need no rule; go-redis's CLIENT
+// SETINFO may be refused (it ignores the refusal). A Sentinel or Cluster
+// client sends commands of its own: add what it needs.
+//
+// A missing permission is an error matching backend.ErrPermission, with
+// the server's message, at once: Open for PING, SELECT and CLIENT
+// SETNAME, otherwise the first request that needs it. A wait whose
+// subscription the server refuses fails at once too (it could not hear its
+// grant), and its queue entry, or a grant a release gave it meanwhile, is
+// released. A script stopped mid-way by a refusal keeps what it did before
+// (Redis does not roll scripts back): for example, a release by a user
+// without the channels hands the lock over and then fails to PUBLISH; the
+// next waiter finds its grant at its next renewal, and the release reports
+// the refusal. Give the user the whole line.
 //
 // # Loss
 //
@@ -221,39 +254,45 @@
 // # Failover and lost counters
 //
 // Redis replicates asynchronously and, without persistence, forgets
-// everything on restart. Both can move the counter back, and then a token
-// repeats or goes backwards, which silently breaks fencing. Measured
-// (TestFailoverTokens, TestRestartTokens: a replica promoted after it
-// stopped receiving the primary's writes, then the primary killed; a server
-// killed and restarted):
+// everything on restart; an operator or an eviction policy may delete a
+// counter key. Each moves the counter back, and a plain counter's token
+// then repeats or goes backwards, which silently breaks fencing: a stale
+// holder's write is admitted while the new holder's is rejected. Measured
+// (TestFailoverTokens, TestRestartTokens, TestCounterDeletedTokens: a
+// replica promoted after it stopped receiving the primary's writes, then
+// the primary killed; a server killed and restarted; the counter key
+// deleted):
 //
-//   - Plain: the token granted on the old primary after replication stopped
-//     is granted again by the new primary; after a restart without
-//     persistence tokens start again at 1.
+//   - Default, the clock floor (token = max(counter+1, server time in
+//     microseconds), the counter raised to it): tokens kept growing in all
+//     three tests. It holds whenever the server that grants a token has a
+//     clock that is not behind the clock of the server that granted any
+//     earlier token by more than the time between the two grants. A
+//     failover or restart takes far longer than the clock skew of
+//     NTP-synchronised hosts, so in practice this holds; it does not if a
+//     server's clock is set back (by more than the time since the last
+//     grant) or is far behind the old primary's. It costs one TIME and one
+//     SET of the counter in the script (TestUncontendedServerCalls).
+//     Tokens are microsecond timestamps (about 1.8e15), not 1, 2, 3.
+//   - Config.NoClockFloor (URL clock_floor=false), a plain counter: the
+//     token granted on the old primary after replication stopped is
+//     granted again by the new primary; after a restart without
+//     persistence, or once the counter key is deleted, tokens start again
+//     at 1. Use it only where small tokens matter and the counter cannot
+//     be lost: persistence with appendfsync always (which keeps the
+//     counter over a restart; everysec may lose up to a second of INCRs),
+//     no failover, no deletion.
 //   - Config.WaitReplicas (WAIT n t after every grant, in the same pipeline;
-//     an unacknowledged grant is released and fails with ErrNotReplicated):
-//     no token repeated in the failover test, because the grant that would
-//     have been lost was never handed out. It guarantees that every token
-//     handed out is on at least n replicas when handed out, so a failover to
-//     one of them keeps it; it does not help if the promoted replica is not
-//     one of those n (choose n = all replicas, or let Sentinel pick the most
-//     up-to-date one), if replicas restart without persistence, or against
-//     a restart of a primary without replicas or persistence. Each grant
-//     waits for the replication round trip.
-//   - Config.ClockFloor (token = max(counter+1, server time in
-//     microseconds), the counter raised to it): tokens kept growing in both
-//     tests. It holds whenever the server that grants a token has a clock
-//     ahead of the clock of the server that granted any earlier token by
-//     more than the grants between them (at most one per microsecond, far
-//     fewer in practice: each grant is a script run). A failover or restart
-//     takes far longer than the clock skew of NTP-synchronised hosts, so
-//     in practice this holds; it does not if a server's clock is set back
-//     (by more than the time since the last grant) or is far behind the
-//     old primary's. It costs one TIME in the script. Tokens are then
-//     microsecond timestamps (about 1.8e15), not 1, 2, 3.
-//   - Persistence (appendonly yes, appendfsync always) keeps the counter
-//     over a restart; with appendfsync everysec up to a second of INCRs may
-//     be lost.
+//     an unacknowledged grant is released and fails with ErrNotReplicated),
+//     measured without the clock floor: no token repeated in the failover
+//     test, because the grant that would have been lost was never handed
+//     out. It guarantees that every token handed out is on at least n
+//     replicas when handed out, so a failover to one of them keeps it; it
+//     does not help if the promoted replica is not one of those n (choose
+//     n = all replicas, or let Sentinel pick the most up-to-date one), if
+//     replicas restart without persistence, or against a restart of a
+//     primary without replicas or persistence. Each grant waits for the
+//     replication round trip. It combines with the clock floor.
 //
 // The epoch-in-the-high-bits alternative was not taken: remembering the
 // last epoch needs storage that survives exactly the events it guards
@@ -268,8 +307,8 @@
 //   - The holder and metadata options are not stored in Redis: the lock
 //     value stays the short "<owner>:<token>".
 //   - The counter keys stay after their locks are released (one small key
-//     per lock name ever used); deleting one restarts that name's tokens
-//     (unless ClockFloor is on).
+//     per lock name ever used). Deleting one is safe with the clock floor
+//     (the default); with NoClockFloor it restarts that name's tokens at 1.
 //   - An Acquire that gave up (its context ended) while its script was held
 //     in the network removes what it queued and leaves an end mark, so
 //     that the script, if it still arrives, takes nothing (the etcd

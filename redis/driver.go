@@ -47,21 +47,31 @@ type Client interface {
 }
 
 // Config holds the adapter's own settings; the zero Config is the default.
-// Lockers that share a prefix must share ClockFloor and WaitReplicas too: a
-// release grants the lock to the next waiter, whichever Locker it belongs
+// Lockers that share a prefix must share NoClockFloor and WaitReplicas too:
+// a release grants the lock to the next waiter, whichever Locker it belongs
 // to, with the releaser's settings (see the package documentation).
 type Config struct {
 	// Prefix starts every key and channel name (default DefaultPrefix). It
 	// must not contain '{' or '}', which would move the Cluster hash tag.
 	Prefix string
-	// ClockFloor makes every token at least the server's clock in
-	// microseconds (Unix time), so that tokens keep growing when the counter
-	// is lost (a restart without persistence) or rolled back (a failover
-	// that lost the latest INCRs), provided the clock of the server that
-	// grants the next token is ahead of the one that granted the last token
-	// by the time between the two grants. Tokens are then large numbers
-	// rather than 1, 2, 3. See the package documentation.
-	ClockFloor bool
+	// NoClockFloor turns the clock floor off: tokens are then the plain
+	// counter, 1, 2, 3, and go back (repeat or restart at 1) when the
+	// counter is lost or rolled back: the counter key deleted, a restart
+	// without persistence, a failover that lost the latest INCRs. A stale
+	// holder's writes are then admitted by a fencing check while the new
+	// holder's are rejected. Set it only where small tokens matter more
+	// and the counter cannot be lost (persistence with appendfsync always,
+	// no failover, no deletion); URL parameter clock_floor=false.
+	//
+	// By default (false) every token is at least the server's clock in
+	// microseconds (Unix time), the counter raised to it, so tokens keep
+	// growing over such losses, provided the clock of the server that
+	// grants the next token is not behind the clock of the server that
+	// granted the last one by more than the time between the two grants.
+	// Tokens are then large numbers (about 1.8e15), and each grant runs
+	// one TIME more. See the package documentation, "Failover and lost
+	// counters".
+	NoClockFloor bool
 	// WaitReplicas, when positive, makes every grant wait (WAIT) until that
 	// many replicas acknowledged it, for up to WaitTimeout; otherwise the
 	// lock is released and the acquisition fails with ErrNotReplicated.
@@ -320,7 +330,7 @@ func (d *driver) acquire(ctx context.Context, l *lease, mode queueMode) (acquire
 func (d *driver) acquireOnce(ctx context.Context, l *lease, mode queueMode) (acquireResult, error) {
 	d.attempts.Add(1)
 	k := []string{l.k.lock, l.k.counter, l.k.queue, l.k.expiry, l.k.ended + l.owner}
-	args := []any{l.owner, l.ttlMs, string(mode), flag(d.cfg.ClockFloor), wakeChannel(d.cfg.Prefix, ""), flag(d.direct())}
+	args := []any{l.owner, l.ttlMs, string(mode), flag(!d.cfg.NoClockFloor), wakeChannel(d.cfg.Prefix, ""), flag(d.direct())}
 	if d.cfg.WaitReplicas == 0 {
 		res, err := acquireScript.Run(ctx, d.c, k, args...).Int64Slice()
 		return parseAcquire(res, err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -18,7 +19,7 @@ import (
 // timeout, a closed or reset connection, an exhausted pool, a server that
 // is loading, has no primary or is failing over), or in
 // backend.ErrPermission when the server refused it for lack of
-// permission. The go-redis error stays in the chain. Other errors (a
+// permission (NOPERM, or a script refused a command it calls). The go-redis error stays in the chain. Other errors (a
 // script's reply) are returned as they are.
 func mapErr(err error) error {
 	if err == nil || errors.Is(err, backend.ErrUnavailable) || errors.Is(err, backend.ErrPermission) {
@@ -41,6 +42,14 @@ func mapErr(err error) error {
 		if goredis.HasErrorPrefix(err, p) {
 			return fmt.Errorf("%w: %w", backend.ErrPermission, err)
 		}
+	}
+	// A command a script calls without the permission fails the script
+	// with "ERR The user executing the script can't run this command or
+	// subcommand" (or "can't publish to the channel", "can't access at
+	// least one of the keys"; Redis 7.0).
+	var re goredis.Error
+	if errors.As(err, &re) && strings.Contains(re.Error(), "The user executing the script can't") {
+		return fmt.Errorf("%w: %w", backend.ErrPermission, err)
 	}
 	return err
 }

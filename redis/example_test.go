@@ -36,7 +36,9 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("first token:", first.Token())
+	// Tokens are raised to the server's clock in microseconds (the clock
+	// floor), so they never go back, even if the counter is lost.
+	fmt.Println("first token above 1e15:", first.Token() > 1e15)
 
 	_, err = locker.TryAcquire(ctx, "nightly-report")
 	fmt.Println("try while held:", errors.Is(err, backend.ErrNotAcquired))
@@ -54,14 +56,14 @@ func Example() {
 		log.Fatal(err)
 	}
 	second := <-granted
-	fmt.Println("second token:", second.Token())
+	fmt.Println("second token greater:", second.Token() > first.Token())
 	fmt.Println("lock key:", redis.LockKey("", "nightly-report"))
 	if err := second.Release(ctx); err != nil {
 		log.Fatal(err)
 	}
 	// Output:
-	// first token: 1
+	// first token above 1e15: true
 	// try while held: true
-	// second token: 2
+	// second token greater: true
 	// lock key: fencelock:{nightly-report}
 }

@@ -55,33 +55,37 @@ func failover(t *testing.T, cfg Config) (t1, t2, t3 fencing.Token, err2 error) {
 }
 
 // TestFailoverTokens measures what a failover that loses the latest INCR
-// does to tokens, without and with each mitigation.
+// does to tokens: by default (the clock floor) and with WaitReplicas they
+// keep growing; with the clock floor turned off they repeat.
 func TestFailoverTokens(t *testing.T) {
-	t.Run("Plain", func(t *testing.T) {
+	t.Run("Default", func(t *testing.T) {
 		t1, t2, t3, err := failover(t, Config{})
 		require.NoError(t, err)
-		t.Logf("plain: tokens %d, %d (lost in the failover), then %d on the new primary", t1, t2, t3)
-		// The known weakness: the token repeats.
+		t.Logf("default (clock floor): tokens %d, %d (lost in the failover), then %d on the new primary", t1, t2, t3)
+		require.Greater(t, t3, t2)
+		require.Greater(t, t2, t1)
+	})
+	t.Run("NoClockFloor", func(t *testing.T) {
+		t1, t2, t3, err := failover(t, Config{NoClockFloor: true})
+		require.NoError(t, err)
+		t.Logf("no clock floor: tokens %d, %d (lost in the failover), then %d on the new primary", t1, t2, t3)
+		// The known weakness of a plain counter: the token repeats.
 		require.Equal(t, t2, t3, "without a mitigation the lost INCR is granted again")
 	})
 	t.Run("WaitReplicas", func(t *testing.T) {
-		t1, t2, t3, err := failover(t, Config{WaitReplicas: 1, WaitTimeout: 200 * time.Millisecond})
+		// Without the clock floor, to show what WAIT alone does.
+		t1, t2, t3, err := failover(t, Config{NoClockFloor: true, WaitReplicas: 1, WaitTimeout: 200 * time.Millisecond})
 		require.ErrorIs(t, err, ErrNotReplicated)
 		require.ErrorIs(t, err, backend.ErrNotAcquired)
 		require.Zero(t, t2)
 		t.Logf("WAIT 1: token %d, then the unreplicated grant failed (%v), then %d on the new primary", t1, err, t3)
 		require.Greater(t, t3, t1)
 	})
-	t.Run("ClockFloor", func(t *testing.T) {
-		t1, t2, t3, err := failover(t, Config{ClockFloor: true})
-		require.NoError(t, err)
-		t.Logf("clock floor: tokens %d, %d (lost in the failover), then %d on the new primary", t1, t2, t3)
-		require.Greater(t, t3, t2)
-		require.Greater(t, t2, t1)
-	})
 }
 
-// TestRestartTokens: a restart without persistence loses the counter.
+// TestRestartTokens: a restart without persistence loses the counter; by
+// default (the clock floor) tokens still grow, and so they do with
+// persistence alone; with neither they restart.
 func TestRestartTokens(t *testing.T) {
 	for _, c := range []struct {
 		name    string
@@ -89,9 +93,9 @@ func TestRestartTokens(t *testing.T) {
 		cfg     Config
 		grows   bool
 	}{
-		{"Plain", false, Config{}, false},
-		{"ClockFloor", false, Config{ClockFloor: true}, true},
-		{"AOFAlways", true, Config{}, true},
+		{"Default", false, Config{}, true},
+		{"NoClockFloor", false, Config{NoClockFloor: true}, false},
+		{"NoClockFloorAOFAlways", true, Config{NoClockFloor: true}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var opts []redistest.Option
@@ -112,6 +116,47 @@ func TestRestartTokens(t *testing.T) {
 				require.Greater(t, t2, t1)
 			} else {
 				require.LessOrEqual(t, t2, t1, "without persistence or the clock floor the counter restarts")
+			}
+		})
+	}
+}
+
+// TestCounterDeletedTokens: deleting a lock's token counter (an operator's
+// cleanup, an eviction policy, a FLUSHDB) does not move tokens back by
+// default; with the clock floor turned off they restart at 1, and a stale
+// holder's token then beats the new holder's.
+func TestCounterDeletedTokens(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		cfg   Config
+		grows bool
+	}{
+		{"Default", Config{}, true},
+		{"NoClockFloor", Config{NoClockFloor: true}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			prefix := testPrefix(t)
+			c.cfg.Prefix = prefix
+			l := locker(t, srv.Addr(), c.cfg)
+			admin := newClient(t, srv.Addr())
+			ctx := tctx(t, 20*time.Second)
+			var t1 fencing.Token
+			for range 3 {
+				ls, err := l.TryAcquire(ctx, "n")
+				require.NoError(t, err)
+				t1 = ls.Token()
+				release(t, ls)
+			}
+			require.NoError(t, admin.Del(ctx, LockKey(prefix, "n")+":token").Err())
+			ls, err := l.TryAcquire(ctx, "n")
+			require.NoError(t, err)
+			release(t, ls)
+			t.Logf("%s: token %d before the counter was deleted, %d after", c.name, t1, ls.Token())
+			if c.grows {
+				require.Greater(t, ls.Token(), t1)
+			} else {
+				require.Equal(t, fencing.Token(1), ls.Token(), "the counter restarts")
+				require.Less(t, ls.Token(), t1, "a stale holder's token (%d) would now win", t1)
 			}
 		})
 	}

@@ -11,32 +11,62 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fencelock/backend"
 )
 
 // hub is a driver's wake-up channel: one pub/sub subscription, opened when
 // the driver's first acquisition waits and kept until the driver closes, on
 // the channel that releases publish to when the next waiter in a queue is
 // one of this driver's. A message names the waiting acquisition (its owner
-// id), and the token if the release granted it the lock, and wakes only it. After the subscription broke, when messages may
-// have been lost, every waiter is woken to try again.
+// id), and the token if the release granted it the lock, and wakes only
+// it. After the subscription broke, when messages may have been lost,
+// every waiter is woken to try again.
+//
+// If the server refuses the subscription (an ACL user without the channel,
+// &<prefix>:*, or without SUBSCRIBE), the waiters of that subscription fail
+// with the server's error, which matches backend.ErrPermission: a waiter
+// that cannot hear its grant must not stay in the queue, where a release
+// would hand it the lock while everyone else waits. The next wait
+// subscribes again (the ACL may have been fixed).
 type hub struct {
 	c       Client
 	channel string
 	wakeups *atomic.Int64
 
 	mu      sync.Mutex
-	ps      *goredis.PubSub
+	cur     *subscription   // nil until the first wait, and after a refusal
 	waiters map[string]*sub // by owner id
-	ready   chan struct{}   // closed once the server confirmed the subscription
 	closed  bool
 	err     error         // why the hub stopped (client closed)
-	done    chan struct{} // closed when the receive loop has returned
 	stopped chan struct{} // closed when the hub stops
+}
+
+// subscription is one pub/sub connection's attempt to subscribe to the
+// hub's channel, from the first wait to the hub's close or the server's
+// refusal.
+type subscription struct {
+	ps      *goredis.PubSub
+	ready   chan struct{} // closed once the server confirmed the subscription
+	refused chan struct{} // closed when the server refused it; err says why
+	err     error
+	cancel  context.CancelFunc // ends a SUBSCRIBE still dialling
+	done    chan struct{}      // closed when the receive loop has returned
+}
+
+func (s *subscription) confirmed() bool {
+	select {
+	case <-s.ready:
+		return true
+	default:
+		return false
+	}
 }
 
 // sub is one waiting acquisition's registration.
 type sub struct {
 	h      *hub
+	s      *subscription
 	owner  string
 	notify chan struct{} // one pending wake-up at most
 	token  atomic.Int64  // set by a message that granted the lock
@@ -45,52 +75,52 @@ type sub struct {
 // granted returns the token of a grant announced to the waiter, or 0.
 func (s *sub) granted() int64 { return s.token.Load() }
 
+// ready is closed once the subscription the waiter relies on is confirmed:
+// messages published from then on reach it.
+func (s *sub) ready() <-chan struct{} { return s.s.ready }
+
+// refused is closed if the server refused that subscription; refusal
+// returns the error.
+func (s *sub) refused() <-chan struct{} { return s.s.refused }
+
+func (s *sub) refusal() error { return s.s.err }
+
 func newHub(c Client, channel string, wakeups *atomic.Int64) *hub {
 	return &hub{c: c, channel: channel, wakeups: wakeups, waiters: make(map[string]*sub),
-		ready: make(chan struct{}), stopped: make(chan struct{})}
+		stopped: make(chan struct{})}
 }
 
 // subscribed reports whether the subscription is confirmed, so that a
 // message published from now on reaches the hub.
 func (h *hub) subscribed() bool {
-	select {
-	case <-h.ready:
-		return true
-	default:
-		return false
-	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.cur != nil && h.cur.confirmed()
 }
 
-// register adds the waiter owner and returns once the subscription is
-// confirmed (subscribing first if nobody has).
-func (h *hub) register(ctx context.Context, owner string) (*sub, error) {
+// register adds the waiter owner, subscribing first if nobody has. It
+// does not wait for the subscription: the waiter watches sub.ready and
+// sub.refused, and meanwhile its fallback timer still finds a grant.
+func (h *hub) register(owner string) (*sub, error) {
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	if h.closed {
-		h.mu.Unlock()
 		return nil, h.stopErr()
 	}
-	if h.ps == nil {
-		// If sending SUBSCRIBE fails, the receive loop's reconnection sends
-		// it again (go-redis keeps the channel), and register waits for the
-		// confirmation or ctx.
-		h.ps = h.c.Subscribe(ctx, h.channel)
-		h.done = make(chan struct{})
-		go h.loop(h.ps, h.done)
+	if h.cur == nil {
+		// No channel yet: Subscribe without channels sends nothing. The
+		// loop sends SUBSCRIBE (dialling first), so that a slow dial
+		// holds up no one; if it fails, the receive loop's reconnection
+		// sends it again (go-redis keeps the channel).
+		ctx, cancel := context.WithCancel(context.Background())
+		s := &subscription{ps: h.c.Subscribe(ctx), ready: make(chan struct{}), refused: make(chan struct{}),
+			cancel: cancel, done: make(chan struct{})}
+		h.cur = s
+		go h.loop(ctx, s)
 	}
-	s := &sub{h: h, owner: owner, notify: make(chan struct{}, 1)}
+	s := &sub{h: h, s: h.cur, owner: owner, notify: make(chan struct{}, 1)}
 	h.waiters[owner] = s
-	h.mu.Unlock()
-
-	select {
-	case <-h.ready:
-		return s, nil
-	case <-h.stopped:
-		s.close()
-		return nil, h.stopErr()
-	case <-ctx.Done():
-		s.close()
-		return nil, ctx.Err()
-	}
+	return s, nil
 }
 
 func (h *hub) stopErr() error {
@@ -116,14 +146,24 @@ func (s *sub) wake() {
 	}
 }
 
-// loop receives messages and the subscription's confirmation until the
-// pub/sub connection is closed.
-func (h *hub) loop(ps *goredis.PubSub, done chan struct{}) {
-	defer close(done)
+// loop subscribes, then receives messages and the subscription's
+// confirmation until the pub/sub connection is closed or the server
+// refuses the subscription.
+func (h *hub) loop(ctx context.Context, s *subscription) {
+	defer close(s.done)
+	_ = s.ps.Subscribe(ctx, h.channel) // on failure Receive reconnects
 	backoff := 50 * time.Millisecond
 	for {
-		msg, err := ps.Receive(context.Background())
+		// ctx ends a reconnection's dial when the hub closes.
+		msg, err := s.ps.Receive(ctx)
 		if err != nil {
+			var re goredis.Error
+			if errors.As(err, &re) && !errors.Is(err, goredis.ErrClosed) {
+				// The server answered SUBSCRIBE with an error: no message
+				// will ever arrive on this connection.
+				h.refuse(s, err)
+				return
+			}
 			h.mu.Lock()
 			stop := h.closed || errors.Is(err, goredis.ErrClosed)
 			if stop && !h.closed {
@@ -146,8 +186,8 @@ func (h *hub) loop(ps *goredis.PubSub, done chan struct{}) {
 		case *goredis.Subscription:
 			if m.Kind == "subscribe" && m.Channel == h.channel {
 				h.mu.Lock()
-				if !h.subscribed() {
-					close(h.ready)
+				if !s.confirmed() {
+					close(s.ready)
 				}
 				h.mu.Unlock()
 			}
@@ -155,18 +195,36 @@ func (h *hub) loop(ps *goredis.PubSub, done chan struct{}) {
 			// "<owner>" (try again) or "<owner>:<token>" (granted).
 			owner, tok, grant := strings.Cut(m.Payload, ":")
 			h.mu.Lock()
-			if s := h.waiters[owner]; s != nil {
+			if w := h.waiters[owner]; w != nil {
 				if grant {
 					if t, err := strconv.ParseInt(tok, 10, 64); err == nil && t > 0 {
-						s.token.Store(t)
+						w.token.Store(t)
 					}
 				}
 				h.wakeups.Add(1)
-				s.wake()
+				w.wake()
 			}
 			h.mu.Unlock()
 		}
 	}
+}
+
+// refuse ends subscription s, which the server refused with err: its
+// waiters fail with err, and the next wait subscribes anew.
+func (h *hub) refuse(s *subscription, err error) {
+	h.mu.Lock()
+	if h.cur == s {
+		h.cur = nil
+	}
+	s.err = fmt.Errorf("redis: subscribe to the wake channel %q: %w", h.channel, mapErr(err))
+	if errors.Is(s.err, backend.ErrPermission) {
+		prefix := h.channel[:max(strings.LastIndex(h.channel, ":wake:"), 0)]
+		s.err = fmt.Errorf("%w (an ACL user needs SUBSCRIBE and the channels &%s:*)", s.err, prefix)
+	}
+	close(s.refused)
+	h.mu.Unlock()
+	s.cancel()
+	_ = s.ps.Close()
 }
 
 func (h *hub) wakeAllLocked() {
@@ -182,14 +240,15 @@ func (h *hub) close() error {
 		h.closed = true
 		close(h.stopped)
 	}
-	ps, done := h.ps, h.done
+	s := h.cur
 	h.wakeAllLocked()
 	h.mu.Unlock()
-	if ps == nil {
+	if s == nil {
 		return nil
 	}
-	err := ps.Close()
-	<-done
+	s.cancel()
+	err := s.ps.Close()
+	<-s.done
 	if err != nil && !errors.Is(err, goredis.ErrClosed) {
 		return fmt.Errorf("redis: close pub/sub: %w", err)
 	}

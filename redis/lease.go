@@ -78,15 +78,21 @@ func (l *lease) Lost() <-chan struct{} { return nil }
 // Lock implements backend.DriverLease. An acquisition takes a free lock
 // that nobody waits for with one acquire script. A waiter joins the lock's
 // queue with its first attempt. If its driver's wake channel is not
-// subscribed yet, it subscribes then and tries again at once: a release
-// may have granted it the lock meanwhile, unseen (the acquire script
-// returns such a grant). It tries again when a release names it, or, in
+// subscribed yet, it subscribes then and tries again once the server
+// confirms the subscription: a release may have granted it the lock
+// meanwhile, unseen (the acquire script returns such a grant). If the
+// server refuses the subscription (an ACL without the channel), the wait
+// fails at once with an error matching backend.ErrPermission, and the
+// release that follows removes its queue entry or hands on a grant it was
+// given. It tries again when a release names it, or, in
 // case the notice was lost or never sent (a crashed holder or waiter), when
 // the time the failed attempt returned has passed; if it is next and the
 // holder is not fencelock's (its release publishes nothing), it polls, at
 // most foreignPollMax apart. Its renewals (KeepAlive,
 // every TTL/3) keep its queue entry and wake it if it is next and the lock
-// is free.
+// is free, or if a release granted it the lock. The timer and the renewals
+// run while the subscription is pending too, so a grant made then is found
+// even if the subscription is slow to come.
 func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, error) {
 	token, restarted, err := l.lock(ctx, wait)
 	return token, restarted, l.lockError(ctx, err)
@@ -120,8 +126,18 @@ func (l *lease) lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 	}
 	l.mu.Unlock()
 
-	if !wait || !l.d.hub.subscribed() {
-		sent, res, err := l.attempt(ctx, wait)
+	// An attempt is made before the wait if the wake channel is not
+	// subscribed yet (a TryAcquire, or a Locker's first wait): it queues the
+	// waiter, and the one after the subscription finds a grant made
+	// meanwhile.
+	var (
+		sent time.Time
+		res  acquireResult
+		err  error
+	)
+	tried := !wait || !l.d.hub.subscribed()
+	if tried {
+		sent, res, err = l.attempt(ctx, wait)
 		if err != nil || res.granted {
 			return l.result(sent, res, err)
 		}
@@ -132,7 +148,7 @@ func (l *lease) lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 			return 0, time.Time{}, fmt.Errorf("%w: held by another holder", backend.ErrNotAcquired)
 		}
 	}
-	s, err := l.d.hub.register(ctx, l.owner)
+	s, err := l.d.hub.register(l.owner)
 	if err != nil {
 		return 0, time.Time{}, err
 	}
@@ -141,24 +157,36 @@ func (l *lease) lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 		l.setSub(nil)
 		s.close()
 	}()
+	// ready fires once, when the subscription is confirmed, if it was not
+	// when the last attempt was sent: messages may have been missed.
+	ready := s.ready()
+	if !tried {
+		ready = nil // subscribed before the first attempt
+	}
 
 	backoff := 50 * time.Millisecond
 	poll := foreignPollMin
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	var lastSent time.Time // of the last attempt that reached the server
+	if tried {
+		lastSent = sent
+	}
 	for {
-		sent, res, err := l.attempt(ctx, true)
-		if err == nil {
-			lastSent = sent
+		if !tried {
+			sent, res, err = l.attempt(ctx, true)
+			if err == nil {
+				lastSent = sent
+			}
 		}
+		tried = false
 		var after time.Duration
 		switch {
 		case err == nil && res.granted:
 			return l.result(sent, res, nil)
 		case err != nil:
 			if ctx.Err() != nil || errors.Is(err, goredis.ErrClosed) || errors.Is(err, ErrNotReplicated) ||
-				errors.Is(err, backend.ErrLeaseLost) {
+				errors.Is(err, backend.ErrLeaseLost) || errors.Is(err, backend.ErrPermission) {
 				return l.result(sent, res, err)
 			}
 			// Try again; if the server stays unreachable, renewals fail
@@ -180,6 +208,14 @@ func (l *lease) lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 		select {
 		case <-ctx.Done():
 			return 0, time.Time{}, ctx.Err()
+		case <-s.refused():
+			// Nobody can tell this waiter that a release granted it the
+			// lock: it gives up at once, and the release that follows
+			// (backend.Locker's) drops its queue entry or hands on a
+			// grant it was given.
+			return 0, time.Time{}, s.refusal()
+		case <-ready:
+			ready = nil
 		case <-s.notify:
 			if token := s.granted(); token != 0 {
 				// A release granted the lock to us. Its expiry started when
@@ -331,7 +367,7 @@ func (l *lease) Release(ctx context.Context) error {
 	}
 	n, err := bounded(ctx, l.d, func() (int64, error) {
 		return releaseScript.Run(ctx, l.d.c, []string{l.k.lock, l.k.counter, l.k.queue, l.k.expiry, l.k.ended + l.owner}, l.owner,
-			wakeChannel(l.d.cfg.Prefix, ""), flag(l.d.cfg.ClockFloor), flag(l.d.direct()), endMark).Int64()
+			wakeChannel(l.d.cfg.Prefix, ""), flag(!l.d.cfg.NoClockFloor), flag(l.d.direct()), endMark).Int64()
 	})
 	if err != nil {
 		return fmt.Errorf("redis: release script: %w", mapErr(err))

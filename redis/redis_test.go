@@ -142,17 +142,18 @@ func TestNoScript(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond)
 	cmds := log.take()
 	require.Contains(t, cmds, "eval", "after a restart the scripts are loaded again")
-	// Without persistence the counter was lost with the restart: this is the
-	// regression that Config.ClockFloor guards against (TestRestartTokens).
+	// Without persistence the counter was lost with the restart; the
+	// clock floor (the default) keeps tokens growing (TestRestartTokens).
 	t.Logf("token before restart %d, after %d", t1, t3)
-	assert.Equal(t, fencing.Token(3), t1)
-	assert.Equal(t, fencing.Token(1), t3)
+	assert.Greater(t, t3, t1)
 }
 
 // TestUncontendedServerCalls counts the commands the scripts run on the
 // server for one acquire+release of a free lock nobody waits for: with an
 // empty queue the scripts skip the queue's bookkeeping (acquire: end mark,
-// lock key, queue head, INCR, SET; release: GET, DEL, queue head).
+// lock key, queue head, INCR, TIME for the clock floor, SET (and a second
+// SET of the counter when the clock is ahead of it, as it is after the
+// first grant); release: GET, DEL, queue head).
 func TestUncontendedServerCalls(t *testing.T) {
 	s := redistest.Start(t)
 	admin := s.NewClient(t)
@@ -181,7 +182,7 @@ func TestUncontendedServerCalls(t *testing.T) {
 		calls[name] += c
 	}
 	t.Logf("server calls in %d acquire+release cycles: %v", n, calls)
-	assert.Equal(t, map[string]int{"get": 3 * n, "zrange": 2 * n, "incr": n, "set": n, "del": n}, calls)
+	assert.Equal(t, map[string]int{"get": 3 * n, "zrange": 2 * n, "incr": n, "time": n, "set": 2 * n, "del": n}, calls)
 }
 
 // TestLossSignalled: a lock key deleted or expired under its holder fires the

@@ -35,7 +35,7 @@ func (d *driver) Inspect(ctx context.Context, name string) (backend.Status, erro
 	k := keysOf(d.cfg.Prefix, name)
 	res, err := inspectScript.Run(ctx, d.c, []string{k.lock, k.queue, k.expiry}).Slice()
 	if err != nil {
-		return backend.Status{}, fmt.Errorf("redis: status: %w", err)
+		return backend.Status{}, fmt.Errorf("redis: status: %w", mapErr(err))
 	}
 	if len(res) != 3 {
 		return backend.Status{}, fmt.Errorf("redis: status script returned %v", res)
@@ -81,9 +81,9 @@ func (d *driver) RevokeID(ctx context.Context, name, id string) (bool, error) {
 func (d *driver) revoke(ctx context.Context, name, by, who string) (bool, error) {
 	k := keysOf(d.cfg.Prefix, name)
 	n, err := revokeScript.Run(ctx, d.c, []string{k.lock, k.counter, k.queue, k.expiry}, by, who,
-		wakeChannel(d.cfg.Prefix, ""), flag(d.cfg.ClockFloor), flag(d.direct())).Int()
+		wakeChannel(d.cfg.Prefix, ""), flag(!d.cfg.NoClockFloor), flag(d.direct())).Int()
 	if err != nil {
-		return false, fmt.Errorf("redis: revoke: %w", err)
+		return false, fmt.Errorf("redis: revoke: %w", mapErr(err))
 	}
 	return n == 1, nil
 }

@@ -106,9 +106,16 @@ func ping(ctx context.Context, c *goredis.Client, opt *goredis.Options, dials *d
 		}
 		return fmt.Errorf("%w: cannot reach %s %s within dial_timeout %v: %w", backend.ErrUnavailable, opt.Addr, over, opt.DialTimeout, err)
 	}
+	// A refusal may come wrapped (go-redis: "failed to initialize
+	// connection options: NOPERM ..." when CLIENT SETNAME or SELECT is not
+	// allowed).
 	refused := func(err error) bool {
-		s := err.Error()
-		return strings.HasPrefix(s, "WRONGPASS") || strings.HasPrefix(s, "NOAUTH") || strings.HasPrefix(s, "NOPERM")
+		for _, p := range []string{"WRONGPASS", "NOAUTH", "NOPERM"} {
+			if goredis.HasErrorPrefix(err, p) || strings.HasPrefix(err.Error(), p) {
+				return true
+			}
+		}
+		return false
 	}
 	result := func(err error, perr error) error {
 		switch {
@@ -358,7 +365,7 @@ func parseURL(u *url.URL) (*goredis.Options, Config, error) {
 		if err != nil {
 			return nil, Config{}, fmt.Errorf("%w: clock_floor=%q is not true or false", backend.ErrInvalidURL, q.Get("clock_floor"))
 		}
-		cfg.ClockFloor = on
+		cfg.NoClockFloor = !on
 	}
 	if q.Has("wait_replicas") {
 		n, err := strconv.Atoi(q.Get("wait_replicas"))

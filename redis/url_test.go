@@ -24,10 +24,12 @@ func TestParseURL(t *testing.T) {
 		cfg  Config
 	}{
 		{"redis://localhost:6379", "localhost:6379", "", 0, false, Config{Prefix: DefaultPrefix}},
+		{"redis://h?clock_floor=true", "h:6379", "", 0, false, Config{Prefix: DefaultPrefix}},
+		{"redis://h?clock_floor=false", "h:6379", "", 0, false, Config{Prefix: DefaultPrefix, NoClockFloor: true}},
 		{"redis://h", "h:6379", "", 0, false, Config{Prefix: DefaultPrefix}},
 		{"redis://u:p@h:6380/3?prefix=locks&ttl=10s", "h:6380", "u", 3, false, Config{Prefix: "locks"}},
 		{"rediss://h:6380/0?clock_floor=true&wait_replicas=1", "h:6380", "", 0, true,
-			Config{Prefix: DefaultPrefix, ClockFloor: true, WaitReplicas: 1, WaitTimeout: DefaultWaitTimeout}},
+			Config{Prefix: DefaultPrefix, WaitReplicas: 1, WaitTimeout: DefaultWaitTimeout}},
 		{"redis://h?wait_replicas=2&wait_timeout=50ms&dial_timeout=2s&pool_size=4", "h:6379", "", 0, false,
 			Config{Prefix: DefaultPrefix, WaitReplicas: 2, WaitTimeout: 50 * time.Millisecond}},
 	}
@@ -167,45 +169,4 @@ func TestParseURLTLS(t *testing.T) {
 		}
 		require.ErrorIs(t, err, backend.ErrInvalidURL, raw)
 	}
-}
-
-// A Locker's first wait joins the queue with its first attempt, before its
-// wake channel is subscribed: here the subscription never completes (the
-// ACL user may not use the channel), yet the waiter is queued, in order,
-// until its context ends, and then leaves the queue.
-func TestFirstWaitQueuesBeforeSubscribing(t *testing.T) {
-	prefix := "fl-nosub"
-	admin := newClient(t, srv.Addr())
-	ctx := tctx(t, 20*time.Second)
-	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", "fencelock-nosub", "reset", "on", ">s3cret",
-		"~"+prefix+":*", // keys, but no channel (&...)
-		"+evalsha", "+eval", "+subscribe", "+unsubscribe", "+ping", "+hello",
-		"+get", "+set", "+pexpire", "+pttl", "+incr", "+del", "+publish", "+time",
-		"+zadd", "+zrem", "+zrange", "+zrangebyscore", "+zremrangebyscore", "+zscore").Err())
-	t.Cleanup(func() { admin.Do(context.Background(), "ACL", "DELUSER", "fencelock-nosub") })
-
-	full, err := backend.Open(ctx, "redis://"+srv.Addr()+"/0?prefix="+prefix)
-	require.NoError(t, err)
-	defer full.Close()
-	held, err := full.TryAcquire(ctx, "n")
-	require.NoError(t, err)
-
-	lb, err := backend.Open(ctx, "redis://fencelock-nosub:s3cret@"+srv.Addr()+"/0?prefix="+prefix)
-	require.NoError(t, err)
-	defer lb.Close()
-	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	ch := goAcquire(wctx, lb, "n")
-	require.Eventually(t, func() bool {
-		st, err := full.Status(ctx, "n")
-		return err == nil && len(st.Waiters) == 1
-	}, time.Second, 5*time.Millisecond, "queued while its subscription is pending")
-
-	r := waitAcquired(t, ch, 5*time.Second)
-	require.ErrorIs(t, r.Err, backend.ErrNotAcquired)
-	require.Eventually(t, func() bool {
-		st, err := full.Status(ctx, "n")
-		return err == nil && len(st.Waiters) == 0
-	}, 5*time.Second, 5*time.Millisecond, "out of the queue once it gave up")
-	release(t, held)
 }

@@ -482,3 +482,33 @@ func (s *Server) Close() {
 		_ = os.RemoveAll(s.dir)
 	}
 }
+
+// SetUser creates (or replaces) the ACL user name with password and rules
+// (ACL SETUSER name reset on >password rules...: it starts with no
+// permission at all) and deletes it when tb ends.
+func (s *Server) SetUser(tb testing.TB, name, password string, rules ...string) {
+	tb.Helper()
+	c := goredis.NewClient(s.options(0))
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	args := append([]any{"ACL", "SETUSER", name, "reset", "on", ">" + password}, toAny(rules)...)
+	if err := c.Do(ctx, args...).Err(); err != nil {
+		tb.Fatalf("redistest: ACL SETUSER %s: %v", name, err)
+	}
+	tb.Cleanup(func() {
+		c := goredis.NewClient(s.options(0))
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = c.Do(ctx, "ACL", "DELUSER", name).Err()
+	})
+}
+
+func toAny(ss []string) []any {
+	a := make([]any, len(ss))
+	for i, s := range ss {
+		a[i] = s
+	}
+	return a
+}
