@@ -116,8 +116,6 @@ func mustParse(t testing.TB, raw string) *url.URL {
 }
 
 // The helpers the adapters' tests share, under this package's names.
-type acquired = locktest.Result
-
 var (
 	tctx           = locktest.Ctx
 	goAcquire      = locktest.Go
