@@ -29,6 +29,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	srv = s
+	os.Setenv("ETCD_ENDPOINTS", strings.Join(s.Endpoints(), ",")) // for Example
 	code := m.Run()
 	s.Close()
 	closeBenchServer()
