@@ -5,22 +5,25 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"os"
+	"strings"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/etcd"
-	"github.com/fencelock/fencelock/internal/etcdtest"
 )
 
-// A lock on an embedded etcd server: the holder sends its fencing token with
-// every write, and a second acquisition waits its turn.
+// A lock on etcd: the holder sends its fencing token with every write, and a
+// second acquisition waits its turn. The endpoints come from $ETCD_ENDPOINTS
+// (comma-separated, e.g. http://127.0.0.1:2379); the package's tests point it
+// at the server they start.
 func Example() {
-	srv, err := etcdtest.StartServer("")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer srv.Close()
-	client, err := srv.Client()
+	client, err := clientv3.New(clientv3.Config{
+		Endpoints:   strings.Split(os.Getenv("ETCD_ENDPOINTS"), ","),
+		DialTimeout: 5 * time.Second,
+	})
 	if err != nil {
 		log.Fatal(err)
 	}

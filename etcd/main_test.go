@@ -29,6 +29,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	srv = s
+	os.Setenv("ETCD_ENDPOINTS", strings.Join(s.Endpoints(), ",")) // for Example
 	code := m.Run()
 	s.Close()
 	closeBenchServer()
@@ -116,8 +117,6 @@ func mustParse(t testing.TB, raw string) *url.URL {
 }
 
 // The helpers the adapters' tests share, under this package's names.
-type acquired = locktest.Result
-
 var (
 	tctx           = locktest.Ctx
 	goAcquire      = locktest.Go

@@ -5,24 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"os"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock/backend"
-	"github.com/fencelock/fencelock/internal/redistest"
 	"github.com/fencelock/fencelock/redis"
 )
 
-// A lock on a throwaway redis-server: the holder sends its fencing token
-// with every write, and a second acquisition waits for the release notice.
+// A lock on Redis: the holder sends its fencing token with every write, and
+// a second acquisition waits for the release notice. The server's address
+// comes from $REDIS_ADDR (e.g. 127.0.0.1:6379); the package's tests point it
+// at the server they start.
 func Example() {
-	srv, err := redistest.StartServer()
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer srv.Close()
-	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	client := goredis.NewClient(&goredis.Options{Addr: os.Getenv("REDIS_ADDR")})
 	defer client.Close() // redis.New never closes the client it is given
 
 	locker, err := redis.New(client, backend.WithTTL(10*time.Second))

@@ -29,6 +29,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	srv = s
+	os.Setenv("REDIS_ADDR", s.Addr()) // for Example
 	code := m.Run()
 	s.Close()
 	if benchSrv != nil {

@@ -264,6 +264,8 @@
 //   - A server that resets its zxid (a new ensemble on empty data) restarts
 //     the tokens: keep the data directory, or bump the resource's fence.
 //   - The negotiated session timeout is read from go-zookeeper's Conn by
-//     reflection; a go-zookeeper without that field makes Dial and New fail
-//     rather than guess.
+//     reflection (go-zookeeper v1.0.4 has no accessor for it); a
+//     go-zookeeper without that field makes Dial and New fail rather than
+//     guess, and the package's tests pin the field and check the value read
+//     against the server's own record of the session.
 package zookeeper

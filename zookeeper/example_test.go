@@ -1,21 +1,30 @@
-package zookeeper
+package zookeeper_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/zookeeper"
 )
 
 // A Locker over its own ZooKeeper sessions: the default TTL is the
 // negotiated session timeout, the token is the lock node's czxid, and a
-// second acquisition of a held lock is refused.
+// second acquisition of a held lock is refused. The servers come from
+// $ZOOKEEPER_SERVERS (comma-separated host:port); the package's tests point
+// it at the server they start.
 func ExampleDial() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	l, err := Dial(ctx, Config{Servers: []string{srv.Addr()}, Prefix: "/example", SessionTimeout: 5 * time.Second})
+	l, err := zookeeper.Dial(ctx, zookeeper.Config{
+		Servers:        strings.Split(os.Getenv("ZOOKEEPER_SERVERS"), ","),
+		Prefix:         "/example",
+		SessionTimeout: 5 * time.Second,
+	})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -165,7 +165,7 @@ func (l *lease) lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 		return 0, time.Time{}, err
 	}
 	l.mu.Lock()
-	path, czxid := l.path, l.czxid
+	path := l.path
 	l.st = stWaiting
 	l.mu.Unlock()
 	name := path[strings.LastIndexByte(path, '/')+1:]
@@ -182,7 +182,7 @@ func (l *lease) lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 		l.d.noteContended(l.dir, own != nil) // a waiter has the watch
 	}
 	l.mu.Lock()
-	czxid = l.czxid // from the watch on our node, after a plain create
+	czxid := l.czxid // from the watch on our node, after a plain create
 	l.mu.Unlock()
 	if czxid == 0 {
 		if czxid, err = l.readCzxid(ctx, path); err != nil {

@@ -28,6 +28,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	srv = s
+	os.Setenv("ZOOKEEPER_SERVERS", s.Addr()) // for ExampleDial
 	code := m.Run()
 	s.Close()
 	os.Exit(code)

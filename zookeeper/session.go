@@ -206,8 +206,11 @@ func (s *session) abandon() {
 // negotiatedTimeout returns the session timeout the server granted to conn.
 // go-zookeeper keeps it in an unexported field and has no accessor, so it
 // is read by reflection; ok is false if this version of go-zookeeper has no
-// such field (then the adapter refuses to guess). Call it on the Conn's
-// goroutine (an event callback) or after observing StateHasSession.
+// such field (then the adapter refuses to guess). negotiated_test.go pins
+// the field and checks the value against the server's record of the
+// session, so an upgrade that breaks this fails there by name. Call it on
+// the Conn's goroutine (an event callback) or after observing
+// StateHasSession.
 func negotiatedTimeout(conn *zk.Conn) (time.Duration, bool) {
 	v := reflect.ValueOf(conn).Elem().FieldByName("sessionTimeoutMs")
 	if !v.IsValid() || v.Kind() != reflect.Int32 {

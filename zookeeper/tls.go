@@ -99,16 +99,6 @@ func (d *tlsDialer) answered() {
 	d.failures = 0
 }
 
-// failedErr returns the error of the last failure once failed is closed.
-func (d *tlsDialer) failedErr() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.done {
-		return nil
-	}
-	return d.last
-}
-
 // lastErr returns the last TLS failure, if any.
 func (d *tlsDialer) lastErr() error {
 	d.mu.Lock()

@@ -101,26 +101,26 @@ func run(ctx context.Context, url, dsn, dir string, ttl time.Duration, out io.Wr
 
 	leaseA, err := lockerA.Acquire(ctx, "daily-report", backend.WithTTL(ttl), backend.WithAutoRenew(false))
 	if err != nil {
-		return res, fmt.Errorf("A acquire: %w", err)
+		return res, fmt.Errorf("acquire by A: %w", err)
 	}
 	defer leaseA.Release(context.WithoutCancel(ctx))
 	res.TokenA = leaseA.Token()
 	say("A", "acquires the lock: token %s", leaseA.Token())
 	if re, fe := write(leaseA.Token(), "draft by A"); re != nil || fe != nil {
-		return res, fmt.Errorf("A's first write: %v, %v", re, fe)
+		return res, fmt.Errorf("first write by A: %v, %v", re, fe)
 	}
 	say("stores", "accept A's write to the row and the file")
 	say("A", "pauses (GC, SIGSTOP): no renewals; its lease runs out")
 
 	leaseB, err := lockerB.Acquire(ctx, "daily-report", backend.WithTTL(ttl))
 	if err != nil {
-		return res, fmt.Errorf("B acquire: %w", err)
+		return res, fmt.Errorf("acquire by B: %w", err)
 	}
 	defer leaseB.Release(context.WithoutCancel(ctx))
 	res.TokenB = leaseB.Token()
 	say("B", "acquires the lock after A's lease expired: token %s", leaseB.Token())
 	if re, fe := write(leaseB.Token(), "report by B"); re != nil || fe != nil {
-		return res, fmt.Errorf("B's write: %v, %v", re, fe)
+		return res, fmt.Errorf("write by B: %v, %v", re, fe)
 	}
 	say("stores", "accept B's write")
 

@@ -59,12 +59,12 @@ func Run(ctx context.Context, w io.Writer, a, b Client, name string, ttl time.Du
 	}
 	leaseA, err := a.Locker.Acquire(ctx, name, append(opts, backend.WithTTL(ttl))...)
 	if err != nil {
-		return res, fmt.Errorf("A acquire: %w", err)
+		return res, fmt.Errorf("acquire by A: %w", err)
 	}
 	res.TokenA = leaseA.Token()
 	say("A", "acquires %q: token %s, TTL %v", name, leaseA.Token(), ttl)
 	if err := doc.write(ctx, leaseA.Token(), "draft by A"); err != nil {
-		return res, fmt.Errorf("A first write: %w", err)
+		return res, fmt.Errorf("first write by A: %w", err)
 	}
 	say("resource", "accepts A's write (token %s)", leaseA.Token())
 
@@ -92,18 +92,18 @@ func Run(ctx context.Context, w io.Writer, a, b Client, name string, ttl time.Du
 	case g = <-granted:
 		if g.err == nil {
 			defer g.lease.Release(context.WithoutCancel(ctx))
-			return res, fmt.Errorf("B was granted %q before A's loss signal fired", name)
+			return res, fmt.Errorf("granted %q to B before A's loss signal fired", name)
 		}
 	}
 	leaseB, err := g.lease, g.err
 	if err != nil {
-		return res, fmt.Errorf("B acquire: %w", err)
+		return res, fmt.Errorf("acquire by B: %w", err)
 	}
 	defer leaseB.Release(context.WithoutCancel(ctx))
 	res.TokenB = leaseB.Token()
 	say("B", "acquires %q after A's lease expired: token %s", name, leaseB.Token())
 	if err := doc.write(ctx, leaseB.Token(), "report by B"); err != nil {
-		return res, fmt.Errorf("B write: %w", err)
+		return res, fmt.Errorf("write by B: %w", err)
 	}
 	say("resource", "accepts B's write (token %s)", leaseB.Token())
 
@@ -115,7 +115,7 @@ func Run(ctx context.Context, w io.Writer, a, b Client, name string, ttl time.Du
 		res.StaleRejected = true
 		say("resource", "rejects A's write: token %s is lower than %s", stale.Token, stale.Highest)
 	case err != nil:
-		return res, fmt.Errorf("A stale write: %w", err)
+		return res, fmt.Errorf("stale write by A: %w", err)
 	default:
 		say("resource", "ACCEPTS A's stale write: fencing failed")
 	}

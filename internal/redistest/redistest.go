@@ -399,7 +399,7 @@ func (s *Server) Restart() error {
 func (s *Server) Promote(ctx context.Context) error {
 	c := goredis.NewClient(s.options(0))
 	defer c.Close()
-	return c.SlaveOf(ctx, "NO", "ONE").Err()
+	return c.ReplicaOf(ctx, "NO", "ONE").Err()
 }
 
 // WaitReplicated waits until replica has processed everything primary has
