@@ -92,12 +92,13 @@ func (s *suite) testCancelWhileWaiting(t *testing.T) {
 			if tc.cancel {
 				wctx, cancel = context.WithCancel(context.Background())
 			} else {
-				wctx, cancel = context.WithTimeout(context.Background(), s.settle)
+				wctx, cancel = context.WithTimeout(context.Background(), s.answered())
 			}
 			defer cancel()
 			ch := goAcquire(t, wctx, b, name)
 			if tc.cancel {
 				requireWaiting(t, ch, s.settle, "waiter before cancel")
+				s.requireQueued(t, a, name, 1)
 				cancel()
 			}
 			r := wait(t, ch, s.prompt, "cancelled waiter")
@@ -121,12 +122,15 @@ func (s *suite) testCancelWhileWaiting(t *testing.T) {
 		long := ctx(t, s.long)
 		first := goAcquire(t, long, b, name)
 		requireWaiting(t, first, s.settle, "first waiter")
+		s.requireQueued(t, a, name, 1)
 		mctx, mcancel := context.WithCancel(long)
 		defer mcancel()
 		middle := goAcquire(t, mctx, s.locker(t), name)
 		requireWaiting(t, middle, s.settle, "middle waiter")
+		s.requireQueued(t, a, name, 2)
 		last := goAcquire(t, long, c, name)
 		requireWaiting(t, last, s.settle, "last waiter")
+		s.requireQueued(t, a, name, 3)
 
 		mcancel()
 		r := wait(t, middle, s.prompt, "cancelled middle waiter")
@@ -190,7 +194,7 @@ func (s *suite) testErrors(t *testing.T) {
 	assert.NotErrorIs(t, err, context.DeadlineExceeded)
 	notOthers(err)
 
-	dctx, dcancel := context.WithTimeout(context.Background(), s.settle)
+	dctx, dcancel := context.WithTimeout(context.Background(), s.answered())
 	defer dcancel()
 	_, err = b.Acquire(dctx, name)
 	require.ErrorIs(t, err, backend.ErrNotAcquired, "Acquire past its deadline")
@@ -214,6 +218,7 @@ func (s *suite) testErrors(t *testing.T) {
 	xctx, xcancel := context.WithCancelCause(context.Background())
 	ch := goAcquire(t, xctx, b, name)
 	requireWaiting(t, ch, s.settle, "waiter before cancel with cause")
+	s.requireQueued(t, b, name, 1)
 	xcancel(cause)
 	r := wait(t, ch, s.prompt, "waiter cancelled with a cause")
 	require.ErrorIs(t, r.err, backend.ErrNotAcquired)

@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -160,6 +161,37 @@ func (s *suite) requireHeld(t testing.TB, l *backend.Locker, name string, msgAnd
 	require.ErrorIs(t, err, backend.ErrNotAcquired, msgAndArgs...)
 	require.Nil(t, ls, msgAndArgs...)
 }
+
+// requireQueued waits, up to the prompt bound, until l's Status lists at
+// least n waiters of name, then a little longer for the answer that queued
+// the last of them to reach its Acquire. A case that cancels a wait calls
+// it first: a wait cut off before the backend answered it is reported as
+// ErrUnavailable (whether the lock is held is then unknown), so the case
+// must know the backend answered, which a fixed sleep does not tell on a
+// loaded machine. Without Status it falls back to the settle time.
+func (s *suite) requireQueued(t testing.TB, l *backend.Locker, name string, n int) {
+	t.Helper()
+	until := time.Now().Add(s.prompt)
+	for {
+		st, err := l.Status(ctx(t, s.prompt), name)
+		if errors.Is(err, errors.ErrUnsupported) {
+			time.Sleep(s.settle)
+			return
+		}
+		require.NoError(t, err)
+		if len(st.Waiters) >= n {
+			break
+		}
+		require.True(t, time.Now().Before(until), "%d waiters of %q not listed within %v (%d are)", n, name, s.prompt, len(st.Waiters))
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(s.settle / 4)
+}
+
+// answered bounds a wait that must end while queued, not before the
+// backend answered its first request: long enough for that answer on a
+// loaded two-core machine, short next to the suite's other bounds.
+func (s *suite) answered() time.Duration { return min(s.prompt, 2*time.Second) }
 
 // result is the outcome of an Acquire run in the background.
 type result struct {

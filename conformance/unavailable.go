@@ -36,7 +36,7 @@ func (s *suite) testUnavailable(t *testing.T, p Partitioner) {
 	_, err := b.TryAcquire(ctx(t, s.prompt), name)
 	require.ErrorIs(t, err, backend.ErrNotAcquired, "TryAcquire of a held lock")
 	require.NotErrorIs(t, err, backend.ErrUnavailable, "TryAcquire of a held lock")
-	_, err = b.Acquire(ctx(t, s.settle), name)
+	_, err = b.Acquire(ctx(t, s.answered()), name)
 	require.ErrorIs(t, err, backend.ErrNotAcquired, "Acquire of a held lock past its deadline")
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.NotErrorIs(t, err, backend.ErrUnavailable, "Acquire of a held lock past its deadline")
