@@ -52,6 +52,21 @@ type StoreGuard[S any] interface {
 	Do(ctx context.Context, resource string, token Token, write func(ctx context.Context, s S) error) error
 }
 
+// Gate adapts a StoreGuard to a Guard, for store guards whose Gate method
+// passes the write function nothing: the function runs where g's would,
+// without the handle, so nothing it does is part of g's atomic step. A nil
+// write admits the token alone.
+func Gate[S any](g StoreGuard[S]) Guard { return gate[S]{g} }
+
+type gate[S any] struct{ g StoreGuard[S] }
+
+func (x gate[S]) Do(ctx context.Context, resource string, token Token, write func(ctx context.Context) error) error {
+	if write == nil {
+		return x.g.Do(ctx, resource, token, nil)
+	}
+	return x.g.Do(ctx, resource, token, func(ctx context.Context, _ S) error { return write(ctx) })
+}
+
 // Guard is the store-agnostic form of a guard, for code that does not know
 // where the data lives (httpfence.Middleware, Admit, generic tests).
 //

@@ -113,10 +113,6 @@ func pad(t fencing.Token) string { return fmt.Sprintf("%020d", uint64(t)) }
 // ErrConditionFailed. If write returns an error nothing is sent. A nil
 // write stores the token alone (see Admit).
 func (g *Guard) Do(ctx context.Context, resource string, token fencing.Token, write func(ctx context.Context, t *Txn) error) error {
-	return g.do(ctx, resource, token, write)
-}
-
-func (g *Guard) do(ctx context.Context, resource string, token fencing.Token, write func(ctx context.Context, t *Txn) error) error {
 	if token == 0 {
 		return fmt.Errorf("%w: zero token", fencing.ErrInvalidToken)
 	}
@@ -168,7 +164,7 @@ func (g *Guard) do(ctx context.Context, resource string, token fencing.Token, wr
 // Admit stores token for resource without a write of its own (rejecting a
 // lower one), in one etcd transaction.
 func (g *Guard) Admit(ctx context.Context, resource string, token fencing.Token) error {
-	return g.do(ctx, resource, token, nil)
+	return g.Do(ctx, resource, token, nil)
 }
 
 // Gate returns g as a fencing.Guard for store-agnostic code
@@ -178,16 +174,7 @@ func (g *Guard) Admit(ctx context.Context, resource string, token fencing.Token)
 // the function does is part of the transaction, and a higher token may be
 // admitted while it runs. To change etcd atomically with the check, use Do
 // and t.
-func (g *Guard) Gate() fencing.Guard { return gate{g} }
-
-type gate struct{ g *Guard }
-
-func (x gate) Do(ctx context.Context, resource string, token fencing.Token, write func(ctx context.Context) error) error {
-	if write == nil {
-		return x.g.do(ctx, resource, token, nil)
-	}
-	return x.g.do(ctx, resource, token, func(ctx context.Context, _ *Txn) error { return write(ctx) })
-}
+func (g *Guard) Gate() fencing.Guard { return fencing.Gate[*Txn](g) }
 
 func parse(key string, v []byte) (fencing.Token, error) {
 	n, err := strconv.ParseUint(string(v), 10, 64)

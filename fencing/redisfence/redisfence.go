@@ -166,16 +166,7 @@ func (g *Guard) Admit(ctx context.Context, resource string, token fencing.Token)
 // is recorded only if it returns nil and is still not stale, but nothing the
 // function does is part of the script, and a higher token may be admitted
 // while it runs. To change Redis atomically with the check, use Do and b.
-func (g *Guard) Gate() fencing.Guard { return gate{g} }
-
-type gate struct{ g *Guard }
-
-func (x gate) Do(ctx context.Context, resource string, token fencing.Token, write func(ctx context.Context) error) error {
-	if write == nil {
-		return x.g.Do(ctx, resource, token, nil)
-	}
-	return x.g.do(ctx, resource, token, true, func(ctx context.Context, _ *Batch) error { return write(ctx) })
-}
+func (g *Guard) Gate() fencing.Guard { return fencing.Gate[*Batch](g) }
 
 // Highest returns the highest token admitted for resource (0 if none).
 func (g *Guard) Highest(ctx context.Context, resource string) (fencing.Token, error) {

@@ -129,16 +129,7 @@ func (g *Guard) Admit(ctx context.Context, resource string, token fencing.Token)
 // the fence row's lock, and the token is committed only if it returns nil,
 // but nothing it does is part of that transaction or rolled back with it.
 // To change the database atomically with the check, use Do and tx.
-func (g *Guard) Gate() fencing.Guard { return gate{g} }
-
-type gate struct{ g *Guard }
-
-func (x gate) Do(ctx context.Context, resource string, token fencing.Token, write func(ctx context.Context) error) error {
-	if write == nil {
-		return x.g.Do(ctx, resource, token, nil)
-	}
-	return x.g.Do(ctx, resource, token, func(ctx context.Context, _ *sql.Tx) error { return write(ctx) })
-}
+func (g *Guard) Gate() fencing.Guard { return fencing.Gate[*sql.Tx](g) }
 
 // Highest returns the highest token recorded for resource (0 if none).
 func (g *Guard) Highest(ctx context.Context, resource string) (fencing.Token, error) {
