@@ -19,8 +19,9 @@
 // interface; see the etcd, zookeeper, redis and backend/mem packages.
 //
 // Every error about the lock itself wraps one of the package's sentinel
-// errors (ErrNotAcquired, ErrLeaseLost, ErrReleased, ErrClosed,
-// ErrInvalidName, ErrInvalidOption, ErrInvalidURL); test with errors.Is. An
+// errors (ErrNotAcquired, ErrLeaseLost, with ErrMaxHold when the max hold
+// ended the lease, ErrReleased, ErrClosed, ErrInvalidName,
+// ErrInvalidOption, ErrInvalidURL); test with errors.Is. An
 // unreachable or unresponsive backend gives ErrUnavailable, never
 // ErrNotAcquired (which means the lock is held), and a refused request
 // ErrPermission; the client's own error is kept in the chain for errors.Is

@@ -119,6 +119,12 @@ func (ls *Lease) Refresh(ctx context.Context) error {
 	if err := ls.Err(); err != nil {
 		return fmt.Errorf("fencelock: refresh %q: %w", ls.name, err)
 	}
+	// The call ends with the lease too: Release (and so Close) waits for a
+	// Refresh in flight, and must not wait for an unanswered one.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(ls.ctx, cancel)
+	defer stop()
 	sent := time.Now()
 	if err := ls.drv.KeepAlive(ctx); err != nil {
 		if errors.Is(err, ErrLeaseLost) {
@@ -234,12 +240,11 @@ func (ls *Lease) abandon() {
 		defer l.pending.Done()
 		defer close(done)
 		// Not under l.closing: an Acquire that failed because the Locker
-		// is closing must still remove its entry. Close then waits for it
-		// as long as for the release of a held lease.
+		// is closing must still remove its entry. Shutdown waits for it
+		// until its own context ends (l.aborted), as for the release of a
+		// held lease.
 		ctx, cancel := context.WithTimeout(context.Background(), ls.s.ttl)
 		defer cancel()
-		stop := context.AfterFunc(l.closing, func() { time.AfterFunc(closeReleaseTimeout, cancel) })
-		defer stop()
 		stopAbort := context.AfterFunc(l.aborted, cancel)
 		defer stopAbort()
 		_ = ls.releaseDriver(ctx) // on failure the TTL removes it
@@ -374,12 +379,16 @@ func (ls *Lease) tick() {
 	if !now.Before(deadline) {
 		cause := fmt.Errorf("%w: %q: no renewal succeeded before the local deadline", ErrLeaseLost, ls.name)
 		switch {
-		case ls.maxHoldStoppedLocked():
-			cause = fmt.Errorf("%w: %q: %w (%v): renewals stopped", ErrLeaseLost, ls.name, ErrMaxHold, ls.s.maxHold)
-		case !ls.acquired.IsZero() && !ls.s.autoRenew && ls.lastErr == nil:
-			cause = fmt.Errorf("%w: %q: not refreshed before the local deadline (auto-renew is off)", ErrLeaseLost, ls.name)
+		case ls.renewing != nil:
+			// The renewal's context ends at this same instant: its error
+			// may not be in yet, but no answer came in time.
+			cause = fmt.Errorf("%w: %q: the renewal in flight got no answer before the local deadline: %w", ErrLeaseLost, ls.name, ErrUnavailable)
 		case ls.lastErr != nil:
 			cause = fmt.Errorf("%w: %q: no renewal succeeded before the local deadline (last error: %w)", ErrLeaseLost, ls.name, ls.lastErr)
+		case ls.maxHoldStoppedLocked():
+			cause = fmt.Errorf("%w: %q: %w (%v): renewals stopped", ErrLeaseLost, ls.name, ErrMaxHold, ls.s.maxHold)
+		case !ls.acquired.IsZero() && !ls.s.autoRenew:
+			cause = fmt.Errorf("%w: %q: not refreshed before the local deadline (auto-renew is off)", ErrLeaseLost, ls.name)
 		}
 		ls.endLocked(cause)
 		ls.mu.Unlock()

@@ -136,6 +136,8 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []Opt
 		l.mu.Unlock()
 		rctx, rcancel := context.WithTimeout(context.Background(), closeReleaseTimeout)
 		defer rcancel()
+		stop := context.AfterFunc(l.aborted, rcancel) // Shutdown's context ended
+		defer stop()
 		return nil, errors.Join(fmt.Errorf("fencelock: acquire %q: %w", name, ErrClosed), ls.Release(rctx))
 	}
 	l.held[ls] = struct{}{}

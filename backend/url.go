@@ -183,10 +183,30 @@ func ParseURL(rawURL string) (*url.URL, error) {
 		// "etcd:u:pw@h" parses as opaque text, "etcd:/u:pw@h" as a path:
 		// never echoed.
 		return nil, fmt.Errorf("%w: %s: URL without //: want %s://host/path", ErrInvalidURL, u.Scheme, u.Scheme)
+	case u.User == nil && misplacedAt(u):
+		// "etcd://app:2024/pw@h" parses as host app, port 2024 (the start of
+		// the password) and path /pw@h: nothing of it is echoed.
+		return nil, fmt.Errorf("%w: %s: an '@' after the host: a password that holds / ? or # must be percent-encoded (an '@' in the path as %%40)", ErrInvalidURL, u.Scheme)
 	case u.Fragment != "" || strings.Contains(rawURL, "#"):
-		return nil, fmt.Errorf("%w: %s: a URL fragment (#...) is not allowed", ErrInvalidURL, RedactURL(u))
+		// Not echoed: "etcd://app:1234#pw@h" parses as host app:1234.
+		return nil, fmt.Errorf("%w: %s: a URL fragment (#...) is not allowed (a password that holds # must be percent-encoded)", ErrInvalidURL, u.Scheme)
 	}
 	return u, nil
+}
+
+// misplacedAt reports whether a URL without userinfo has an '@' where a
+// userinfo whose password held '/', '?' or '#' would leave it: in the path
+// (written, not %40), in a query parameter's name, or in the fragment.
+func misplacedAt(u *url.URL) bool {
+	if strings.Contains(u.EscapedPath(), "@") || strings.Contains(u.Fragment, "@") {
+		return true
+	}
+	for _, kv := range strings.Split(u.RawQuery, "&") {
+		if k, _, _ := strings.Cut(kv, "="); strings.Contains(k, "@") {
+			return true
+		}
+	}
+	return false
 }
 
 // quoted matches the quoted parts of url.Parse's errors, which are pieces

@@ -74,6 +74,14 @@ func TestOpenNeverLeaksPassword(t *testing.T) {
 		{" etcd://u:" + pw + "@h", "cannot parse the URL: first path segment in URL cannot contain colon"},
 		{"etcd:app:" + pw + "@h", "etcd: URL without //"},
 		{"zk:u:" + pw + "@h:2181", "zk: URL without //"},
+		// A password whose start is digits and which holds / ? or # parses
+		// as a port and a path, query or fragment: refused, nothing echoed.
+		{"nosuch://app:2024/" + pw + "@h/x", "an '@' after the host"},
+		{"redis://app:2024/" + pw + "@127.0.0.1:1/0", "an '@' after the host"},
+		{"redis://app:2024?" + pw + "@127.0.0.1:1/0", "an '@' after the host"},
+		{"etcd://app:2024/" + pw + "@127.0.0.1:1/x", "an '@' after the host"},
+		{"zk://app:2024/" + pw + "@127.0.0.1:1/x", "an '@' after the host"},
+		{"etcd://app:1234#" + pw + "@h/x", "an '@' after the host"},
 		// Parsed, then refused: echoed redacted.
 		{"mem:/app:" + pw + "@h", "mem: URL without //"},
 		{"nosuch://u:" + pw + "@h", "nosuch://u:xxxxx@h"},

@@ -274,7 +274,7 @@ func (d *driver) dial(ctx context.Context, ttl time.Duration, anyTimeout bool) (
 	}
 	if _, _, err := zk.Connect(d.cfg.Servers, ttl, zk.WithLogger(logger), zk.WithLogInfo(false),
 		zk.WithEventCallback(s.onEvent), setup); err != nil {
-		return nil, fmt.Errorf("zookeeper: connect: %w", err)
+		return nil, fmt.Errorf("%w: zookeeper: connect: %w", backend.ErrUnavailable, err) // a host name that does not resolve
 	}
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)

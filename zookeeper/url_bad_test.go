@@ -94,6 +94,11 @@ func TestOpenBounded(t *testing.T) {
 			assert.ErrorContains(t, err, "connection refused")
 		}
 	}
+	// A host name that does not resolve is unavailable too, as on the
+	// other schemes (the resolver answers at once here: .invalid is never
+	// a name).
+	err := urltest.OpenFails(t, context.Background(), "zk://nosuchhost.invalid:2181/x?dial_timeout=1s", 3*time.Second)
+	assert.ErrorIs(t, err, backend.ErrUnavailable)
 }
 
 // zks:// at the plain test server says TLS, well within dial_timeout (at
