@@ -11,7 +11,8 @@ import (
 // boolean). A flag that is not given leaves the capability as it was, as
 // the scheme declares it (URLCapabilities); the returned function applies
 // those that were given to c. fencelock conformance defines them with no
-// prefix, TestUserURL with "fencelock.".
+// prefix, the conformance tests (TestURL with a URL of yours) with
+// "fencelock.".
 func CapabilityFlags(fs *flag.FlagSet, prefix string) (apply func(c *Capabilities)) {
 	var ttl, minTTL, maxTTL durationFlag
 	var fifo boolFlag

@@ -20,9 +20,9 @@ import (
 )
 
 var (
-	urlFlag = flag.String("fencelock.url", "", "run TestUserURL against this backend URL (default $FENCELOCK_URL)")
+	urlFlag = flag.String("fencelock.url", "", "run TestURL against this backend URL only (default $FENCELOCK_URL)")
 	// capFlags are -fencelock.ttl, -fencelock.min-ttl, -fencelock.max-ttl
-	// and -fencelock.fifo, for TestUserURL.
+	// and -fencelock.fifo, for a URL of the user's.
 	capFlags = conformance.CapabilityFlags(flag.CommandLine, "fencelock.")
 )
 
@@ -34,27 +34,12 @@ func userURL() string {
 	return os.Getenv("FENCELOCK_URL")
 }
 
-// TestUserURL runs the suite against your own backend: the URL of
-// -fencelock.url or $FENCELOCK_URL, with the capabilities its scheme
-// declares (read from the server for ZooKeeper), each of which
-// -fencelock.ttl, -fencelock.min-ttl, -fencelock.max-ttl and
-// -fencelock.fifo override. An unreachable backend fails it in seconds, with
-// one error. Without a URL it skips: the other tests start their own
-// servers.
-func TestUserURL(t *testing.T) {
-	u := userURL()
-	if u == "" {
-		t.Skip("no backend URL: give -fencelock.url URL or set $FENCELOCK_URL")
-	}
-	runURL(t, u, capFlags)
-}
-
 // skipForUserURL skips a test that starts its own servers when the run is
-// about the user's URL (TestUserURL), so that go test ./conformance
+// about the user's URL (TestURL runs it), so that go test ./conformance
 // -fencelock.url URL runs that URL only.
 func skipForUserURL(t *testing.T) {
 	if userURL() != "" {
-		t.Skip("a backend URL is given (-fencelock.url or $FENCELOCK_URL): TestUserURL runs it, and this test, which starts its own servers, does not run")
+		t.Skip("a backend URL is given (-fencelock.url or $FENCELOCK_URL): TestURL runs it, and this test, which starts its own servers, does not run")
 	}
 }
 
@@ -65,12 +50,21 @@ func skipForUserURL(t *testing.T) {
 // TestURL/<provider>/<kind>/<topology>, e.g. -run
 // 'TestURL/docker/etcd/cluster'. The external provider runs the kinds whose
 // $FENCELOCK_<KIND>_URL is set. Nothing is skipped: a provider that cannot
-// start a server fails its subtest. (Your own cluster alone: TestUserURL.)
+// start a server fails its subtest.
+//
+// With a URL of your own (-fencelock.url or $FENCELOCK_URL) it runs that
+// URL alone, as TestURL/user, with the capabilities its scheme declares
+// (read from the server for ZooKeeper), each of which -fencelock.ttl,
+// -fencelock.min-ttl, -fencelock.max-ttl and -fencelock.fifo override. An
+// unreachable backend fails it in seconds, with one error.
 //
 // The runs mostly wait for TTLs to pass (measured: 9 runs, 35s of CPU in
 // 4 minutes), so up to twice -parallel of them (4 on 2 cores) run at once.
 func TestURL(t *testing.T) {
-	skipForUserURL(t)
+	if u := userURL(); u != "" {
+		t.Run("user", func(t *testing.T) { runURL(t, u, capFlags) })
+		return
+	}
 	providers, err := servers.ProvidersFromEnv()
 	require.NoError(t, err)
 	sem := make(chan struct{}, 2*urlParallel())
