@@ -15,8 +15,9 @@
 // This package owns what is the same for every backend: name and option
 // validation, renewal (every TTL/3 by default), the early loss deadline,
 // retries of failed renewals, cleanup after a failed or cancelled
-// acquisition, and error mapping. Adapters implement the small Driver
-// interface; see the etcd, zookeeper, redis and backend/mem packages.
+// acquisition, and error mapping. Adapters implement the small contract of
+// package backend/driver, which users never import; see the etcd,
+// zookeeper, redis and backend/mem packages.
 //
 // Every error about the lock itself wraps one of the package's sentinel
 // errors (ErrNotAcquired, ErrLeaseLost, with ErrMaxHold when the max hold

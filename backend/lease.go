@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencelock/fencelock/backend/driver"
 	"github.com/fencelock/fencelock/fencing"
 )
 
@@ -27,7 +28,7 @@ import (
 // A Lease is safe for concurrent use.
 type Lease struct {
 	locker *Locker
-	drv    DriverLease
+	drv    driver.Lease // nil until attach
 	name   string
 	s      settings
 
@@ -50,24 +51,29 @@ type Lease struct {
 	lockGone  error        // the driver found the lock already gone on release
 }
 
-func newLease(l *Locker, name string, s settings, drv DriverLease, started time.Time) *Lease {
+func newLease(l *Locker, name string, s settings) *Lease {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	ls := &Lease{locker: l, drv: drv, name: name, s: s, ctx: ctx, cancel: cancel}
+	return &Lease{locker: l, name: name, s: s, ctx: ctx, cancel: cancel}
+}
+
+// attach gives the lease its driver lease, and starts the expiry clock if
+// the driver started it.
+func (ls *Lease) attach(drv driver.Lease, started time.Time) {
+	ls.mu.Lock() // the timer may fire at once
+	defer ls.mu.Unlock()
+	ls.drv = drv
 	if !started.IsZero() {
-		ls.mu.Lock() // the timer may fire at once
 		ls.extendLocked(started)
-		ls.mu.Unlock()
 	}
-	if lost := drv.Lost(); lost != nil {
-		go func() {
-			select {
-			case <-lost:
-				ls.lose(fmt.Errorf("%w: %q: the backend reports the lease or lock key gone", ErrLeaseLost, ls.name))
-			case <-ctx.Done():
-			}
-		}()
+}
+
+// driverLost is the driver's Request.Lost: the backend observed the lease
+// or its lock key gone.
+func (ls *Lease) driverLost(cause error) {
+	if !errors.Is(cause, ErrLeaseLost) {
+		cause = fmt.Errorf("%w: %w", ErrLeaseLost, cause)
 	}
-	return ls
+	ls.lose(fmt.Errorf("%q: %w", ls.name, cause))
 }
 
 // Name returns the lock name.
@@ -125,8 +131,8 @@ func (ls *Lease) Refresh(ctx context.Context) error {
 	defer cancel()
 	stop := context.AfterFunc(ls.ctx, cancel)
 	defer stop()
-	sent := time.Now()
-	if err := ls.drv.KeepAlive(ctx); err != nil {
+	sent, err := ls.drv.KeepAlive(ctx)
+	if err != nil {
 		if errors.Is(err, ErrLeaseLost) {
 			ls.lose(err)
 		}
@@ -198,13 +204,13 @@ func (ls *Lease) releaseDriver(ctx context.Context) error {
 }
 
 // granted records a successful Lock and starts the hold.
-func (ls *Lease) granted(token fencing.Token, restarted time.Time) error {
+func (ls *Lease) granted(g driver.Grant) error {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	ls.token = token
+	ls.token = g.Token
 	ls.acquired = time.Now()
-	if !restarted.IsZero() {
-		ls.extendLocked(restarted)
+	if !g.Sent.IsZero() {
+		ls.extendLocked(g.Sent)
 	}
 	if err := ls.Err(); err != nil {
 		return err
@@ -344,6 +350,12 @@ func (ls *Lease) lose(cause error) {
 // cleanUpLost removes, in the background, the lock key of a lease that was
 // just lost, if it is still ours. Close bounds it.
 func (ls *Lease) cleanUpLost() {
+	ls.mu.Lock()
+	attached := ls.drv != nil
+	ls.mu.Unlock()
+	if !attached {
+		return // lost during NewLease: the failed acquisition cleans up
+	}
 	if !ls.locker.begin() {
 		return // Close releases it
 	}
@@ -424,8 +436,7 @@ func (ls *Lease) tick() {
 func (ls *Lease) renew(deadline time.Time) error {
 	ctx, cancel := context.WithDeadline(ls.ctx, deadline)
 	defer cancel()
-	sent := time.Now()
-	err := ls.drv.KeepAlive(ctx)
+	sent, err := ls.drv.KeepAlive(ctx)
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if err == nil {
@@ -440,4 +451,15 @@ func (ls *Lease) renew(deadline time.Time) error {
 	}
 	ls.renewAt = time.Now().Add(min(ls.s.ttl/10, time.Second))
 	return err
+}
+
+// Suspended reports whether the connection behind ls is down now: the lease
+// may or may not still be held, the loss signal fires at the local deadline
+// unless the connection comes back first (Curator's SUSPENDED beside LOST).
+// changed is closed at the next change of that state. A holder that must
+// not act while in doubt stops on suspension; the default (ignoring it)
+// relies on the deadline. Backends that do not report suspension (etcd,
+// Redis, mem) return false and a nil channel, which never fires.
+func (ls *Lease) Suspended() (suspended bool, changed <-chan struct{}) {
+	return ls.drv.Suspended()
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/fencelock/fencelock/backend/driver"
 )
 
 // closeReleaseTimeout bounds how long Close spends: releasing held leases,
@@ -18,7 +20,8 @@ const closeReleaseTimeout = 5 * time.Second
 // so two acquisitions of one name through one Locker exclude each other and
 // get different tokens.
 type Locker struct {
-	drv     Driver
+	drv     driver.Driver
+	caps    driver.Capabilities // read once, at New
 	base    settings
 	closing context.Context // cancelled when Close or Shutdown starts
 	close   context.CancelCauseFunc
@@ -33,30 +36,44 @@ type Locker struct {
 	held    map[*Lease]struct{}
 }
 
-// New returns a Locker over drv. opts are defaults for every acquisition; an
-// Acquire's own options override them. New checks the defaults against the
-// driver's limits.
-func New(drv Driver, opts ...Option) (*Locker, error) {
-	base, err := defaults(drv, opts)
+// New returns a Locker over drv, for adapters' constructors (etcd.New,
+// mem.New, ...). opts are defaults for every acquisition; an Acquire's own
+// options override them. New checks the defaults against the driver's
+// limits. The Locker owns drv from then on, even when New fails: Close (or
+// the failure) shuts it down.
+func New(drv driver.Driver, opts ...Option) (*Locker, error) {
+	caps := drv.Capabilities()
+	base, err := defaults(drv, caps, opts)
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(err, shutdownNow(drv))
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	aborted, abort := context.WithCancel(context.Background())
-	return &Locker{drv: drv, base: base, closing: ctx, close: cancel, aborted: aborted, abort: abort,
+	return &Locker{drv: drv, caps: caps, base: base, closing: ctx, close: cancel, aborted: aborted, abort: abort,
 		held: make(map[*Lease]struct{})}, nil
 }
 
-// defaults applies opts to the default settings and checks the result.
-func defaults(drv Driver, opts []Option) (settings, error) {
+// defaults applies opts to the default settings (with the driver's default
+// TTL, if it declares one) and checks the result.
+func defaults(drv driver.Driver, caps driver.Capabilities, opts []Option) (settings, error) {
 	base := defaultSettings()
+	if caps.DefaultTTL > 0 {
+		base.ttl = caps.DefaultTTL
+	}
 	for _, o := range opts {
 		if o != nil {
 			o(&base)
 		}
 	}
-	_, err := resolve(base, drv, nil)
+	_, err := resolve(base, drv, caps, nil)
 	return base, err
+}
+
+// shutdownNow shuts down a driver that no Locker owns, bounded as Close is.
+func shutdownNow(drv driver.Driver) error {
+	ctx, cancel := context.WithTimeout(context.Background(), closeReleaseTimeout)
+	defer cancel()
+	return drv.Shutdown(ctx)
 }
 
 // Acquire blocks until it holds the lock called name or ctx is done. A
@@ -94,7 +111,7 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []Opt
 	if err := ValidateName(name); err != nil {
 		return nil, err
 	}
-	s, err := resolve(l.base, l.drv, opts)
+	s, err := resolve(l.base, l.drv, l.caps, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -115,16 +132,18 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []Opt
 	// From here, an error that does not say the lock is held (a driver's
 	// ErrNotAcquired) is a backend that did not answer before ctx ended.
 
-	dl, started, err := l.drv.NewLease(ctx, Request{Name: name, TTL: s.ttl, Holder: s.holder, Metadata: s.metadata})
+	ls := newLease(l, name, s)
+	dl, started, err := l.drv.NewLease(ctx, driver.Request{Name: name, TTL: s.ttl, Holder: s.holder, Metadata: s.metadata, Lost: ls.driverLost})
 	if err != nil {
+		ls.end(fmt.Errorf("%w: acquisition failed", ErrReleased))
 		return nil, acquireError(ctx, name, err)
 	}
-	ls := newLease(l, name, s, dl, started)
+	ls.attach(dl, started)
 	stopOnLoss := context.AfterFunc(ls.ctx, func() { cancel(context.Cause(ls.ctx)) })
-	token, restarted, err := dl.Lock(ctx, wait)
+	g, err := dl.Lock(ctx, wait)
 	stopOnLoss()
 	if err == nil {
-		err = ls.granted(token, restarted)
+		err = ls.granted(g)
 	}
 	if err != nil {
 		ls.abandon()
@@ -264,15 +283,6 @@ func (l *Locker) Shutdown(ctx context.Context) error {
 	}
 	wg.Wait()
 	errs = append(errs, relErrs...)
-	errs = append(errs, l.closeDriver(ctx))
+	errs = append(errs, l.drv.Shutdown(ctx))
 	return errors.Join(errs...)
-}
-
-// closeDriver closes the driver within ctx: with Shutdown if it has
-// it, else with Close.
-func (l *Locker) closeDriver(ctx context.Context) error {
-	if c, ok := l.drv.(Shutdowner); ok {
-		return c.Shutdown(ctx)
-	}
-	return l.drv.Close()
 }

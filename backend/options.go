@@ -5,6 +5,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/fencelock/fencelock/backend/driver"
 )
 
 // DefaultTTL is the lease TTL when WithTTL is not given.
@@ -86,8 +88,9 @@ func WithMetadata(kv map[string]string) Option {
 }
 
 // resolve applies opts over base and checks the result against the driver's
-// limits. WithMetadata copies, so base is never modified.
-func resolve(base settings, drv Driver, opts []Option) (settings, error) {
+// limits (caps: its Capabilities). WithMetadata copies, so base is never
+// modified.
+func resolve(base settings, drv driver.Driver, caps driver.Capabilities, opts []Option) (settings, error) {
 	s := base
 	for _, o := range opts {
 		if o != nil {
@@ -97,13 +100,11 @@ func resolve(base settings, drv Driver, opts []Option) (settings, error) {
 	if s.ttl <= 0 {
 		return s, fmt.Errorf("%w: TTL must be positive, got %v", ErrInvalidOption, s.ttl)
 	}
-	if minTTL := drv.MinTTL(); s.ttl < minTTL {
-		return s, fmt.Errorf("%w: TTL %v is under this backend's minimum of %v", ErrInvalidOption, s.ttl, minTTL)
+	if s.ttl < caps.MinTTL {
+		return s, fmt.Errorf("%w: TTL %v is under this backend's minimum of %v", ErrInvalidOption, s.ttl, caps.MinTTL)
 	}
-	if c, ok := drv.(TTLChecker); ok {
-		if err := c.CheckTTL(s.ttl); err != nil {
-			return s, fmt.Errorf("%w: %w", ErrInvalidOption, err)
-		}
+	if err := drv.CheckTTL(s.ttl); err != nil {
+		return s, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
 	if !s.driftSet {
 		s.drift = min(s.ttl/100+5*time.Millisecond, s.ttl/10)

@@ -2,18 +2,11 @@ package backend
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/fencelock/fencelock/fencing"
 )
-
-// Inspector is implemented by a Driver that can tell who holds and who waits
-// for a lock, for status tools.
-type Inspector interface {
-	Inspect(ctx context.Context, name string) (Status, error)
-}
 
 // Status is what a backend can tell about one lock.
 type Status struct {
@@ -39,44 +32,28 @@ type Entry struct {
 	TTLLeft  time.Duration     // time until the server expires it if not renewed; negative if unknown
 }
 
-// Queued returns the Status of a lock whose acquisitions are entries in the
-// order of grants: the first holds, the others wait. No entries is a free
-// lock.
-func Queued(entries []Entry) Status {
-	var st Status
-	if len(entries) > 0 {
-		st.Holder = &entries[0]
-	}
-	if len(entries) > 1 {
-		st.Waiters = entries[1:]
-	}
-	return st
-}
-
 // Status reports who holds and who waits for the lock called name. It
 // returns an error matching errors.ErrUnsupported if the backend cannot tell.
 func (l *Locker) Status(ctx context.Context, name string) (Status, error) {
 	if err := ValidateName(name); err != nil {
 		return Status{}, err
 	}
-	in, ok := l.drv.(Inspector)
-	if !ok {
-		return Status{}, fmt.Errorf("fencelock: status %q: %w by this backend", name, errors.ErrUnsupported)
-	}
-	st, err := in.Inspect(ctx, name)
+	st, err := l.drv.Inspect(ctx, name)
 	if err != nil {
 		return Status{}, fmt.Errorf("fencelock: status %q: %w", name, err)
 	}
-	st.Name = name
-	return st, nil
-}
-
-// Revoker is implemented by a Driver that can end an acquisition on the
-// server, for operators breaking a stuck lock and for test harnesses.
-type Revoker interface {
-	// Revoke ends the acquisition of lock name granted (or queued) with
-	// token, as an expiry would; found is false if there was none.
-	Revoke(ctx context.Context, name string, token fencing.Token) (found bool, err error)
+	out := Status{Name: name}
+	if st.Holder != nil {
+		h := Entry(*st.Holder)
+		out.Holder = &h
+	}
+	if len(st.Waiters) > 0 {
+		out.Waiters = make([]Entry, len(st.Waiters))
+		for i, w := range st.Waiters {
+			out.Waiters[i] = Entry(w)
+		}
+	}
+	return out, nil
 }
 
 // Revoke ends the acquisition of lock name that holds or waits with token,
@@ -89,24 +66,11 @@ func (l *Locker) Revoke(ctx context.Context, name string, token fencing.Token) (
 	if err := ValidateName(name); err != nil {
 		return false, err
 	}
-	r, ok := l.drv.(Revoker)
-	if !ok {
-		return false, fmt.Errorf("fencelock: revoke %q: %w by this backend", name, errors.ErrUnsupported)
-	}
-	found, err = r.Revoke(ctx, name, token)
+	found, err = l.drv.Revoke(ctx, name, token)
 	if err != nil {
 		return false, fmt.Errorf("fencelock: revoke %q token %d: %w", name, token, err)
 	}
 	return found, nil
-}
-
-// IDRevoker is implemented by a Driver that can end an acquisition on the
-// server by its Entry.ID, which every acquisition has, waiting or holding.
-type IDRevoker interface {
-	// RevokeID ends the acquisition of lock name whose Entry.ID is id, as
-	// an expiry would; found is false if there was none. An id that cannot
-	// be one of the backend's returns an error matching ErrInvalidOption.
-	RevokeID(ctx context.Context, name, id string) (found bool, err error)
 }
 
 // RevokeID ends the acquisition of lock name whose Entry.ID (as Status
@@ -125,11 +89,7 @@ func (l *Locker) RevokeID(ctx context.Context, name, id string) (found bool, err
 	if id == "" {
 		return false, fmt.Errorf("fencelock: revoke %q: %w: empty acquisition id", name, ErrInvalidOption)
 	}
-	r, ok := l.drv.(IDRevoker)
-	if !ok {
-		return false, fmt.Errorf("fencelock: revoke %q: %w by this backend", name, errors.ErrUnsupported)
-	}
-	found, err = r.RevokeID(ctx, name, id)
+	found, err = l.drv.RevokeID(ctx, name, id)
 	if err != nil {
 		return false, fmt.Errorf("fencelock: revoke %q id %q: %w", name, id, err)
 	}

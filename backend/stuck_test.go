@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/driver"
 	"github.com/fencelock/fencelock/fencing"
 )
 
@@ -40,13 +41,27 @@ func (d *stuckDriver) set(f func(d *stuckDriver)) {
 	f(d)
 }
 
-func (d *stuckDriver) MinTTL() time.Duration { return 10 * time.Millisecond }
-
-func (d *stuckDriver) NewLease(ctx context.Context, req backend.Request) (backend.DriverLease, time.Time, error) {
-	return &stuckLease{d: d}, time.Now(), nil
+func (d *stuckDriver) Capabilities() driver.Capabilities {
+	return driver.Capabilities{MinTTL: 10 * time.Millisecond}
 }
 
-func (d *stuckDriver) Close() error { return nil }
+func (d *stuckDriver) CheckTTL(time.Duration) error { return nil }
+
+func (d *stuckDriver) Inspect(context.Context, string) (driver.Status, error) {
+	return driver.Status{}, errors.ErrUnsupported
+}
+
+func (d *stuckDriver) Revoke(context.Context, string, fencing.Token) (bool, error) {
+	return false, errors.ErrUnsupported
+}
+
+func (d *stuckDriver) RevokeID(context.Context, string, string) (bool, error) {
+	return false, errors.ErrUnsupported
+}
+
+func (d *stuckDriver) NewLease(ctx context.Context, req driver.Request) (driver.Lease, time.Time, error) {
+	return &stuckLease{d: d}, time.Now(), nil
+}
 
 func (d *stuckDriver) Shutdown(ctx context.Context) error {
 	d.mu.Lock()
@@ -64,38 +79,39 @@ type stuckLease struct{ d *stuckDriver }
 
 var errStuckNet = errors.New("stuck: i/o timeout")
 
-func (l *stuckLease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, error) {
+func (l *stuckLease) Lock(ctx context.Context, wait bool) (driver.Grant, error) {
 	l.d.mu.Lock()
 	mode := l.d.lock
 	l.d.mu.Unlock()
 	switch mode {
 	case "held":
-		return 0, time.Time{}, fmt.Errorf("%w: stuck: held", backend.ErrNotAcquired)
+		return driver.Grant{}, fmt.Errorf("%w: stuck: held", backend.ErrNotAcquired)
 	case "queued":
 		<-ctx.Done()
-		return 0, time.Time{}, fmt.Errorf("%w: stuck: %w", backend.ErrNotAcquired, ctx.Err())
+		return driver.Grant{}, fmt.Errorf("%w: stuck: %w", backend.ErrNotAcquired, ctx.Err())
 	case "silent":
 		<-ctx.Done()
-		return 0, time.Time{}, fmt.Errorf("stuck: %w (%w)", errStuckNet, ctx.Err())
+		return driver.Grant{}, fmt.Errorf("stuck: %w (%w)", errStuckNet, ctx.Err())
 	}
-	return 1, time.Time{}, nil
+	return driver.Grant{Token: 1}, nil
 }
 
-func (l *stuckLease) KeepAlive(ctx context.Context) error {
+func (l *stuckLease) KeepAlive(ctx context.Context) (time.Time, error) {
+	sent := time.Now()
 	l.d.mu.Lock()
 	hang, silent := l.d.hangKA, l.d.silentKA
 	l.d.mu.Unlock()
 	if silent {
 		<-ctx.Done()
-		return fmt.Errorf("%w: stuck: %w (%w)", backend.ErrUnavailable, errStuckNet, ctx.Err())
+		return time.Time{}, fmt.Errorf("%w: stuck: %w (%w)", backend.ErrUnavailable, errStuckNet, ctx.Err())
 	}
 	if hang {
 		l.d.inFlight.Add(1)
 		defer l.d.inFlight.Add(-1)
 		<-l.d.unstuck // ignores ctx, as go-redis without ContextTimeoutEnabled does
-		return fmt.Errorf("%w: stuck: %w", backend.ErrUnavailable, errStuckNet)
+		return time.Time{}, fmt.Errorf("%w: stuck: %w", backend.ErrUnavailable, errStuckNet)
 	}
-	return nil
+	return sent, nil
 }
 
 func (l *stuckLease) Release(ctx context.Context) error {
@@ -109,7 +125,7 @@ func (l *stuckLease) Release(ctx context.Context) error {
 	return nil
 }
 
-func (l *stuckLease) Lost() <-chan struct{} { return nil }
+func (l *stuckLease) Suspended() (bool, <-chan struct{}) { return false, nil }
 
 // lossTolerance is how late the loss signal may fire after the deadline:
 // nominally a timer's latency (well under 1ms); the bound leaves room for a

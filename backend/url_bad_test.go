@@ -97,33 +97,6 @@ func TestOpenNeverLeaksPassword(t *testing.T) {
 	})
 }
 
-func TestRedactURL(t *testing.T) {
-	for raw, want := range map[string]string{
-		"etcd://u:" + pw + "@h/x": "etcd://u:xxxxx@h/x",
-		"etcd://u@h/x":            "etcd://u@h/x",
-		"etcd:u:" + pw + "@h":     "etcd:xxxxx",
-		"etcd://h/x#" + pw:        "etcd://h/x#xxxxx",
-		"etcd:/u:" + pw + "@h":    "etcd:/xxxxx",
-	} {
-		u, err := backend.ParseURL(raw)
-		if err != nil { // opaque and fragments are refused by ParseURL
-			u = mustURL(t, raw)
-		}
-		assert.Equal(t, want, backend.RedactURL(u), raw)
-	}
-}
-
-func TestURLQueryStrict(t *testing.T) {
-	q, err := backend.URLQuery(mustURL(t, "x://h?a=1&b=&c"))
-	require.NoError(t, err)
-	assert.Equal(t, "1", q.Get("a"))
-	assert.True(t, q.Has("b") && q.Has("c"))
-	for _, raw := range []string{"x://h?a=1&a=2", "x://h?a=%zz", "x://h?a=1;b=2", "x://h?=1", "x://h?a&a"} {
-		_, err := backend.URLQuery(mustURL(t, raw))
-		assert.ErrorIs(t, err, backend.ErrInvalidURL, raw)
-	}
-}
-
 // A value out of range matches ErrInvalidOption too, as it did when the
 // Locker's checks caught it.
 func TestOpenValueErrorsAreOptionErrors(t *testing.T) {

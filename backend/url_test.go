@@ -2,7 +2,6 @@ package backend_test
 
 import (
 	"context"
-	"net/url"
 	"testing"
 	"time"
 
@@ -64,32 +63,4 @@ func TestOpenAppliesCommonParams(t *testing.T) {
 
 func TestSchemesListsRegistered(t *testing.T) {
 	assert.Contains(t, backend.Schemes(), "mem")
-}
-
-func TestHostPort(t *testing.T) {
-	for in, want := range map[string]string{"h": "h:99", "h:1": "h:1", "[::1]": "[::1]:99", "[::1]:7": "[::1]:7", "10.0.0.1:65535": "10.0.0.1:65535"} {
-		got, err := backend.HostPort(in, "99")
-		require.NoErrorf(t, err, "%q", in)
-		assert.Equalf(t, want, got, "%q", in)
-	}
-	for _, bad := range []string{"", ":1", "::1", "h:0", "h:65536", "h:x", "a/b:1", "[::1]:"} {
-		_, err := backend.HostPort(bad, "99")
-		assert.Errorf(t, err, "%q", bad)
-	}
-}
-
-func TestURLUser(t *testing.T) {
-	for raw, want := range map[string][2]string{
-		"etcd://h/x": {"", ""}, "etcd://u@h/x": {"u", ""}, "etcd://u:p%40ss@h/x": {"u", "p@ss"},
-	} {
-		u, err := url.Parse(raw)
-		require.NoError(t, err)
-		user, password, err := backend.URLUser(u)
-		require.NoErrorf(t, err, "%q", raw)
-		assert.Equalf(t, want, [2]string{user, password}, "%q", raw)
-	}
-	u, err := url.Parse("zk://:pw@h/x")
-	require.NoError(t, err)
-	_, _, err = backend.URLUser(u)
-	assert.ErrorContains(t, err, "empty user name")
 }

@@ -45,7 +45,7 @@
 //     that must not expire). The suite
 //     takes about 25*TTL plus a few seconds (mem at 300ms: ~10s; etcd at
 //     2s: ~45s). Every adapter of this module declares its Capabilities
-//     with its URL scheme (backend.Scheme.Suite, see URLCapabilities).
+//     with its URL scheme (driver.Scheme.Suite, see URLCapabilities).
 //   - Optionally, WaiterRevoker enables the WaiterRevoked case; a backend
 //     with Locker.Status and Locker.RevokeID gets it from
 //     RevokeWaitersByID. URLHarness has it for every scheme.

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/driver"
 )
 
 // Harness connects the suite to one backend. Each adapter's tests provide one
@@ -50,8 +51,8 @@ type Capabilities struct {
 }
 
 // CapabilitiesOf returns the Capabilities an adapter declares with its URL
-// scheme (backend.Scheme.Suite).
-func CapabilitiesOf(p backend.SuiteProfile) Capabilities {
+// scheme (driver.Scheme.Suite).
+func CapabilitiesOf(p driver.SuiteProfile) Capabilities {
 	return Capabilities{FIFO: p.FIFO, TTL: p.TTL, MinTTL: p.MinTTL, MaxTTL: p.MaxTTL}
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/driver"
 	"github.com/fencelock/fencelock/backend/mem"
 	"github.com/fencelock/fencelock/conformance"
 )
@@ -59,7 +60,7 @@ func (h *memHarness) RevokeWaiters(t testing.TB, name string) int {
 
 // Capabilities are what the mem scheme declares.
 func (h *memHarness) Capabilities() conformance.Capabilities {
-	s, ok := backend.LookupScheme("mem")
+	s, ok := driver.Lookup("mem")
 	if !ok || s.Suite == nil {
 		panic("the mem scheme declares no conformance profile")
 	}

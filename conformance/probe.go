@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/driver"
 )
 
 // Bounds of URLCapabilities' checks. They are far above what a reachable
@@ -25,7 +26,7 @@ const (
 )
 
 // URLCapabilities checks that the backend at rawURL answers and returns the
-// Capabilities its adapter declares with its scheme (backend.Scheme.Suite;
+// Capabilities its adapter declares with its scheme (driver.Scheme.Suite;
 // import the adapter package), or zero Capabilities if it declares none.
 //
 // The checks come first, so that a backend that is down fails here, at
@@ -43,7 +44,7 @@ func URLCapabilities(ctx context.Context, rawURL string) (Capabilities, error) {
 	if err != nil {
 		return Capabilities{}, err
 	}
-	scheme, ok := backend.LookupScheme(u.Scheme)
+	scheme, ok := driver.Lookup(u.Scheme)
 	if !ok {
 		return Capabilities{}, fmt.Errorf("%w: unknown scheme %q in %q (known: %s; import the adapter package to register its scheme)",
 			backend.ErrInvalidURL, u.Scheme, u.Redacted(), strings.Join(backend.Schemes(), ", "))

@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/driver"
 	"github.com/fencelock/fencelock/internal/etcdtest"
 	"github.com/fencelock/fencelock/internal/lockbench"
 )
@@ -137,9 +138,9 @@ func BenchmarkContended8(b *testing.B) {
 func BenchmarkDriverUncontended(b *testing.B) {
 	s := benchServer(b)
 	d := newDriver(benchClient(b, s), fmt.Sprintf("bench/%d", benchSeq.Add(1)), false)
-	defer d.Close()
+	defer d.Shutdown(context.Background())
 	ctx := context.Background()
-	req := backend.Request{Name: "uncontended", TTL: 15 * time.Second}
+	req := driver.Request{Name: "uncontended", TTL: 15 * time.Second, Lost: func(error) {}}
 	var inLock, inUnlock time.Duration
 	n := 0
 	for b.Loop() {
@@ -148,7 +149,7 @@ func BenchmarkDriverUncontended(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, _, err := dl.Lock(ctx, true); err != nil {
+		if _, err := dl.Lock(ctx, true); err != nil {
 			b.Fatal(err)
 		}
 		t1 := time.Now()

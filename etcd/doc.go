@@ -1,4 +1,4 @@
-// Package etcd is the etcd v3 adapter of fencelock: a backend.Driver that
+// Package etcd is the etcd v3 adapter of fencelock: a driver.Driver that
 // keeps one etcd lease per acquisition and queues waiters in etcd, FIFO.
 //
 // Open a Locker over a client you already have with New, or from a URL with
@@ -14,11 +14,12 @@
 // list to carry one if any other does, so give every host its port). The path is the key prefix without its
 // leading slash ("etcd://h/locks" uses prefix "locks"; "etcd://h//locks"
 // uses "/locks"); an empty path means "fencelock". Userinfo gives the etcd
-// user name and password. Query parameters, besides backend.CommonParams:
+// user name and password. Query parameters, besides the common ones of backend.Open
+// (ttl, auto_renew, max_hold, drift, holder):
 //
 //   - dial_timeout: how long the client waits for a connection (Go
 //     duration, default 5s).
-//   - cacert, cert, key: PEM files for TLS (backend.URLTLS): the CA bundle
+//   - cacert, cert, key: PEM files for TLS: the CA bundle
 //     that verifies the servers (default: the system roots) and the client
 //     certificate and its key, for a cluster with client-cert-auth (both or
 //     neither). They are accepted only with the etcds scheme, and read once,

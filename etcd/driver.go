@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/driver"
 )
 
 // DefaultPrefix is the key prefix when none is given.
@@ -44,8 +45,8 @@ func New(client *clientv3.Client, prefix string, opts ...backend.Option) (*backe
 	return backend.New(newDriver(client, prefix, false), opts...)
 }
 
-// driver implements backend.Driver over one etcd client.
-type driver struct {
+// driver implements driver.Driver over one etcd client.
+type etcdDriver struct {
 	client *clientv3.Client
 	owned  bool // close client on Close
 	prefix string
@@ -67,12 +68,12 @@ type idleLease struct {
 	sent time.Time // send time of its last grant or keepalive
 }
 
-func newDriver(client *clientv3.Client, prefix string, owned bool) *driver {
+func newDriver(client *clientv3.Client, prefix string, owned bool) *etcdDriver {
 	prefix = strings.TrimRight(prefix, "/")
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
-	d := &driver{client: client, owned: owned, prefix: prefix, pool: make(map[int64][]idleLease)}
+	d := &etcdDriver{client: client, owned: owned, prefix: prefix, pool: make(map[int64][]idleLease)}
 	// Watches on own keys run on their own gRPC stream (the require-leader
 	// metadata makes clientv3 open a separate one), so that creating one
 	// never delays a predecessor watch.
@@ -86,28 +87,30 @@ func newDriver(client *clientv3.Client, prefix string, owned bool) *driver {
 var errClientClosed = errors.New("etcd: client closed")
 
 // clientClosed returns errClientClosed if the client was closed.
-func (d *driver) clientClosed() error {
+func (d *etcdDriver) clientClosed() error {
 	if d.client.Ctx().Err() != nil {
 		return errClientClosed
 	}
 	return nil
 }
 
-// CheckTTL implements backend.TTLChecker: etcd lease TTLs are whole seconds.
-func (d *driver) CheckTTL(ttl time.Duration) error {
+// Capabilities implements driver.Driver.
+func (d *etcdDriver) Capabilities() driver.Capabilities {
+	return driver.Capabilities{MinTTL: MinTTL}
+}
+
+// CheckTTL implements driver.Driver: etcd lease TTLs are whole seconds.
+func (d *etcdDriver) CheckTTL(ttl time.Duration) error {
 	if ttl%time.Second != 0 {
 		return fmt.Errorf("etcd lease TTLs are whole seconds, got %v", ttl)
 	}
 	return nil
 }
 
-// MinTTL implements backend.Driver.
-func (d *driver) MinTTL() time.Duration { return MinTTL }
-
-// NewLease implements backend.Driver: it takes an idle lease of the same TTL
+// NewLease implements driver.Driver: it takes an idle lease of the same TTL
 // whose expiry is comfortably far (renewed or granted less than TTL/3 ago),
 // or grants a new one.
-func (d *driver) NewLease(ctx context.Context, req backend.Request) (backend.DriverLease, time.Time, error) {
+func (d *etcdDriver) NewLease(ctx context.Context, req driver.Request) (driver.Lease, time.Time, error) {
 	ttl := int64(req.TTL / time.Second)
 	value, err := json.Marshal(keyValue{Holder: req.Holder, Metadata: req.Metadata})
 	if err != nil {
@@ -118,7 +121,7 @@ func (d *driver) NewLease(ctx context.Context, req backend.Request) (backend.Dri
 		ttl:   ttl,
 		dir:   nameDir(d.prefix, req.Name),
 		value: string(value),
-		lost:  make(chan struct{}),
+		lost:  req.Lost,
 	}
 	if idle, ok := d.take(ttl, time.Now()); ok {
 		l.id, l.sent, l.fromPool = idle.id, idle.sent, true
@@ -133,7 +136,7 @@ func (d *driver) NewLease(ctx context.Context, req backend.Request) (backend.Dri
 }
 
 // grant grants a lease of ttl seconds; sent is when the request was sent.
-func (d *driver) grant(ctx context.Context, ttl int64) (id clientv3.LeaseID, sent time.Time, err error) {
+func (d *etcdDriver) grant(ctx context.Context, ttl int64) (id clientv3.LeaseID, sent time.Time, err error) {
 	if d.isClosed() {
 		return 0, time.Time{}, fmt.Errorf("etcd: grant lease: %w", backend.ErrClosed)
 	}
@@ -155,7 +158,7 @@ func (d *driver) grant(ctx context.Context, ttl int64) (id clientv3.LeaseID, sen
 
 // take pops the most recently used idle lease of ttl seconds that was renewed
 // less than TTL/3 before now, revoking older ones.
-func (d *driver) take(ttl int64, now time.Time) (idleLease, bool) {
+func (d *etcdDriver) take(ttl int64, now time.Time) (idleLease, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -178,7 +181,7 @@ func (d *driver) take(ttl int64, now time.Time) (idleLease, bool) {
 
 // put returns a lease known to be alive and to own no key to the pool, or
 // revokes it if the pool is full or closed.
-func (d *driver) put(ttl int64, idle idleLease) {
+func (d *etcdDriver) put(ttl int64, idle idleLease) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed || len(d.pool[ttl]) >= poolSize {
@@ -190,13 +193,13 @@ func (d *driver) put(ttl int64, idle idleLease) {
 
 // revokeAsync revokes id in the background, best-effort: if it fails the
 // lease expires with its TTL.
-func (d *driver) revokeAsync(id clientv3.LeaseID) {
+func (d *etcdDriver) revokeAsync(id clientv3.LeaseID) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.revokeAsyncLocked(id)
 }
 
-func (d *driver) revokeAsyncLocked(id clientv3.LeaseID) {
+func (d *etcdDriver) revokeAsyncLocked(id clientv3.LeaseID) {
 	parent := d.bgCtx
 	if d.closed {
 		parent = context.Background() // after Close: the caller's client outlives the driver
@@ -222,7 +225,7 @@ func (d *driver) revokeAsyncLocked(id clientv3.LeaseID) {
 
 // track registers a background goroutine that Close waits for; false if the
 // driver is closed.
-func (d *driver) track() bool {
+func (d *etcdDriver) track() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -232,26 +235,19 @@ func (d *driver) track() bool {
 	return true
 }
 
-func (d *driver) isClosed() bool {
+func (d *etcdDriver) isClosed() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.closed
 }
 
-// Close implements backend.Driver: Shutdown bounded by revokeTimeout.
-func (d *driver) Close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
-	defer cancel()
-	return d.Shutdown(ctx)
-}
-
-// Shutdown implements backend.Shutdowner: it revokes the idle leases, waits
+// Shutdown implements driver.Driver: it revokes the idle leases, waits
 // for background revokes and watches (Locker released every lease before,
 // which stopped them) and closes the client if the driver owns it. Revokes
 // are bounded by ctx (and revokeTimeout); once ctx ends, those left are
 // abandoned (the leases expire with their TTL) and Shutdown returns soon
 // after, closing an owned client.
-func (d *driver) Shutdown(ctx context.Context) error {
+func (d *etcdDriver) Shutdown(ctx context.Context) error {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()

@@ -17,6 +17,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/driver"
 )
 
 const long = 30 * time.Second // a TTL that never expires during a test
@@ -245,6 +246,7 @@ func TestHolderLeaseRevokedFiresLoss(t *testing.T) {
 		t.Fatal("loss signal did not fire within 5s of deleting the key")
 	}
 	require.ErrorIs(t, ls.Err(), backend.ErrLeaseLost)
+	assert.Regexp(t, `lock key .* (was deleted at revision|is gone)`, ls.Err().Error(), "the cause says why")
 }
 
 // A put on the holder's key by another client (no lease: the key would
@@ -268,6 +270,7 @@ func TestForeignPutOnKeyFiresLoss(t *testing.T) {
 			t.Fatalf("loss signal did not fire within 5s of a foreign put %v after the grant (renewal is 10s away)", after)
 		}
 		require.ErrorIs(t, ls.Err(), backend.ErrLeaseLost)
+		assert.Contains(t, ls.Err().Error(), "overwritten by another client", "the cause says why")
 		require.Eventually(t, func() bool {
 			resp, err := c.Get(tctx(t, 10*time.Second), key)
 			return err == nil && len(resp.Kvs) == 0
@@ -305,12 +308,13 @@ func TestDriverReleaseBoundToRevision(t *testing.T) {
 	pfx := testPrefix(t)
 	c := client(t)
 	d := newDriver(c, pfx, false)
-	defer d.Close()
+	defer d.Shutdown(context.Background())
 	ctx := tctx(t, 10*time.Second)
 
-	dl, _, err := d.NewLease(ctx, backend.Request{Name: "s", TTL: long})
+	dl, _, err := d.NewLease(ctx, driver.Request{Name: "s", TTL: long, Lost: func(error) {}})
 	require.NoError(t, err)
-	tok, _, err := dl.Lock(ctx, true)
+	g, err := dl.Lock(ctx, true)
+	tok := g.Token
 	require.NoError(t, err)
 	l := dl.(*lease)
 	_, err = c.Delete(ctx, l.key)
@@ -332,16 +336,16 @@ func TestDriverReleaseBoundToRevision(t *testing.T) {
 func TestDriverReleaseWithoutKey(t *testing.T) {
 	c := client(t)
 	d := newDriver(c, testPrefix(t), false)
-	defer d.Close()
+	defer d.Shutdown(context.Background())
 	ctx := tctx(t, 10*time.Second)
-	dl, _, err := d.NewLease(ctx, backend.Request{Name: "n", TTL: long})
+	dl, _, err := d.NewLease(ctx, driver.Request{Name: "n", TTL: long, Lost: func(error) {}})
 	require.NoError(t, err)
 	require.NoError(t, dl.Release(ctx))
 	require.NoError(t, dl.Release(ctx))
 
-	dl, _, err = d.NewLease(ctx, backend.Request{Name: "n", TTL: long})
+	dl, _, err = d.NewLease(ctx, driver.Request{Name: "n", TTL: long, Lost: func(error) {}})
 	require.NoError(t, err)
-	_, _, err = dl.Lock(ctx, false)
+	_, err = dl.Lock(ctx, false)
 	require.NoError(t, err)
 	require.NoError(t, dl.Release(ctx))
 	require.NoError(t, dl.Release(ctx))
@@ -537,8 +541,8 @@ func TestClientOwnership(t *testing.T) {
 	u := strings.Replace(srv.Endpoints()[0], "http://", "etcd://", 1) + "/" + testPrefix(t) + "?ttl=5s&dial_timeout=2s"
 	drv, err := open(context.Background(), mustParse(t, u))
 	require.NoError(t, err)
-	dc := drv.(*driver).client
-	require.NoError(t, drv.Close())
+	dc := drv.(*etcdDriver).client
+	require.NoError(t, drv.Shutdown(context.Background()))
 	require.Error(t, dc.Ctx().Err(), "the URL driver closed its client")
 }
 

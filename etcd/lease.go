@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/driver"
 	"github.com/fencelock/fencelock/fencing"
 )
 
@@ -29,10 +30,10 @@ const (
 // watch or re-check while waiting.
 const waitRetryMax = time.Second
 
-// lease implements backend.DriverLease: one acquisition, holding one etcd
+// lease implements driver.Lease: one acquisition, holding one etcd
 // lease of its own.
 type lease struct {
-	d     *driver
+	d     *etcdDriver
 	ttl   int64  // seconds
 	dir   string // <prefix>/<escaped name>/
 	value string
@@ -51,17 +52,12 @@ type lease struct {
 	doubtful bool  // id must not go back to the pool
 	relErr   error // what Release returned once done
 
-	lost     chan struct{}
-	lostOnce sync.Once
-	stopOwn  func() // stops the watch on our own key
+	lost    func(cause error) // the Request's Lost
+	stopOwn func()            // stops the watch on our own key
 }
 
-// Lost implements backend.DriverLease: the channel is closed when our key is
-// deleted (lease revoked or expired, or the key removed by hand) while we
-// wait or hold.
-func (l *lease) Lost() <-chan struct{} { return l.lost }
-
-func (l *lease) markLost() { l.lostOnce.Do(func() { close(l.lost) }) }
+// Suspended implements driver.Lease: the etcd client does not tell.
+func (l *lease) Suspended() (bool, <-chan struct{}) { return false, nil }
 
 func (l *lease) current() (clientv3.LeaseID, bool) {
 	l.mu.Lock()
@@ -69,12 +65,12 @@ func (l *lease) current() (clientv3.LeaseID, bool) {
 	return l.id, l.fromPool
 }
 
-// Lock implements backend.DriverLease.
-func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, error) {
+// Lock implements driver.Lease.
+func (l *lease) Lock(ctx context.Context, wait bool) (driver.Grant, error) {
 	l.mu.Lock()
 	if l.st != stIdle || l.doubtful {
 		l.mu.Unlock()
-		return 0, time.Time{}, errors.New("etcd: Lock called twice on one acquisition")
+		return driver.Grant{}, errors.New("etcd: Lock called twice on one acquisition")
 	}
 	l.mu.Unlock()
 
@@ -114,7 +110,7 @@ func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 					// fresh one and try again.
 					sent, rerr := l.regrant(ctx, id)
 					if rerr != nil {
-						return 0, time.Time{}, rerr
+						return driver.Grant{}, rerr
 					}
 					if !sent.IsZero() {
 						restarted = sent
@@ -122,16 +118,16 @@ func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 					continue
 				}
 				l.setDoubtful()
-				return 0, time.Time{}, fmt.Errorf("%w: etcd lease %x not found", backend.ErrLeaseLost, int64(id))
+				return driver.Grant{}, fmt.Errorf("%w: etcd lease %x not found", backend.ErrLeaseLost, int64(id))
 			}
-			return 0, time.Time{}, fmt.Errorf("etcd: lock txn: %w", mapErr(err))
+			return driver.Grant{}, fmt.Errorf("etcd: lock txn: %w", mapErr(err))
 		}
 		return l.locked(ctx, wait, key, resp, restarted)
 	}
 }
 
 // locked continues Lock after its Txn.
-func (l *lease) locked(ctx context.Context, wait bool, key string, resp *clientv3.TxnResponse, restarted time.Time) (fencing.Token, time.Time, error) {
+func (l *lease) locked(ctx context.Context, wait bool, key string, resp *clientv3.TxnResponse, restarted time.Time) (driver.Grant, error) {
 	if !resp.Succeeded {
 		l.mu.Lock()
 		l.st = stIdle
@@ -147,7 +143,7 @@ func (l *lease) locked(ctx context.Context, wait bool, key string, resp *clientv
 			if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
 				created = kvs[0].CreateRevision
 			}
-			return 0, time.Time{}, fmt.Errorf("etcd: lock key %q already exists (created at revision %d) though its lease is this acquisition's alone; not adopting it", key, created)
+			return driver.Grant{}, fmt.Errorf("etcd: lock key %q already exists (created at revision %d) though its lease is this acquisition's alone; not adopting it", key, created)
 		}
 		msg := "held"
 		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
@@ -156,7 +152,7 @@ func (l *lease) locked(ctx context.Context, wait bool, key string, resp *clientv
 			}
 			msg += fmt.Sprintf(" (token %d)", kvs[0].CreateRevision)
 		}
-		return 0, time.Time{}, fmt.Errorf("%w: etcd: %s", backend.ErrNotAcquired, msg)
+		return driver.Grant{}, fmt.Errorf("%w: etcd: %s", backend.ErrNotAcquired, msg)
 	}
 
 	rev := resp.Header.Revision
@@ -170,26 +166,26 @@ func (l *lease) locked(ctx context.Context, wait bool, key string, resp *clientv
 	l.mu.Unlock()
 	l.watchOwnKey(key, rev)
 	if !wait {
-		return fencing.Token(rev), restarted, nil
+		return driver.Grant{Token: fencing.Token(rev), Sent: restarted}, nil
 	}
 
 	kvs := resp.Responses[1].GetResponseRange().GetKvs()
 	if len(kvs) == 0 || string(kvs[0].Key) != key || kvs[0].CreateRevision != rev {
-		return 0, time.Time{}, fmt.Errorf("etcd: lock txn did not read back key %q at revision %d", key, rev)
+		return driver.Grant{}, fmt.Errorf("etcd: lock txn did not read back key %q at revision %d", key, rev)
 	}
 	if len(kvs) > 1 {
 		if err := l.waitTurn(ctx, key, rev, string(kvs[1].Key), kvs[1].CreateRevision); err != nil {
 			if ctx.Err() != nil && !errors.Is(err, backend.ErrLeaseLost) {
 				// Our key was queued behind an older one until ctx ended.
-				return 0, time.Time{}, fmt.Errorf("%w: etcd: queued behind %q: %w", backend.ErrNotAcquired, kvs[1].Key, err)
+				return driver.Grant{}, fmt.Errorf("%w: etcd: queued behind %q: %w", backend.ErrNotAcquired, kvs[1].Key, err)
 			}
-			return 0, time.Time{}, err
+			return driver.Grant{}, err
 		}
 	}
 	l.mu.Lock()
 	l.st = stHeld
 	l.mu.Unlock()
-	return fencing.Token(rev), restarted, nil
+	return driver.Grant{Token: fencing.Token(rev), Sent: restarted}, nil
 }
 
 // regrant replaces stale, an idle lease found gone before any key was
@@ -250,12 +246,9 @@ func (l *lease) waitTurn(ctx context.Context, key string, rev int64, pred string
 		t := time.NewTimer(backoff)
 		select {
 		case <-t.C:
-		case <-ctx.Done():
+		case <-ctx.Done(): // also when the lease is lost
 			t.Stop()
 			return ctx.Err()
-		case <-l.lost:
-			t.Stop()
-			return l.lostError(key)
 		}
 		backoff = min(2*backoff, waitRetryMax)
 	}
@@ -282,10 +275,8 @@ func (l *lease) watchPredecessor(ctx context.Context, key string, rev int64, pre
 		var at int64
 		for at <= read {
 			select {
-			case <-ctx.Done():
+			case <-ctx.Done(): // also when the lease is lost
 				return nil, ctx.Err()
-			case <-l.lost:
-				return nil, l.lostError(key)
 			case wr, ok := <-wch:
 				if !ok {
 					return nil, errors.New("etcd: wait: watch closed")
@@ -342,8 +333,9 @@ func (l *lease) predecessorAt(ctx context.Context, key string, rev, at int64) (*
 	}
 	kvs := resp.Kvs
 	if len(kvs) == 0 || string(kvs[0].Key) != key || kvs[0].CreateRevision != rev {
-		l.markLost()
-		return nil, l.lostError(key)
+		err := l.lostError(key)
+		l.lost(err)
+		return nil, err
 	}
 	if len(kvs) == 1 {
 		return nil, nil
@@ -364,13 +356,23 @@ func (l *lease) predecessor(ctx context.Context, key string, rev int64) (*mvccpb
 		return nil, fmt.Errorf("etcd: wait: read predecessor: %w", mapErr(err))
 	}
 	if !resp.Succeeded {
-		l.markLost()
-		return nil, l.lostError(key)
+		err := l.lostError(key)
+		l.lost(err)
+		return nil, err
 	}
 	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
 		return kvs[0], nil
 	}
 	return nil, nil
+}
+
+// ownKeyEvent describes an event on our own lock key: a delete (the lease
+// expired or was revoked, or the key was removed) or another client's put.
+func ownKeyEvent(key string, ev *clientv3.Event) error {
+	if ev.Type == mvccpb.DELETE {
+		return fmt.Errorf("etcd: lock key %q was deleted at revision %d (lease expired or revoked, or the key removed)", key, ev.Kv.ModRevision)
+	}
+	return fmt.Errorf("etcd: lock key %q was overwritten by another client at revision %d", key, ev.Kv.ModRevision)
 }
 
 func (l *lease) lostError(key string) error {
@@ -418,7 +420,7 @@ func (l *lease) watchOwnKeyFrom(ctx context.Context, key string, rev int64, id c
 			}
 			if len(wr.Events) > 0 {
 				// A delete, or a put: ours was the key's only write.
-				l.markLost()
+				l.lost(ownKeyEvent(key, wr.Events[0]))
 				return
 			}
 			if wr.Header.Revision >= from {
@@ -442,8 +444,12 @@ func (l *lease) watchOwnKeyFrom(ctx context.Context, key string, rev int64, id c
 		if err != nil {
 			continue
 		}
-		if len(resp.Kvs) == 0 || resp.Kvs[0].ModRevision != rev || resp.Kvs[0].Lease != int64(id) {
-			l.markLost()
+		if len(resp.Kvs) == 0 {
+			l.lost(l.lostError(key))
+			return
+		}
+		if resp.Kvs[0].ModRevision != rev || resp.Kvs[0].Lease != int64(id) {
+			l.lost(fmt.Errorf("etcd: lock key %q was overwritten by another client (now at revision %d)", key, resp.Kvs[0].ModRevision))
 			return
 		}
 		from = resp.Header.Revision + 1
@@ -463,17 +469,17 @@ func (l *lease) stopWatchingOwnKey() {
 	}
 }
 
-// KeepAlive implements backend.DriverLease with one LeaseKeepAliveOnce.
-func (l *lease) KeepAlive(ctx context.Context) error {
+// KeepAlive implements driver.Lease with one LeaseKeepAliveOnce.
+func (l *lease) KeepAlive(ctx context.Context) (time.Time, error) {
 	l.mu.Lock()
 	id, fromPool, st := l.id, l.fromPool, l.st
 	l.mu.Unlock()
 	if st == stReleased {
 		// The lease may be back in the pool, another acquisition's now.
-		return fmt.Errorf("%w: etcd: keepalive after release", backend.ErrReleased)
+		return time.Time{}, fmt.Errorf("%w: etcd: keepalive after release", backend.ErrReleased)
 	}
 	if err := l.d.clientClosed(); err != nil {
-		return err
+		return time.Time{}, err
 	}
 	sent := time.Now()
 	_, err := l.d.client.KeepAliveOnce(ctx, id)
@@ -483,21 +489,22 @@ func (l *lease) KeepAlive(ctx context.Context) error {
 			l.sent = sent
 		}
 		l.mu.Unlock()
-		return nil
+		return sent, nil
 	}
 	if isLeaseNotFound(err) {
 		if fromPool && l.noKeyYet() {
 			// An idle lease found gone before Lock wrote a key with it: take
 			// a fresh one, as Lock would.
+			// sent is before the new grant's: the deadline errs early.
 			if _, rerr := l.regrant(ctx, id); rerr != nil {
-				return rerr
+				return time.Time{}, rerr
 			}
-			return nil
+			return sent, nil
 		}
 		l.setDoubtful()
-		return fmt.Errorf("%w: etcd lease %x not found (expired or revoked)", backend.ErrLeaseLost, int64(id))
+		return time.Time{}, fmt.Errorf("%w: etcd lease %x not found (expired or revoked)", backend.ErrLeaseLost, int64(id))
 	}
-	return fmt.Errorf("etcd: keepalive lease %x: %w", int64(id), mapErr(err))
+	return time.Time{}, fmt.Errorf("etcd: keepalive lease %x: %w", int64(id), mapErr(err))
 }
 
 func (l *lease) noKeyYet() bool {
@@ -506,7 +513,7 @@ func (l *lease) noKeyYet() bool {
 	return l.st == stIdle || l.st == stUnknown
 }
 
-// Release implements backend.DriverLease.
+// Release implements driver.Lease.
 func (l *lease) Release(ctx context.Context) error {
 	l.stopWatchingOwnKey()
 	if err := l.d.clientClosed(); err != nil {

@@ -11,23 +11,24 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/driver"
 	"github.com/fencelock/fencelock/fencing"
 )
 
-// Inspect implements backend.Inspector: one read of the name's keys in
+// Inspect implements driver.Driver: one read of the name's keys in
 // create-revision order (the holder first, then the queue), and one
 // TimeToLive per key for the TTL left. An entry's ID is its key and the
 // key's create revision (see entryID). Keys of concurrency.Mutex or etcdctl
 // holders show with an empty holder.
-func (d *driver) Inspect(ctx context.Context, name string) (backend.Status, error) {
+func (d *etcdDriver) Inspect(ctx context.Context, name string) (driver.Status, error) {
 	resp, err := d.client.Get(ctx, nameDir(d.prefix, name), clientv3.WithPrefix(),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
-		return backend.Status{}, fmt.Errorf("etcd: status: %w", mapErr(err))
+		return driver.Status{}, fmt.Errorf("etcd: status: %w", mapErr(err))
 	}
-	var entries []backend.Entry
+	var entries []driver.Entry
 	for _, kv := range resp.Kvs {
-		e := backend.Entry{ID: entryID(string(kv.Key), kv.CreateRevision), Token: fencing.Token(kv.CreateRevision), TTLLeft: -1}
+		e := driver.Entry{ID: entryID(string(kv.Key), kv.CreateRevision), Token: fencing.Token(kv.CreateRevision), TTLLeft: -1}
 		var v keyValue
 		if json.Unmarshal(kv.Value, &v) == nil {
 			e.Holder, e.Metadata = v.Holder, v.Metadata
@@ -35,7 +36,7 @@ func (d *driver) Inspect(ctx context.Context, name string) (backend.Status, erro
 		if kv.Lease != 0 {
 			ttl, err := d.client.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
 			if err != nil {
-				return backend.Status{}, fmt.Errorf("etcd: status: lease of %q: %w", kv.Key, mapErr(err))
+				return driver.Status{}, fmt.Errorf("etcd: status: lease of %q: %w", kv.Key, mapErr(err))
 			}
 			if ttl.TTL >= 0 {
 				e.TTLLeft = time.Duration(ttl.TTL) * time.Second
@@ -43,13 +44,13 @@ func (d *driver) Inspect(ctx context.Context, name string) (backend.Status, erro
 		}
 		entries = append(entries, e)
 	}
-	return backend.Queued(entries), nil
+	return driver.Queued(entries), nil
 }
 
-// Revoke implements backend.Revoker: it finds the key of name created at
+// Revoke implements driver.Driver: it finds the key of name created at
 // revision token and revokes its lease (which deletes the key), or deletes
 // the key if it has no lease; 2 round trips.
-func (d *driver) Revoke(ctx context.Context, name string, token fencing.Token) (bool, error) {
+func (d *etcdDriver) Revoke(ctx context.Context, name string, token fencing.Token) (bool, error) {
 	rev := int64(token)
 	resp, err := d.client.Get(ctx, nameDir(d.prefix, name), clientv3.WithPrefix(),
 		clientv3.WithMinCreateRev(rev), clientv3.WithMaxCreateRev(rev))
@@ -74,7 +75,7 @@ func (d *driver) Revoke(ctx context.Context, name string, token fencing.Token) (
 	return del.Succeeded, nil
 }
 
-// entryID is the backend.Entry.ID of the acquisition whose key was created
+// entryID is the driver.Entry.ID of the acquisition whose key was created
 // at revision rev: "<key>@<rev>". The key alone would not do: a Locker
 // reuses its idle leases, and with them their keys, so a later acquisition
 // of the same name may write the same key again.
@@ -101,12 +102,12 @@ func parseEntryID(dir, id string) (key string, rev int64, err error) {
 	return key, rev, nil
 }
 
-// RevokeID implements backend.IDRevoker with one Txn: it deletes the key in
+// RevokeID implements driver.Driver with one Txn: it deletes the key in
 // id if it still has the create revision in id. A holder's watch on its own
 // key reports the loss, a waiter's ends its wait with ErrLeaseLost, and the
 // next waiter's watch on its predecessor grants it the lock; the lease
 // behind the key is revoked by its own Locker when it finds the key gone.
-func (d *driver) RevokeID(ctx context.Context, name, id string) (bool, error) {
+func (d *etcdDriver) RevokeID(ctx context.Context, name, id string) (bool, error) {
 	key, rev, err := parseEntryID(nameDir(d.prefix, name), id)
 	if err != nil {
 		return false, err

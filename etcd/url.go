@@ -14,6 +14,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/driver"
+	"github.com/fencelock/fencelock/internal/urlkit"
 )
 
 // DefaultPort is the client port assumed for a host given without one.
@@ -23,13 +25,13 @@ const DefaultPort = "2379"
 // dial_timeout.
 const DefaultDialTimeout = 5 * time.Second
 
-// Params are the query parameters of etcd and etcds URLs besides
-// backend.CommonParams; see the package documentation.
-var Params = append([]string{"dial_timeout"}, backend.TLSParams...)
+// Params are the query parameters of etcd and etcds URLs besides the
+// common ones of backend.Open; see the package documentation.
+var Params = append([]string{"dial_timeout"}, urlkit.TLSParams...)
 
 func init() {
-	backend.Register("etcd", backend.Scheme{Params: Params, Open: open, Check: check, Suite: backend.StaticSuite(suiteProfile)})
-	backend.Register("etcds", backend.Scheme{Params: Params, Open: open, Check: check, Suite: backend.StaticSuite(suiteProfile)})
+	driver.Register("etcd", driver.Scheme{Params: Params, Open: open, Check: check, Suite: driver.StaticSuite(suiteProfile)})
+	driver.Register("etcds", driver.Scheme{Params: Params, Open: open, Check: check, Suite: driver.StaticSuite(suiteProfile)})
 }
 
 // probeDelay is how long open waits for the cluster to answer before it
@@ -46,7 +48,7 @@ func check(u *url.URL) error {
 	return err
 }
 
-func open(ctx context.Context, u *url.URL) (backend.Driver, error) {
+func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	cfg, prefix, err := parseURL(u)
 	if err != nil {
 		return nil, err
@@ -65,7 +67,7 @@ func open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
 			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
 		}
-		return fmt.Errorf("%w: etcd: cannot reach %s %s within dial_timeout %v: %w", backend.ErrUnavailable, backend.RedactURL(u), over, cfg.DialTimeout, err)
+		return fmt.Errorf("%w: etcd: cannot reach %s %s within dial_timeout %v: %w", backend.ErrUnavailable, urlkit.Redact(u), over, cfg.DialTimeout, err)
 	}
 
 	// clientv3.New authenticates a user at once, within its dial timeout
@@ -88,12 +90,12 @@ func open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 	if err != nil {
 		cancelClient()
 		if errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrPermissionDenied) {
-			return nil, fmt.Errorf("%w: etcd: %s: %w", backend.ErrPermission, backend.RedactURL(u), err)
+			return nil, fmt.Errorf("%w: etcd: %s: %w", backend.ErrPermission, urlkit.Redact(u), err)
 		}
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || isUnavailable(err) {
 			return nil, unreachable(withMismatch(dctx, addr, cfg.TLS, err))
 		}
-		return nil, fmt.Errorf("etcd: new client for %s: %w", backend.RedactURL(u), err)
+		return nil, fmt.Errorf("etcd: new client for %s: %w", urlkit.Redact(u), err)
 	}
 	// clientv3 dials lazily: one cheap read, bounded by the dial timeout,
 	// makes an unreachable cluster an error of Open rather than a wait that
@@ -108,11 +110,11 @@ func open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 		_, err := client.Get(dctx, prefix+"/", clientv3.WithSerializable(), clientv3.WithCountOnly())
 		got <- err
 	}()
-	fail := func(err error) (backend.Driver, error) {
+	fail := func(err error) (driver.Driver, error) {
 		_ = client.Close()
 		if merr := mapErr(err); errors.Is(merr, backend.ErrPermission) {
 			return nil, fmt.Errorf("%w: etcd: %s: the user may not read %q (it needs readwrite on the key range of prefix %q): %w",
-				backend.ErrPermission, backend.RedactURL(u), prefix+"/", prefix+"/", err)
+				backend.ErrPermission, urlkit.Redact(u), prefix+"/", prefix+"/", err)
 		}
 		return nil, unreachable(err)
 	}
@@ -162,7 +164,7 @@ func isUnavailable(err error) bool {
 }
 
 // withMismatch adds to err what a probe of addr finds wrong with TLS, if
-// anything (within backend.TLSProbeTimeout and ctx, which ends with the
+// anything (within urlkit.TLSProbeTimeout and ctx, which ends with the
 // dial timeout: the probe never makes Open overstay it).
 func withMismatch(ctx context.Context, addr string, tc *tls.Config, err error) error {
 	if ctx.Err() != nil {
@@ -178,10 +180,10 @@ func withMismatch(ctx context.Context, addr string, tc *tls.Config, err error) e
 // that addr speaks TLS for an etcd URL; nil if it finds nothing wrong.
 func mismatch(ctx context.Context, addr string, tc *tls.Config) error {
 	if tc != nil {
-		return backend.CheckTLS(ctx, addr, tc)
+		return urlkit.CheckTLS(ctx, addr, tc)
 	}
-	if backend.SpeaksTLS(ctx, addr) {
-		return errors.New(backend.PlainToTLSHint(addr, "etcds"))
+	if urlkit.SpeaksTLS(ctx, addr) {
+		return errors.New(urlkit.PlainToTLSHint(addr, "etcds"))
 	}
 	return nil
 }
@@ -190,7 +192,7 @@ func mismatch(ctx context.Context, addr string, tc *tls.Config) error {
 // prefix. Every error matches backend.ErrInvalidURL.
 func parseURL(u *url.URL) (clientv3.Config, string, error) {
 	bad := func(format string, args ...any) (clientv3.Config, string, error) {
-		return clientv3.Config{}, "", fmt.Errorf("%w: %s: %s", backend.ErrInvalidURL, backend.RedactURL(u), fmt.Sprintf(format, args...))
+		return clientv3.Config{}, "", fmt.Errorf("%w: %s: %s", backend.ErrInvalidURL, urlkit.Redact(u), fmt.Sprintf(format, args...))
 	}
 	secure := false
 	switch u.Scheme {
@@ -216,34 +218,34 @@ func parseURL(u *url.URL) (clientv3.Config, string, error) {
 		return bad("no host: want etcd://host:port,host:port/prefix")
 	}
 	for _, h := range strings.Split(u.Host, ",") {
-		ep, err := backend.HostPort(h, DefaultPort)
+		ep, err := urlkit.HostPort(h, DefaultPort)
 		if err != nil {
 			return bad("%v", err)
 		}
 		endpoints = append(endpoints, httpScheme+"://"+ep)
 	}
 
-	q, err := backend.URLQuery(u)
+	q, err := urlkit.Query(u)
 	if err != nil {
 		return clientv3.Config{}, "", err
 	}
 	// clientv3 logs every retried call at warn level, cancelled waits
 	// included; errors reach the caller anyway.
 	cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: DefaultDialTimeout, Logger: zap.NewNop()}
-	if d, ok, err := backend.URLPositiveDuration(q, "dial_timeout"); err != nil {
+	if d, ok, err := urlkit.PositiveDuration(q, "dial_timeout"); err != nil {
 		return clientv3.Config{}, "", err
 	} else if ok {
 		cfg.DialTimeout = d
 	}
 	// The TTL's shape, before any dial: etcd leases count whole seconds.
-	if ttl, ok, err := backend.URLDuration(q, "ttl"); err != nil {
+	if ttl, ok, err := urlkit.Duration(q, "ttl"); err != nil {
 		return clientv3.Config{}, "", err
 	} else if ok && ttl > 0 && ttl < MinTTL {
-		return clientv3.Config{}, "", backend.URLValueError("ttl", q.Get("ttl"), fmt.Sprintf("under the etcd adapter's minimum of %v", MinTTL))
+		return clientv3.Config{}, "", urlkit.ValueError("ttl", q.Get("ttl"), fmt.Sprintf("under the etcd adapter's minimum of %v", MinTTL))
 	} else if ok && ttl%time.Second != 0 {
-		return clientv3.Config{}, "", backend.URLValueError("ttl", q.Get("ttl"), "etcd lease TTLs are whole seconds")
+		return clientv3.Config{}, "", urlkit.ValueError("ttl", q.Get("ttl"), "etcd lease TTLs are whole seconds")
 	}
-	if cfg.Username, cfg.Password, err = backend.URLUser(u); err != nil {
+	if cfg.Username, cfg.Password, err = urlkit.User(u); err != nil {
 		return bad("%v", err)
 	}
 	if cfg.Username != "" && cfg.Password == "" {
@@ -251,7 +253,7 @@ func parseURL(u *url.URL) (clientv3.Config, string, error) {
 		return bad("user %q has no password: etcd authenticates a user name with its password (etcd://user:password@host)", cfg.Username)
 	}
 
-	if cfg.TLS, err = backend.URLTLS(u, "etcds"); err != nil {
+	if cfg.TLS, err = urlkit.TLS(u, "etcds"); err != nil {
 		return clientv3.Config{}, "", err
 	}
 

@@ -14,6 +14,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/driver"
 	"github.com/fencelock/fencelock/internal/lockbench"
 	"github.com/fencelock/fencelock/internal/redistest"
 )
@@ -71,7 +72,7 @@ type lockImpl struct {
 // drivers collects the fencelock drivers of a benchmark, for their counters.
 var (
 	driversMu sync.Mutex
-	drivers   []*driver
+	drivers   []*redisDriver
 )
 
 var impls = []lockImpl{
@@ -192,15 +193,15 @@ func BenchmarkDriverUncontended(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer d.Close()
+	defer d.Shutdown(context.Background())
 	ctx := context.Background()
-	req := backend.Request{Name: "uncontended", TTL: benchTTL}
+	req := driver.Request{Name: "uncontended", TTL: benchTTL, Lost: func(error) {}}
 	for b.Loop() {
 		dl, _, err := d.NewLease(ctx, req)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, _, err := dl.Lock(ctx, true); err != nil {
+		if _, err := dl.Lock(ctx, true); err != nil {
 			b.Fatal(err)
 		}
 		if err := dl.Release(ctx); err != nil {

@@ -1,4 +1,4 @@
-// Package redis is the Redis adapter of fencelock: a backend.Driver whose
+// Package redis is the Redis adapter of fencelock: a driver.Driver whose
 // acquire is one Lua script that takes the lock key with an expiry and
 // issues a fencing token from a per-lock INCR counter, raised to the
 // server's clock in microseconds so that it never goes back.
@@ -45,9 +45,10 @@
 // password and the locks, and answer as it likes), so it is for tests
 // only; give cacert instead. Userinfo is the ACL user and
 // password (or just a password: redis://:pass@host), the path the database
-// number. Query parameters, besides backend.CommonParams:
+// number. Query parameters, besides the common ones of backend.Open
+// (ttl, auto_renew, max_hold, drift, holder):
 //
-//   - cacert, cert, key: PEM files for TLS (backend.URLTLS): the CA bundle
+//   - cacert, cert, key: PEM files for TLS: the CA bundle
 //     that verifies the server (default: the system roots) and the client
 //     certificate and its key, for a server with tls-auth-clients (both or
 //     neither). They are accepted only with the rediss scheme, and read

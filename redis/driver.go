@@ -17,6 +17,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/driver"
 )
 
 // DefaultPrefix is the key prefix when Config.Prefix is empty.
@@ -139,8 +140,8 @@ var (
 	releaseScript = goredis.NewScript(queueLua + releaseLua)
 )
 
-// driver implements backend.Driver over one go-redis client.
-type driver struct {
+// driver implements driver.Driver over one go-redis client.
+type redisDriver struct {
 	c     Client
 	owned io.Closer // closed by Close when the driver opened the client
 	cfg   Config
@@ -159,7 +160,7 @@ type driver struct {
 	closed bool
 }
 
-func newDriver(client Client, cfg Config, owned io.Closer) (*driver, error) {
+func newDriver(client Client, cfg Config, owned io.Closer) (*redisDriver, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: redis: nil client", backend.ErrInvalidOption)
 	}
@@ -176,27 +177,29 @@ func newDriver(client Client, cfg Config, owned io.Closer) (*driver, error) {
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	d := &driver{c: client, owned: owned, cfg: cfg, id: hex.EncodeToString(b[:]), heedsCtx: heedsContext(client)}
+	d := &redisDriver{c: client, owned: owned, cfg: cfg, id: hex.EncodeToString(b[:]), heedsCtx: heedsContext(client)}
 	d.hub = newHub(client, wakeChannel(cfg.Prefix, d.id), &d.wakeups)
 	return d, nil
 }
 
-// MinTTL implements backend.Driver.
-func (d *driver) MinTTL() time.Duration { return MinTTL }
+// Capabilities implements driver.Driver.
+func (d *redisDriver) Capabilities() driver.Capabilities {
+	return driver.Capabilities{MinTTL: MinTTL}
+}
 
-// CheckTTL implements backend.TTLChecker: PX counts whole milliseconds.
-func (d *driver) CheckTTL(ttl time.Duration) error {
+// CheckTTL implements driver.Driver: PX counts whole milliseconds.
+func (d *redisDriver) CheckTTL(ttl time.Duration) error {
 	if ttl%time.Millisecond != 0 {
 		return fmt.Errorf("redis expiries are whole milliseconds, got %v", ttl)
 	}
 	return nil
 }
 
-// NewLease implements backend.Driver. It sends nothing: the lease starts
+// NewLease implements driver.Driver. It sends nothing: the lease starts
 // now, so that a waiter renews its queue entry (or learns that it cannot)
 // from the start; the lock key carries its own expiry, which the acquire
 // script starts.
-func (d *driver) NewLease(ctx context.Context, req backend.Request) (backend.DriverLease, time.Time, error) {
+func (d *redisDriver) NewLease(ctx context.Context, req driver.Request) (driver.Lease, time.Time, error) {
 	d.mu.Lock()
 	closed := d.closed
 	d.mu.Unlock()
@@ -211,9 +214,10 @@ func (d *driver) NewLease(ctx context.Context, req backend.Request) (backend.Dri
 		ttlMs: req.TTL.Milliseconds()}, started, nil
 }
 
-// Close implements backend.Driver: it stops the shared subscription and
-// closes the client if the driver opened it.
-func (d *driver) Close() error {
+// Shutdown implements driver.Driver: it stops the shared subscription and
+// closes the client if the driver opened it. It asks the server for
+// nothing, so it does not wait for ctx.
+func (d *redisDriver) Shutdown(context.Context) error {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
@@ -248,7 +252,7 @@ func keysOf(prefix, name string) keys {
 // with WaitReplicas, each grant must be followed by a WAIT on the
 // connection that made it, so the waiter takes the lock with its own
 // acquire script and WAIT.
-func (d *driver) direct() bool { return d.cfg.WaitReplicas == 0 }
+func (d *redisDriver) direct() bool { return d.cfg.WaitReplicas == 0 }
 
 // wakeChannel is the pub/sub channel of the driver with id under prefix:
 // releases publish there when the next waiter is one of its acquisitions.
@@ -323,11 +327,11 @@ const (
 
 // acquire runs the acquire script once (and WAIT after it if configured),
 // bounded by ctx.
-func (d *driver) acquire(ctx context.Context, l *lease, mode queueMode) (acquireResult, error) {
+func (d *redisDriver) acquire(ctx context.Context, l *lease, mode queueMode) (acquireResult, error) {
 	return bounded(ctx, d, func() (acquireResult, error) { return d.acquireOnce(ctx, l, mode) })
 }
 
-func (d *driver) acquireOnce(ctx context.Context, l *lease, mode queueMode) (acquireResult, error) {
+func (d *redisDriver) acquireOnce(ctx context.Context, l *lease, mode queueMode) (acquireResult, error) {
 	d.attempts.Add(1)
 	k := []string{l.k.lock, l.k.counter, l.k.queue, l.k.expiry, l.k.ended + l.owner}
 	args := []any{l.owner, l.ttlMs, string(mode), flag(!d.cfg.NoClockFloor), wakeChannel(d.cfg.Prefix, ""), flag(d.direct())}
@@ -340,7 +344,7 @@ func (d *driver) acquireOnce(ctx context.Context, l *lease, mode queueMode) (acq
 
 // acquireWait sends the acquire script and WAIT in one pipeline on one
 // connection (WAIT counts the replicas that have this connection's writes).
-func (d *driver) acquireWait(ctx context.Context, k []string, args []any) (acquireResult, error) {
+func (d *redisDriver) acquireWait(ctx context.Context, k []string, args []any) (acquireResult, error) {
 	var p goredis.Pipeliner
 	if c, ok := d.c.(masterForKey); ok {
 		node, err := c.MasterForKey(ctx, k[0])

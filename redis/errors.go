@@ -76,7 +76,7 @@ func heedsContext(client Client) bool {
 // heedsContext): f then goes on in the background until the client's own
 // timeouts end it, and its result is dropped. Whether a request abandoned
 // so reached the server is unknown, as for one whose context ended.
-func bounded[T any](ctx context.Context, d *driver, f func() (T, error)) (T, error) {
+func bounded[T any](ctx context.Context, d *redisDriver, f func() (T, error)) (T, error) {
 	if d.heedsCtx || ctx.Done() == nil {
 		return f()
 	}

@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/driver"
 	"github.com/fencelock/fencelock/fencing"
 )
 
@@ -51,11 +52,11 @@ const (
 	endMarkMin  = time.Minute
 )
 
-// lease implements backend.DriverLease: one acquisition. Its value in the
+// lease implements driver.Lease: one acquisition. Its value in the
 // lock key is "<owner>:<token>", owner being unique to this acquisition;
 // while it waits, owner is its entry in the lock's queue.
 type lease struct {
-	d     *driver
+	d     *redisDriver
 	k     keys
 	owner string
 	ttlMs int64
@@ -69,13 +70,14 @@ type lease struct {
 	relErr  error
 }
 
-// Lost implements backend.DriverLease. Redis tells nobody when a key expires
-// or is deleted unless the server's keyspace notifications are configured,
-// so the holder learns of a loss from its next renewal (every TTL/3) or its
-// local deadline: the channel is nil.
-func (l *lease) Lost() <-chan struct{} { return nil }
+// Suspended implements driver.Lease: go-redis reconnects on its own and
+// does not tell. (Redis tells nobody either when a key expires or is
+// deleted, unless the server's keyspace notifications are configured, so
+// the holder learns of a loss from its next renewal, every TTL/3, or its
+// local deadline: the adapter never calls Request.Lost.)
+func (l *lease) Suspended() (bool, <-chan struct{}) { return false, nil }
 
-// Lock implements backend.DriverLease. An acquisition takes a free lock
+// Lock implements driver.Lease. An acquisition takes a free lock
 // that nobody waits for with one acquire script. A waiter joins the lock's
 // queue with its first attempt. If its driver's wake channel is not
 // subscribed yet, it subscribes then and tries again once the server
@@ -93,9 +95,9 @@ func (l *lease) Lost() <-chan struct{} { return nil }
 // is free, or if a release granted it the lock. The timer and the renewals
 // run while the subscription is pending too, so a grant made then is found
 // even if the subscription is slow to come.
-func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, error) {
-	token, restarted, err := l.lock(ctx, wait)
-	return token, restarted, l.lockError(ctx, err)
+func (l *lease) Lock(ctx context.Context, wait bool) (driver.Grant, error) {
+	g, err := l.lock(ctx, wait)
+	return g, l.lockError(ctx, err)
 }
 
 // lockError maps an error of lock: a wait that ctx ended after the server
@@ -118,11 +120,11 @@ func (l *lease) lockError(ctx context.Context, err error) error {
 	return err
 }
 
-func (l *lease) lock(ctx context.Context, wait bool) (fencing.Token, time.Time, error) {
+func (l *lease) lock(ctx context.Context, wait bool) (driver.Grant, error) {
 	l.mu.Lock()
 	if l.st != stIdle || l.queued {
 		l.mu.Unlock()
-		return 0, time.Time{}, errors.New("redis: Lock called twice on one acquisition")
+		return driver.Grant{}, errors.New("redis: Lock called twice on one acquisition")
 	}
 	l.mu.Unlock()
 
@@ -143,14 +145,14 @@ func (l *lease) lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 		}
 		if !wait {
 			if !res.next {
-				return 0, time.Time{}, fmt.Errorf("%w: free, but promised to an earlier waiter", backend.ErrNotAcquired)
+				return driver.Grant{}, fmt.Errorf("%w: free, but promised to an earlier waiter", backend.ErrNotAcquired)
 			}
-			return 0, time.Time{}, fmt.Errorf("%w: held by another holder", backend.ErrNotAcquired)
+			return driver.Grant{}, fmt.Errorf("%w: held by another holder", backend.ErrNotAcquired)
 		}
 	}
 	s, err := l.d.hub.register(l.owner)
 	if err != nil {
-		return 0, time.Time{}, err
+		return driver.Grant{}, err
 	}
 	l.setSub(s)
 	defer func() {
@@ -207,13 +209,13 @@ func (l *lease) lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 		timer.Reset(after)
 		select {
 		case <-ctx.Done():
-			return 0, time.Time{}, ctx.Err()
+			return driver.Grant{}, ctx.Err()
 		case <-s.refused():
 			// Nobody can tell this waiter that a release granted it the
 			// lock: it gives up at once, and the release that follows
 			// (backend.Locker's) drops its queue entry or hands on a
 			// grant it was given.
-			return 0, time.Time{}, s.refusal()
+			return driver.Grant{}, s.refusal()
 		case <-ready:
 			ready = nil
 		case <-s.notify:
@@ -295,44 +297,45 @@ func (l *lease) attempt(ctx context.Context, queue bool) (time.Time, acquireResu
 // result ends Lock: a grant moves the lease to held. After an error the
 // state stays unknown, so that Release removes a key the attempt may have
 // written.
-func (l *lease) result(sent time.Time, res acquireResult, err error) (fencing.Token, time.Time, error) {
+func (l *lease) result(sent time.Time, res acquireResult, err error) (driver.Grant, error) {
 	if err != nil {
-		return 0, time.Time{}, err
+		return driver.Grant{}, err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.st, l.token = stHeld, fencing.Token(res.token)
-	return l.token, sent, nil
+	return driver.Grant{Token: l.token, Sent: sent}, nil
 }
 
-// KeepAlive implements backend.DriverLease with the refresh script: a
+// KeepAlive implements driver.Lease with the refresh script: a
 // holder's lock key is extended only if it still holds this acquisition's
 // value (a vanished key is never re-created); a waiter's queue entry is
 // renewed, and the waiter woken if it is next and the lock is free.
-func (l *lease) KeepAlive(ctx context.Context) error {
+func (l *lease) KeepAlive(ctx context.Context) (time.Time, error) {
+	sent := time.Now()
 	l.mu.Lock()
 	st, queued, failing := l.st, l.queued, l.failing
 	l.mu.Unlock()
 	switch {
 	case st == stReleased:
-		return fmt.Errorf("%w: redis: renewal after release", backend.ErrLeaseLost)
+		return time.Time{}, fmt.Errorf("%w: redis: renewal after release", backend.ErrLeaseLost)
 	case st != stHeld && !queued:
 		// Nothing of ours in Redis yet. A waiter whose attempts fail
 		// reports it, so that the deadline ends a wait on a dead server.
-		return failing
+		return sent, failing
 	}
 	n, err := bounded(ctx, l.d, func() (int64, error) {
 		return refreshScript.Run(ctx, l.d.c, []string{l.k.lock, l.k.queue, l.k.expiry}, l.owner, l.ttlMs).Int64()
 	})
 	if err != nil {
-		return fmt.Errorf("redis: refresh script: %w", mapErr(err))
+		return time.Time{}, fmt.Errorf("redis: refresh script: %w", mapErr(err))
 	}
 	switch n {
 	case 0:
 		if st == stHeld {
-			return fmt.Errorf("%w: redis: lock key %q is gone or no longer this acquisition's", backend.ErrLeaseLost, l.k.lock)
+			return time.Time{}, fmt.Errorf("%w: redis: lock key %q is gone or no longer this acquisition's", backend.ErrLeaseLost, l.k.lock)
 		}
-		return fmt.Errorf("%w: redis: queue entry for %q lapsed or was removed", backend.ErrLeaseLost, l.k.lock)
+		return time.Time{}, fmt.Errorf("%w: redis: queue entry for %q lapsed or was removed", backend.ErrLeaseLost, l.k.lock)
 	case 1:
 		if st != stHeld {
 			// Granted by a release while waiting, and the message has not
@@ -342,10 +345,10 @@ func (l *lease) KeepAlive(ctx context.Context) error {
 	case 3:
 		l.wakeWaiter()
 	}
-	return nil
+	return sent, nil
 }
 
-// Release implements backend.DriverLease: the release script deletes the
+// Release implements driver.Lease: the release script deletes the
 // lock key only if it holds this acquisition's value, drops its queue entry,
 // and names the next waiter on the lock's channel. It is idempotent once it
 // has succeeded.

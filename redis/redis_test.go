@@ -14,13 +14,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/driver"
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/internal/redistest"
 )
 
 // driverLocker returns a Locker over its own client of addr and its driver,
 // for tests that read the driver's counters.
-func driverLocker(t testing.TB, c Client, cfg Config, opts ...backend.Option) (*backend.Locker, *driver) {
+func driverLocker(t testing.TB, c Client, cfg Config, opts ...backend.Option) (*backend.Locker, *redisDriver) {
 	t.Helper()
 	d, err := newDriver(c, cfg, nil)
 	require.NoError(t, err)
@@ -257,7 +258,7 @@ func TestQueue(t *testing.T) {
 	require.NoError(t, err)
 
 	const waiters = 5
-	drivers := []*driver{dh}
+	drivers := []*redisDriver{dh}
 	var chans []<-chan acquired
 	for i := range waiters {
 		l, d := driverLocker(t, newClient(t, srv.Addr()), Config{Prefix: prefix})
@@ -361,7 +362,7 @@ func merge(chans []<-chan acquired) <-chan indexed {
 	return out
 }
 
-func totalAttempts(ds []*driver) (n int64) {
+func totalAttempts(ds []*redisDriver) (n int64) {
 	for _, d := range ds {
 		n += d.attempts.Load()
 	}
@@ -451,14 +452,14 @@ func TestLateAttemptTakesNothing(t *testing.T) {
 	raw := newClient(t, srv.Addr())
 	_, d := driverLocker(t, newClient(t, srv.Addr()), Config{Prefix: prefix})
 	ctx := tctx(t, 10*time.Second)
-	dl, _, err := d.NewLease(ctx, backend.Request{Name: "n", TTL: 5 * time.Second})
+	dl, _, err := d.NewLease(ctx, driver.Request{Name: "n", TTL: 5 * time.Second, Lost: func(error) {}})
 	require.NoError(t, err)
 	l := dl.(*lease)
 
 	// An attempt that got no reply: whether it applied is unknown.
 	gone, cancel := context.WithCancel(ctx)
 	cancel()
-	_, _, err = l.Lock(gone, false)
+	_, err = l.Lock(gone, false)
 	require.ErrorIs(t, err, context.Canceled)
 	require.NoError(t, l.Release(ctx))
 	k := keysOf(prefix, "n")

@@ -9,7 +9,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/driver"
 	"github.com/fencelock/fencelock/fencing"
 )
 
@@ -23,7 +23,7 @@ var (
 	revokeScript  = goredis.NewScript(queueLua + revokeLua)
 )
 
-// Inspect implements backend.Inspector with one script call: the holder's
+// Inspect implements driver.Driver with one script call: the holder's
 // token and TTL left, and the queue in the order of grants, each waiter
 // with the time left before its entry lapses unless renewed. An entry's ID
 // is its owner id, the same while it waits and once it holds. Holder
@@ -31,18 +31,18 @@ var (
 // id>:<token>"), and a waiter has no token before its grant. A key written
 // by another library (redsync, bsm/redislock) shows with a zero token and
 // its value as its ID.
-func (d *driver) Inspect(ctx context.Context, name string) (backend.Status, error) {
+func (d *redisDriver) Inspect(ctx context.Context, name string) (driver.Status, error) {
 	k := keysOf(d.cfg.Prefix, name)
 	res, err := inspectScript.Run(ctx, d.c, []string{k.lock, k.queue, k.expiry}).Slice()
 	if err != nil {
-		return backend.Status{}, fmt.Errorf("redis: status: %w", mapErr(err))
+		return driver.Status{}, fmt.Errorf("redis: status: %w", mapErr(err))
 	}
 	if len(res) != 3 {
-		return backend.Status{}, fmt.Errorf("redis: status script returned %v", res)
+		return driver.Status{}, fmt.Errorf("redis: status script returned %v", res)
 	}
-	var st backend.Status
+	var st driver.Status
 	if value, ok := res[0].(string); ok {
-		e := backend.Entry{ID: value, TTLLeft: -1}
+		e := driver.Entry{ID: value, TTLLeft: -1}
 		if i := strings.LastIndexByte(value, ':'); i >= 0 {
 			if tok, err := fencing.ParseToken(value[i+1:]); err == nil {
 				e.ID, e.Token = value[:i], tok
@@ -57,28 +57,28 @@ func (d *driver) Inspect(ctx context.Context, name string) (backend.Status, erro
 	for i := 1; i < len(waiters); i += 2 {
 		owner, _ := waiters[i-1].(string)
 		ms, _ := waiters[i].(int64)
-		st.Waiters = append(st.Waiters, backend.Entry{ID: owner, TTLLeft: time.Duration(ms) * time.Millisecond})
+		st.Waiters = append(st.Waiters, driver.Entry{ID: owner, TTLLeft: time.Duration(ms) * time.Millisecond})
 	}
 	return st, nil
 }
 
-// Revoke implements backend.Revoker with one script call: it deletes the
+// Revoke implements driver.Driver with one script call: it deletes the
 // lock key if it holds token and hands the lock over to the next waiter.
-func (d *driver) Revoke(ctx context.Context, name string, token fencing.Token) (bool, error) {
+func (d *redisDriver) Revoke(ctx context.Context, name string, token fencing.Token) (bool, error) {
 	return d.revoke(ctx, name, "token", ":"+token.String())
 }
 
-// RevokeID implements backend.IDRevoker with one script call: if the owner
+// RevokeID implements driver.Driver with one script call: if the owner
 // id holds the lock, as Revoke; if it waits, its queue entry is removed and
 // a message on its Locker's wake channel makes it try again at once, find
 // the entry gone and fail with ErrLeaseLost (or, if the message is lost,
 // its next renewal finds out).
-func (d *driver) RevokeID(ctx context.Context, name, id string) (bool, error) {
+func (d *redisDriver) RevokeID(ctx context.Context, name, id string) (bool, error) {
 	return d.revoke(ctx, name, "owner", id)
 }
 
 // revoke runs the revoke script for the acquisition named by who.
-func (d *driver) revoke(ctx context.Context, name, by, who string) (bool, error) {
+func (d *redisDriver) revoke(ctx context.Context, name, by, who string) (bool, error) {
 	k := keysOf(d.cfg.Prefix, name)
 	n, err := revokeScript.Run(ctx, d.c, []string{k.lock, k.counter, k.queue, k.expiry}, by, who,
 		wakeChannel(d.cfg.Prefix, ""), flag(!d.cfg.NoClockFloor), flag(d.direct())).Int()

@@ -3,11 +3,11 @@ package redis
 import (
 	"time"
 
-	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/driver"
 )
 
 // suiteProfile is the redis and rediss schemes' declaration for the
-// conformance suite (backend.Scheme.Suite).
+// conformance suite (driver.Scheme.Suite).
 //
 // Redis itself would honour TTLs down to MinTTL, but the suite's expiring
 // leases renew (or are refreshed) every third of their TTL or so, and on a
@@ -18,4 +18,4 @@ import (
 // and more of slack. MinTTL is used by one case only, which checks that a
 // TTL under it is refused and that MinTTL itself is accepted, without
 // holding such a lease.
-var suiteProfile = backend.SuiteProfile{FIFO: true, TTL: 2 * time.Second, MinTTL: MinTTL}
+var suiteProfile = driver.SuiteProfile{FIFO: true, TTL: 2 * time.Second, MinTTL: MinTTL}

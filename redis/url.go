@@ -16,14 +16,16 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/driver"
+	"github.com/fencelock/fencelock/internal/urlkit"
 )
 
-// Params are the query parameters of redis and rediss URLs besides
-// backend.CommonParams: the adapter's own (prefix, clock_floor,
-// wait_replicas, wait_timeout), the TLS files of backend.TLSParams (cacert,
-// cert, key; rediss only) and the go-redis client settings that
+// Params are the query parameters of redis and rediss URLs besides the
+// common ones of backend.Open: the adapter's own (prefix, clock_floor,
+// wait_replicas, wait_timeout), the TLS files (cacert, cert, key; rediss
+// only) and the go-redis client settings that
 // redis.ParseURL reads. See the package documentation.
-var Params = slices.Concat([]string{"prefix", "clock_floor", "wait_replicas", "wait_timeout"}, backend.TLSParams, clientParams)
+var Params = slices.Concat([]string{"prefix", "clock_floor", "wait_replicas", "wait_timeout"}, urlkit.TLSParams, clientParams)
 
 // clientParams are handed to go-redis's ParseURL unchanged.
 var clientParams = []string{
@@ -35,7 +37,7 @@ var clientParams = []string{
 
 func init() {
 	for _, scheme := range []string{"redis", "rediss"} {
-		backend.Register(scheme, backend.Scheme{Params: Params, Open: open, Check: check, Suite: backend.StaticSuite(suiteProfile)})
+		driver.Register(scheme, driver.Scheme{Params: Params, Open: open, Check: check, Suite: driver.StaticSuite(suiteProfile)})
 	}
 }
 
@@ -59,7 +61,7 @@ func check(u *url.URL) error {
 // ctx, that the server can be reached and accepts the credentials: an
 // unreachable server, a wrong password or a TLS mismatch is an error of
 // Open, not of the first acquisition.
-func open(ctx context.Context, u *url.URL) (backend.Driver, error) {
+func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	opt, cfg, err := parseURL(u)
 	if err != nil {
 		return nil, err
@@ -80,8 +82,8 @@ func open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 		return nil, err
 	}
 	if err := ping(ctx, c, opt, dials); err != nil {
-		_ = d.Close()
-		return nil, fmt.Errorf("redis: %s: %w", backend.RedactURL(u), err)
+		_ = d.Shutdown(ctx)
+		return nil, fmt.Errorf("redis: %s: %w", urlkit.Redact(u), err)
 	}
 	return d, nil
 }
@@ -161,21 +163,21 @@ func ping(ctx context.Context, c *goredis.Client, opt *goredis.Options, dials *d
 // if it finds nothing wrong.
 func mismatch(ctx context.Context, addr string, tc *tls.Config) error {
 	if tc == nil {
-		if backend.SpeaksTLS(ctx, addr) {
-			return errors.New(backend.PlainToTLSHint(addr, "rediss"))
+		if urlkit.SpeaksTLS(ctx, addr) {
+			return errors.New(urlkit.PlainToTLSHint(addr, "rediss"))
 		}
 		return nil
 	}
 	if plainRESP(ctx, addr) {
 		return fmt.Errorf("TLS: the server at %s answers plain RESP, without TLS: use the redis:// scheme, or its TLS port", addr)
 	}
-	return backend.CheckTLS(ctx, addr, tc)
+	return urlkit.CheckTLS(ctx, addr, tc)
 }
 
 // plainRESP reports whether addr answers a plain PING like a Redis server
-// (+PONG, or an error such as -NOAUTH), within backend.TLSProbeTimeout.
+// (+PONG, or an error such as -NOAUTH), within urlkit.TLSProbeTimeout.
 func plainRESP(ctx context.Context, addr string) bool {
-	ctx, cancel := context.WithTimeout(ctx, backend.TLSProbeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, urlkit.TLSProbeTimeout)
 	defer cancel()
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", addr)
@@ -235,7 +237,7 @@ func dialTLS(ctx context.Context, opt *goredis.Options, network, addr string) (n
 		_ = raw.Close()
 		var ne net.Error
 		switch {
-		case backend.NotTLS(err):
+		case urlkit.NotTLS(err):
 			return nil, fmt.Errorf("TLS handshake with %s: %w (the server does not seem to speak TLS there: is it a plain port?)", addr, err)
 		case errors.As(err, &ne) && ne.Timeout():
 			return nil, fmt.Errorf("TLS handshake with %s: no answer: %w (a plain Redis port waits silently for a TLS hello: is it one?)", addr, err)
@@ -277,9 +279,9 @@ func checkClientParams(u *url.URL, q url.Values) error {
 			case err != nil:
 				return fmt.Errorf("%w: %s=%q is not an integer", backend.ErrInvalidURL, k, v)
 			case k == "protocol" && n != 2 && n != 3:
-				return backend.URLValueError(k, v, "the RESP protocol version is 2 or 3")
+				return urlkit.ValueError(k, v, "the RESP protocol version is 2 or 3")
 			case n < least:
-				return backend.URLValueError(k, v, fmt.Sprintf("must be at least %d", least))
+				return urlkit.ValueError(k, v, fmt.Sprintf("must be at least %d", least))
 			}
 		}
 		if slices.Contains(durationParams, k) {
@@ -291,7 +293,7 @@ func checkClientParams(u *url.URL, q url.Values) error {
 			case err != nil:
 				return fmt.Errorf("%w: %s=%q is not a duration such as 5s", backend.ErrInvalidURL, k, v)
 			case d <= 0:
-				return backend.URLValueError(k, v, "must be positive (leave it out for the default; a lock client cannot turn it off)")
+				return urlkit.ValueError(k, v, "must be positive (leave it out for the default; a lock client cannot turn it off)")
 			}
 		}
 		if slices.Contains(boolParams, k) && v != "true" && v != "false" && v != "1" && v != "0" {
@@ -308,7 +310,7 @@ func checkClientParams(u *url.URL, q url.Values) error {
 		lo, _ := time.ParseDuration(q.Get("min_retry_backoff"))
 		hi, _ := time.ParseDuration(q.Get("max_retry_backoff"))
 		if lo > 0 && hi > 0 && lo > hi {
-			return backend.URLValueError("min_retry_backoff", q.Get("min_retry_backoff"), "larger than max_retry_backoff")
+			return urlkit.ValueError("min_retry_backoff", q.Get("min_retry_backoff"), "larger than max_retry_backoff")
 		}
 	}
 	return nil
@@ -319,7 +321,7 @@ func checkClientParams(u *url.URL, q url.Values) error {
 // holds the password.
 func parseURL(u *url.URL) (*goredis.Options, Config, error) {
 	bad := func(format string, args ...any) (*goredis.Options, Config, error) {
-		return nil, Config{}, fmt.Errorf("%w: %s: %s", backend.ErrInvalidURL, backend.RedactURL(u), fmt.Sprintf(format, args...))
+		return nil, Config{}, fmt.Errorf("%w: %s: %s", backend.ErrInvalidURL, urlkit.Redact(u), fmt.Sprintf(format, args...))
 	}
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
 		return bad("scheme must be redis or rediss")
@@ -336,7 +338,7 @@ func parseURL(u *url.URL) (*goredis.Options, Config, error) {
 	if strings.Contains(u.Host, ",") {
 		return bad("one host only: redis:// reaches one server (for a cluster or Sentinel, use New with your client)")
 	}
-	if _, err := backend.HostPort(u.Host, "6379"); err != nil {
+	if _, err := urlkit.HostPort(u.Host, "6379"); err != nil {
 		return bad("%v", err)
 	}
 	if u.User != nil && u.User.Username() == "" {
@@ -350,7 +352,7 @@ func parseURL(u *url.URL) (*goredis.Options, Config, error) {
 			return bad("path %q is not a database number such as /0", u.Path)
 		}
 	}
-	q, err := backend.URLQuery(u)
+	q, err := urlkit.Query(u)
 	if err != nil {
 		return nil, Config{}, err
 	}
@@ -373,15 +375,15 @@ func parseURL(u *url.URL) (*goredis.Options, Config, error) {
 			return nil, Config{}, fmt.Errorf("%w: wait_replicas=%q is not a number of replicas", backend.ErrInvalidURL, q.Get("wait_replicas"))
 		}
 		if n < 0 {
-			return nil, Config{}, backend.URLValueError("wait_replicas", q.Get("wait_replicas"), "must not be negative")
+			return nil, Config{}, urlkit.ValueError("wait_replicas", q.Get("wait_replicas"), "must not be negative")
 		}
 		cfg.WaitReplicas = n
 	}
-	if d, ok, err := backend.URLDuration(q, "wait_timeout"); err != nil {
+	if d, ok, err := urlkit.Duration(q, "wait_timeout"); err != nil {
 		return nil, Config{}, err
 	} else if ok {
 		if d < time.Millisecond {
-			return nil, Config{}, backend.URLValueError("wait_timeout", q.Get("wait_timeout"), "must be at least 1ms (WAIT 0 blocks forever)")
+			return nil, Config{}, urlkit.ValueError("wait_timeout", q.Get("wait_timeout"), "must be at least 1ms (WAIT 0 blocks forever)")
 		}
 		cfg.WaitTimeout = d
 	}
@@ -389,12 +391,12 @@ func parseURL(u *url.URL) (*goredis.Options, Config, error) {
 		return nil, Config{}, fmt.Errorf("%w: wait_timeout without wait_replicas: it bounds the wait for replicas", backend.ErrInvalidURL)
 	}
 	// The TTL's shape, before any dial.
-	if ttl, ok, err := backend.URLDuration(q, "ttl"); err != nil {
+	if ttl, ok, err := urlkit.Duration(q, "ttl"); err != nil {
 		return nil, Config{}, err
 	} else if ok && ttl > 0 && ttl < MinTTL {
-		return nil, Config{}, backend.URLValueError("ttl", q.Get("ttl"), fmt.Sprintf("under the Redis adapter's minimum of %v", MinTTL))
+		return nil, Config{}, urlkit.ValueError("ttl", q.Get("ttl"), fmt.Sprintf("under the Redis adapter's minimum of %v", MinTTL))
 	} else if ok && ttl%time.Millisecond != 0 {
-		return nil, Config{}, backend.URLValueError("ttl", q.Get("ttl"), "Redis expiries are whole milliseconds")
+		return nil, Config{}, urlkit.ValueError("ttl", q.Get("ttl"), "Redis expiries are whole milliseconds")
 	}
 	cfg, err = cfg.check()
 	if err != nil {
@@ -429,7 +431,7 @@ func parseURL(u *url.URL) (*goredis.Options, Config, error) {
 	}
 	// go-redis's own TLS settings (ServerName from the host, skip_verify)
 	// stay; the files add the roots and the client certificate.
-	tc, err := backend.URLTLS(u, "rediss")
+	tc, err := urlkit.TLS(u, "rediss")
 	if err != nil {
 		return nil, Config{}, err
 	}

@@ -126,7 +126,7 @@ func TestOpenURL(t *testing.T) {
 	require.NotContains(t, err.Error(), "wrong@")
 }
 
-// TestParseURLTLS: rediss:// takes the TLS files of backend.URLTLS on top
+// TestParseURLTLS: rediss:// takes the TLS files of urlkit.TLS on top
 // of go-redis's own settings; redis:// refuses them.
 func TestParseURLTLS(t *testing.T) {
 	f := tlstest.New(t)

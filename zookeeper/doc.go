@@ -1,13 +1,13 @@
-// Package zookeeper is the ZooKeeper adapter of fencelock: a backend.Driver
+// Package zookeeper is the ZooKeeper adapter of fencelock: a driver.Driver
 // that queues acquisitions as ephemeral sequential nodes, grants the lock to
 // the oldest, and uses the node's czxid as the fencing token.
 //
 // Open a Locker with Dial (the adapter owns its sessions), over a Conn you
-// already have with New, or from a URL with backend.Open or Open after
-// importing this package:
+// already have with New, or from a URL with backend.Open after importing
+// this package:
 //
 //	zk://h1:2181,h2:2181/locks?ttl=10s
-//	zk://alice:s3cret@h1:2181/locks?session_timeout=10s   (with zookeeper.Open)
+//	zk://alice:s3cret@h1:2181/locks?session_timeout=10s
 //	zks://h1:2281,h2:2281/locks?ttl=10s&cacert=ca.pem&cert=client.pem&key=client-key.pem
 //
 // # Recipe
@@ -159,8 +159,8 @@
 //
 // A dropped connection is not a lost session: the session lives on the
 // server until its timeout, and the client cannot know whether it will
-// reconnect in time. The adapter reports it as suspended (Lease.Suspended,
-// backend.Suspender; Curator's SUSPENDED) and the loss signal as lost
+// reconnect in time. The adapter reports it as suspended (Lease.Suspended;
+// Curator's SUSPENDED) and the loss signal as lost
 // (Curator's LOST). Default policy: suspension alone does not end the lease;
 // renewals fail while suspended and are retried, and the loss signal fires
 // at the local deadline unless the connection comes back first (with the
@@ -225,22 +225,22 @@
 // default; give every host its port if any has one). The path is the
 // prefix ("zk://h/app/locks": "/app/locks"; none: DefaultPrefix). Userinfo
 // gives digest credentials (user and password both). Query parameters,
-// besides backend.CommonParams: session_timeout (Go duration) and
+// besides the common ones of backend.Open
+// (ttl, auto_renew, max_hold, drift, holder): session_timeout (Go duration) and
 // dial_timeout (Go duration, default DefaultDialTimeout, 10s), which bounds
 // Open's wait for the first session, context deadline or not: a refused
 // connection, a server that accepts and never answers, or any other reason
 // for no session is an error matching backend.ErrUnavailable that says what
 // was seen. A ttl or session_timeout under MinTTL or not whole milliseconds
 // is an error matching backend.ErrInvalidURL, before any dial. A lease's TTL is its
-// session timeout, and backend.Open takes a Locker's default TTL from ttl
-// only, so through backend.Open write ttl=10s (session_timeout, if also
-// given, must agree); Open, this package's, applies session_timeout as the
-// default TTL. A Locker opened from a URL owns its sessions.
+// session timeout: the timeout the server grants for ttl (or
+// session_timeout, which must agree with ttl if both are given) is the
+// Locker's default TTL. A Locker opened from a URL owns its sessions.
 //
 // zks:// is zk:// over TLS (Config.TLS), for servers that serve their
 // secureClientPort (which needs
 // serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory).
-// It takes backend.TLSParams: cacert, the CA bundle that verifies the
+// It takes the TLS parameters: cacert, the CA bundle that verifies the
 // servers (default: the system roots), and cert and key, the client
 // certificate for a server with ssl.clientAuth=need; on zk:// they are an
 // error matching backend.ErrInvalidURL. Every connection, to every server of

@@ -15,6 +15,8 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/driver"
+	"github.com/fencelock/fencelock/internal/urlkit"
 )
 
 // DefaultPrefix is the node under which locks live when no prefix is given.
@@ -99,11 +101,7 @@ func Dial(ctx context.Context, cfg Config, opts ...backend.Option) (*backend.Loc
 	if err != nil {
 		return nil, err
 	}
-	l, err := backend.New(d, append([]backend.Option{backend.WithTTL(d.defaultTTL)}, opts...)...)
-	if err != nil {
-		return nil, errors.Join(err, d.Close())
-	}
-	return l, nil
+	return backend.New(d, opts...)
 }
 
 // New returns a Locker over conn, an existing connection whose session it
@@ -132,15 +130,11 @@ func New(conn *zk.Conn, prefix string, opts ...backend.Option) (*backend.Locker,
 	d := newDriver(p, zk.WorldACL(zk.PermAll))
 	d.given, d.defaultTTL = s, timeout
 	d.sessions[timeout] = s
-	l, err := backend.New(d, append([]backend.Option{backend.WithTTL(timeout)}, opts...)...)
-	if err != nil {
-		return nil, errors.Join(err, d.Close())
-	}
-	return l, nil
+	return backend.New(d, opts...)
 }
 
-// driver implements backend.Driver.
-type driver struct {
+// zkDriver implements driver.Driver.
+type zkDriver struct {
 	cfg        Config // Dial only
 	prefix     string
 	acl        []zk.ACL
@@ -159,8 +153,8 @@ type driver struct {
 	refused  map[time.Duration]time.Duration // asked TTL -> what the server granted
 }
 
-func newDriver(prefix string, acl []zk.ACL) *driver {
-	return &driver{prefix: prefix, acl: acl, closing: make(chan struct{}),
+func newDriver(prefix string, acl []zk.ACL) *zkDriver {
+	return &zkDriver{prefix: prefix, acl: acl, closing: make(chan struct{}),
 		sessions: make(map[time.Duration]*session), dialing: make(map[time.Duration]chan struct{}),
 		refused: make(map[time.Duration]time.Duration)}
 }
@@ -173,7 +167,7 @@ const maxContendedHints = 1024
 // wasContended reports whether the last acquisition of the lock in dir
 // through this driver had to wait: the next one likely will too, and then
 // creates its node with a plain create (see lease.create).
-func (d *driver) wasContended(dir string) bool {
+func (d *zkDriver) wasContended(dir string) bool {
 	d.hintMu.Lock()
 	defer d.hintMu.Unlock()
 	_, ok := d.contended[dir]
@@ -181,7 +175,7 @@ func (d *driver) wasContended(dir string) bool {
 }
 
 // noteContended records whether an acquisition of the lock in dir waited.
-func (d *driver) noteContended(dir string, waited bool) {
+func (d *zkDriver) noteContended(dir string, waited bool) {
 	d.hintMu.Lock()
 	defer d.hintMu.Unlock()
 	switch {
@@ -194,7 +188,7 @@ func (d *driver) noteContended(dir string, waited bool) {
 	}
 }
 
-func dialDriver(ctx context.Context, cfg Config) (*driver, error) {
+func dialDriver(ctx context.Context, cfg Config) (*zkDriver, error) {
 	if len(cfg.Servers) == 0 {
 		return nil, fmt.Errorf("%w: zookeeper: no servers", backend.ErrInvalidOption)
 	}
@@ -246,7 +240,7 @@ func (s *session) timeout() time.Duration {
 
 // dial opens a session asking for timeout ttl and waits for it. Unless
 // anyTimeout, a server that grants another timeout is refused.
-func (d *driver) dial(ctx context.Context, ttl time.Duration, anyTimeout bool) (*session, error) {
+func (d *zkDriver) dial(ctx context.Context, ttl time.Duration, anyTimeout bool) (*session, error) {
 	s := newSession(true)
 	logger := d.cfg.Logger
 	if logger == nil {
@@ -292,8 +286,8 @@ func (d *driver) dial(ctx context.Context, ttl time.Duration, anyTimeout bool) (
 		case addr := <-closedEarly:
 			// A plain client at a TLS port: the server closes the
 			// connection without a word.
-			if backend.SpeaksTLS(wctx, addr) {
-				cancel(errors.New(backend.PlainToTLSHint(addr, "zks")))
+			if urlkit.SpeaksTLS(wctx, addr) {
+				cancel(errors.New(urlkit.PlainToTLSHint(addr, "zks")))
 			}
 		case <-wctx.Done():
 		}
@@ -351,7 +345,7 @@ func refusedError(asked, granted time.Duration) error {
 }
 
 // session returns the session that serves ttl, dialing it if needed.
-func (d *driver) session(ctx context.Context, ttl time.Duration) (*session, error) {
+func (d *zkDriver) session(ctx context.Context, ttl time.Duration) (*session, error) {
 	for {
 		d.mu.Lock()
 		if d.closed {
@@ -411,10 +405,19 @@ func checkTTLShape(ttl time.Duration) error {
 	return nil
 }
 
-// CheckTTL implements backend.TTLChecker: the TTL is a session timeout, so
+// Capabilities implements driver.Driver: the default TTL is the session
+// timeout the server granted for the first session (Config.SessionTimeout,
+// or the URL's session_timeout or ttl), or that of the caller's Conn.
+func (d *zkDriver) Capabilities() driver.Capabilities {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return driver.Capabilities{MinTTL: MinTTL, DefaultTTL: d.defaultTTL}
+}
+
+// CheckTTL implements driver.Driver: the TTL is a session timeout, so
 // whole milliseconds; over a caller's Conn (New) it must be that Conn's
 // negotiated timeout; a TTL the server already refused is refused again.
-func (d *driver) CheckTTL(ttl time.Duration) error {
+func (d *zkDriver) CheckTTL(ttl time.Duration) error {
 	if err := checkTTLShape(ttl); err != nil {
 		return err
 	}
@@ -429,14 +432,11 @@ func (d *driver) CheckTTL(ttl time.Duration) error {
 	return nil
 }
 
-// MinTTL implements backend.Driver.
-func (d *driver) MinTTL() time.Duration { return MinTTL }
-
-// NewLease implements backend.Driver: it picks the session of req.TTL and
+// NewLease implements driver.Driver: it picks the session of req.TTL and
 // its current generation. started is the send time of the last request
 // answered in that session, if it is recent (within TTL/3); otherwise it
 // sends one (an Exists of the prefix) to have one.
-func (d *driver) NewLease(ctx context.Context, req backend.Request) (backend.DriverLease, time.Time, error) {
+func (d *zkDriver) NewLease(ctx context.Context, req driver.Request) (driver.Lease, time.Time, error) {
 	data, err := json.Marshal(nodeValue{Holder: req.Holder, Metadata: req.Metadata})
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("%w: zookeeper: metadata: %v", backend.ErrInvalidOption, err)
@@ -464,15 +464,15 @@ func (d *driver) NewLease(ctx context.Context, req backend.Request) (backend.Dri
 		g.noteAlive(sent)
 		started = sent
 	}
-	return newLease(d, s, g, lockDir(d.prefix, req.Name), data), started, nil
+	return newLease(d, s, g, lockDir(d.prefix, req.Name), data, req.Lost), started, nil
 }
 
-// Close implements backend.Driver: it closes the sessions the driver dialed
-// (closing a session deletes its ephemeral nodes) and stops following a
-// caller's Conn. go-zookeeper waits up to 1s for the server to confirm
-// each close, so Close takes that long at most on an unreachable ensemble
-// (the sessions are closed concurrently).
-func (d *driver) Close() error {
+// close closes the sessions the driver dialed (closing a session deletes its
+// ephemeral nodes) and stops following a caller's Conn. go-zookeeper waits
+// up to 1s for the server to confirm each close, so close takes that long
+// at most on an unreachable ensemble (the sessions are closed
+// concurrently).
+func (d *zkDriver) close() error {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
@@ -497,12 +497,12 @@ func (d *driver) Close() error {
 	return nil
 }
 
-// Shutdown implements backend.Shutdowner: Close, returning when ctx ends
-// if go-zookeeper still waits for the server to confirm a close then (it
-// gives up after 1s; the connections are closed either way).
-func (d *driver) Shutdown(ctx context.Context) error {
+// Shutdown implements driver.Driver: close, returning when ctx ends if
+// go-zookeeper still waits for the server to confirm a close then (it gives
+// up after 1s; the connections are closed either way).
+func (d *zkDriver) Shutdown(ctx context.Context) error {
 	done := make(chan error, 1)
-	go func() { done <- d.Close() }()
+	go func() { done <- d.close() }()
 	select {
 	case err := <-done:
 		return err

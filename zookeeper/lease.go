@@ -14,6 +14,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/driver"
 	"github.com/fencelock/fencelock/fencing"
 )
 
@@ -41,10 +42,10 @@ const (
 	stHeld                  // our node exists and was granted
 )
 
-// lease implements backend.DriverLease: one acquisition, one ephemeral
+// lease implements driver.Lease: one acquisition, one ephemeral
 // sequential node in the session g.
 type lease struct {
-	d    *driver
+	d    *zkDriver
 	s    *session
 	g    *generation
 	dir  string
@@ -64,30 +65,38 @@ type lease struct {
 	watching   bool
 	watchTimer *time.Timer
 
-	lost     chan struct{}
+	lost     chan struct{} // closed when our node is seen deleted or the session ends
 	lostOnce sync.Once
+	report   func(cause error) // the Request's Lost
 	stopGen  func() bool
 }
 
-func newLease(d *driver, s *session, g *generation, dir string, data []byte) *lease {
+func newLease(d *zkDriver, s *session, g *generation, dir string, data []byte, report func(error)) *lease {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	l := &lease{d: d, s: s, g: g, dir: dir, data: data, guid: hex.EncodeToString(b[:]),
-		lost: make(chan struct{}), released: make(chan struct{})}
+		lost: make(chan struct{}), released: make(chan struct{}), report: report}
 	// The session ending (expired, replaced, closed) takes our node with it.
 	l.stopGen = context.AfterFunc(g.ctx, l.markLost)
 	return l
 }
 
-// Lost implements backend.DriverLease: closed when our node is seen deleted
-// or our session ends.
-func (l *lease) Lost() <-chan struct{} { return l.lost }
-
-// Suspended implements backend.Suspender: whether the connection of the
-// lease's session is down now.
+// Suspended implements driver.Lease: whether the connection of the lease's
+// session is down now.
 func (l *lease) Suspended() (bool, <-chan struct{}) { return l.s.suspension() }
 
-func (l *lease) markLost() { l.lostOnce.Do(func() { close(l.lost) }) }
+// markLost records that our node was seen deleted or our session ended, and
+// reports it to the Locker with its cause.
+func (l *lease) markLost() {
+	l.lostOnce.Do(func() {
+		close(l.lost)
+		why := "deleted"
+		if l.g.ended() {
+			why = "its session ended: " + context.Cause(l.g.ctx).Error()
+		}
+		l.report(l.lostError(why))
+	})
+}
 
 func (l *lease) isLost() bool {
 	select {
@@ -117,7 +126,7 @@ func (l *lease) alive(sent time.Time) bool {
 	return true
 }
 
-// Lock implements backend.DriverLease.
+// Lock implements driver.Lease.
 //
 // Round trips: TryAcquire reads the children first (1), and on a held lock
 // stops there without writing; otherwise, and for Acquire, one Multi creates
@@ -127,7 +136,7 @@ func (l *lease) alive(sent time.Time) bool {
 // waited creates with a plain create instead (1, no czxid) and always reads
 // the children; its czxid comes with the watch on its node, or from one
 // exists if it does not wait.
-func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, error) {
+func (l *lease) Lock(ctx context.Context, wait bool) (driver.Grant, error) {
 	token, sent, err := l.lock(ctx, wait)
 	if err != nil && ctx.Err() != nil && !errors.Is(err, backend.ErrLeaseLost) && !errors.Is(err, backend.ErrNotAcquired) {
 		l.mu.Lock()
@@ -135,10 +144,10 @@ func (l *lease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 		l.mu.Unlock()
 		if queued {
 			// Our node was created, behind another, before ctx ended.
-			return 0, time.Time{}, fmt.Errorf("%w: zookeeper: queued in %s: %w", backend.ErrNotAcquired, l.dir, err)
+			return driver.Grant{}, fmt.Errorf("%w: zookeeper: queued in %s: %w", backend.ErrNotAcquired, l.dir, err)
 		}
 	}
-	return token, sent, err
+	return driver.Grant{Token: token, Sent: sent}, err
 }
 
 func (l *lease) lock(ctx context.Context, wait bool) (fencing.Token, time.Time, error) {
@@ -823,23 +832,23 @@ func (l *lease) rewatchOwn(path string) <-chan zk.Event {
 	return ch
 }
 
-// KeepAlive implements backend.DriverLease with one Exists of our node (of
+// KeepAlive implements driver.Lease with one Exists of our node (of
 // the lock directory before our node exists): it proves that the session is
 // alive (the server renews a session on every request) and that our node is
 // still there. While the connection is down it fails at once, and Locker
 // retries until the deadline.
-func (l *lease) KeepAlive(ctx context.Context) error {
+func (l *lease) KeepAlive(ctx context.Context) (time.Time, error) {
 	select {
 	case <-l.released:
-		return fmt.Errorf("%w: zookeeper: keepalive after release", backend.ErrReleased)
+		return time.Time{}, fmt.Errorf("%w: zookeeper: keepalive after release", backend.ErrReleased)
 	default:
 	}
 	if l.g.ended() || l.isLost() {
 		l.markLost()
-		return l.lostError("the session ended or the node was deleted")
+		return time.Time{}, l.lostError("the session ended or the node was deleted")
 	}
 	if st := l.s.conn.State(); st != zk.StateHasSession {
-		return fmt.Errorf("%w: zookeeper: connection suspended (%v)", backend.ErrUnavailable, st)
+		return time.Time{}, fmt.Errorf("%w: zookeeper: connection suspended (%v)", backend.ErrUnavailable, st)
 	}
 	l.mu.Lock()
 	path := l.path
@@ -856,20 +865,20 @@ func (l *lease) KeepAlive(ctx context.Context) error {
 		return err
 	})
 	if err != nil {
-		return l.opError("keepalive", err)
+		return time.Time{}, l.opError("keepalive", err)
 	}
 	if !l.alive(sent) {
 		l.markLost()
-		return l.lostError("the session ended")
+		return time.Time{}, l.lostError("the session ended")
 	}
 	if path != "" && !exists {
 		l.markLost()
-		return l.lostError("deleted")
+		return time.Time{}, l.lostError("deleted")
 	}
-	return nil
+	return sent, nil
 }
 
-// Release implements backend.DriverLease: it deletes our node, with the
+// Release implements driver.Lease: it deletes our node, with the
 // version it was created with (0), in the background, and waits for that or
 // ctx. The background part outlives a ctx that ends first: it waits for a
 // create still in flight, and retries a delete that could not reach the

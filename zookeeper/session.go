@@ -30,9 +30,9 @@ type session struct {
 // bound to it: when it ends (expired, replaced, closed) they are gone.
 type generation struct {
 	id      int64
-	timeout time.Duration // negotiated session timeout
-	ctx     context.Context
-	end     context.CancelFunc
+	timeout time.Duration   // negotiated session timeout
+	ctx     context.Context // ended with the session; its cause says how
+	end     context.CancelCauseFunc
 
 	mu    sync.Mutex
 	proof time.Time // send time of the last request answered in this session
@@ -85,16 +85,16 @@ func (s *session) observe(st zk.State) {
 		id := conn.SessionID()
 		if s.gen == nil || s.gen.id != id {
 			if s.gen != nil {
-				s.gen.end() // replaced: the old session is gone
+				s.gen.end(fmt.Errorf("session %#x was replaced by session %#x", s.gen.id, id))
 			}
 			timeout, _ := negotiatedTimeout(conn)
-			ctx, cancel := context.WithCancel(context.Background())
+			ctx, cancel := context.WithCancelCause(context.Background())
 			s.gen = &generation{id: id, timeout: timeout, ctx: ctx, end: cancel}
 		}
 		s.setSuspendedLocked(false)
 	case zk.StateExpired:
 		if s.gen != nil {
-			s.gen.end()
+			s.gen.end(fmt.Errorf("session %#x expired", s.gen.id))
 			s.gen = nil
 		}
 		s.setSuspendedLocked(true)
@@ -176,7 +176,7 @@ func (s *session) close() {
 	}
 	s.closed = true
 	if s.gen != nil {
-		s.gen.end()
+		s.gen.end(fmt.Errorf("session %#x was closed", s.gen.id))
 	}
 	close(s.changed) // wakes current, which then sees closed
 	s.changed = make(chan struct{})

@@ -12,6 +12,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/driver"
 	"github.com/fencelock/fencelock/fencing"
 )
 
@@ -26,7 +27,7 @@ type lockNode struct {
 // lockNodes lists name's lock nodes in queue order (sequence suffix), each
 // with its data and Stat: getChildren plus one getData per node. Nodes that
 // vanish meanwhile and children that are not lock nodes are left out.
-func (d *driver) lockNodes(ctx context.Context, name string) ([]lockNode, error) {
+func (d *zkDriver) lockNodes(ctx context.Context, name string) ([]lockNode, error) {
 	s, err := d.session(ctx, d.defaultTTL)
 	if err != nil {
 		return nil, err
@@ -60,32 +61,32 @@ func (d *driver) lockNodes(ctx context.Context, name string) ([]lockNode, error)
 	return nodes, nil
 }
 
-// Inspect implements backend.Inspector: the holder first, then the waiters
+// Inspect implements driver.Driver: the holder first, then the waiters
 // in queue order, each with its node's name as its ID, the holder identity
 // stored in its node and its czxid as the token. A ZooKeeper lease is its session, whose remaining time
 // the server does not tell, so TTLLeft is unknown (negative). Nodes of
 // zk.Lock or Curator holders show unnamed.
-func (d *driver) Inspect(ctx context.Context, name string) (backend.Status, error) {
+func (d *zkDriver) Inspect(ctx context.Context, name string) (driver.Status, error) {
 	nodes, err := d.lockNodes(ctx, name)
 	if err != nil {
-		return backend.Status{}, err
+		return driver.Status{}, err
 	}
-	var entries []backend.Entry
+	var entries []driver.Entry
 	for _, n := range nodes {
-		e := backend.Entry{ID: path.Base(n.path), Token: fencing.Token(n.stat.Czxid), TTLLeft: -1}
+		e := driver.Entry{ID: path.Base(n.path), Token: fencing.Token(n.stat.Czxid), TTLLeft: -1}
 		var v nodeValue
 		if json.Unmarshal(n.data, &v) == nil {
 			e.Holder, e.Metadata = v.Holder, v.Metadata
 		}
 		entries = append(entries, e)
 	}
-	return backend.Queued(entries), nil
+	return driver.Queued(entries), nil
 }
 
-// Revoke implements backend.Revoker: it deletes the lock node whose czxid is
+// Revoke implements driver.Driver: it deletes the lock node whose czxid is
 // token (version-checked), as a session expiry would; its holder's node
 // watch reports the loss.
-func (d *driver) Revoke(ctx context.Context, name string, token fencing.Token) (bool, error) {
+func (d *zkDriver) Revoke(ctx context.Context, name string, token fencing.Token) (bool, error) {
 	nodes, err := d.lockNodes(ctx, name)
 	if err != nil {
 		return false, err
@@ -110,13 +111,13 @@ func (d *driver) Revoke(ctx context.Context, name string, token fencing.Token) (
 	return false, nil
 }
 
-// RevokeID implements backend.IDRevoker: it deletes the lock node named id
+// RevokeID implements driver.Driver: it deletes the lock node named id
 // (any version: its sequence number makes the name the acquisition's alone),
 // as a session expiry would. The holder's node watch reports the loss, a
 // waiter's watch on its own node ends its wait with ErrLeaseLost, and the
 // next waiter's watch on its predecessor grants it the lock. An id with a
 // '/' or that is not a lock node's name is refused.
-func (d *driver) RevokeID(ctx context.Context, name, id string) (bool, error) {
+func (d *zkDriver) RevokeID(ctx context.Context, name, id string) (bool, error) {
 	if _, ok := lockSeq(id); !ok || strings.Contains(id, "/") {
 		return false, fmt.Errorf("%w: zookeeper: %q is not the name of a lock node", backend.ErrInvalidOption, id)
 	}

@@ -6,7 +6,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/driver"
 )
 
 // suiteTTL is the short TTL the conformance suite gives ZooKeeper leases
@@ -19,17 +19,17 @@ const suiteTTL = 2 * time.Second
 const suiteMaxAsk = time.Hour
 
 // probeSuite is the zk and zks schemes' declaration for the conformance
-// suite (backend.Scheme.Suite). A lease's TTL is its session timeout, which
+// suite (driver.Scheme.Suite). A lease's TTL is its session timeout, which
 // the server clamps to [minSessionTimeout, maxSessionTimeout] (by default 2
 // and 20 ticks: 4s to 40s with Debian's tickTime of 2s), and the adapter
 // refuses a TTL the server does not grant as asked. So the profile is read
 // from the server: it opens a session asking for MinTTL and one asking for
 // an hour, and the timeouts granted are the profile's MinTTL and MaxTTL;
 // its TTL is 2s, or the server's minimum if that is longer.
-func probeSuite(ctx context.Context, u *url.URL) (backend.SuiteProfile, error) {
+func probeSuite(ctx context.Context, u *url.URL) (driver.SuiteProfile, error) {
 	cfg, err := parseURL(u)
 	if err != nil {
-		return backend.SuiteProfile{}, err
+		return driver.SuiteProfile{}, err
 	}
 	d := newDriver("/", nil)
 	d.cfg = cfg
@@ -43,11 +43,11 @@ func probeSuite(ctx context.Context, u *url.URL) (backend.SuiteProfile, error) {
 	}
 	lo, err := granted(MinTTL)
 	if err != nil {
-		return backend.SuiteProfile{}, err
+		return driver.SuiteProfile{}, err
 	}
 	hi, err := granted(suiteMaxAsk)
 	if err != nil {
-		return backend.SuiteProfile{}, err
+		return driver.SuiteProfile{}, err
 	}
-	return backend.SuiteProfile{FIFO: true, TTL: min(max(suiteTTL, lo), hi), MinTTL: lo, MaxTTL: hi}, nil
+	return driver.SuiteProfile{FIFO: true, TTL: min(max(suiteTTL, lo), hi), MinTTL: lo, MaxTTL: hi}, nil
 }

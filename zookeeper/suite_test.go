@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/driver"
 	"github.com/fencelock/fencelock/internal/zktest"
 )
 
@@ -19,8 +19,8 @@ import (
 // stock bounds (tickTime 2s: 4s to 40s), on which the suite's 2s TTL is
 // not granted and its long leases must fit under 40s.
 func TestSuiteProfile(t *testing.T) {
-	probe := func(t *testing.T, addr string) backend.SuiteProfile {
-		s, ok := backend.LookupScheme("zk")
+	probe := func(t *testing.T, addr string) driver.SuiteProfile {
+		s, ok := driver.Lookup("zk")
 		require.True(t, ok)
 		require.NotNil(t, s.Suite)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -30,12 +30,12 @@ func TestSuiteProfile(t *testing.T) {
 		return p
 	}
 	t.Run("TestServer", func(t *testing.T) {
-		assert.Equal(t, backend.SuiteProfile{FIFO: true, TTL: suiteTTL, MinTTL: MinTTL, MaxTTL: zktest.MaxSessionTimeout},
+		assert.Equal(t, driver.SuiteProfile{FIFO: true, TTL: suiteTTL, MinTTL: MinTTL, MaxTTL: zktest.MaxSessionTimeout},
 			probe(t, srv.Addr()))
 	})
 	t.Run("Stock", func(t *testing.T) {
 		stock := zktest.Start(t, zktest.WithStockTimeouts())
-		assert.Equal(t, backend.SuiteProfile{FIFO: true, TTL: 4 * time.Second, MinTTL: 4 * time.Second, MaxTTL: 40 * time.Second},
+		assert.Equal(t, driver.SuiteProfile{FIFO: true, TTL: 4 * time.Second, MinTTL: 4 * time.Second, MaxTTL: 40 * time.Second},
 			probe(t, stock.Addr()))
 	})
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/internal/urlkit"
 )
 
 // tlsDialer opens the TLS connections of one go-zookeeper Conn (Config.TLS):
@@ -66,7 +66,7 @@ func (d *tlsDialer) dial(network, addr string, timeout time.Duration) (net.Conn,
 	_ = c.SetDeadline(time.Now().Add(timeout))
 	if err := c.Handshake(); err != nil {
 		_ = raw.Close()
-		if backend.NotTLS(err) {
+		if urlkit.NotTLS(err) {
 			err = fmt.Errorf("TLS handshake with %s: %w (the server does not seem to speak TLS there: is it a plain port? use zk://)", addr, err)
 		} else {
 			err = fmt.Errorf("TLS handshake with %s: %w", addr, err)

@@ -31,7 +31,7 @@ func TestOpenTLS(t *testing.T) {
 
 	ctx := tctx(t, 20*time.Second)
 	start := time.Now()
-	l, err := Open(ctx, base+"&"+f.Query())
+	l, err := backend.Open(ctx, base+"&"+f.Query())
 	require.NoError(t, err)
 	t.Logf("opened in %v", time.Since(start))
 	ls, err := l.TryAcquire(ctx, "n")

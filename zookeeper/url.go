@@ -7,25 +7,27 @@ import (
 	"strings"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/driver"
+	"github.com/fencelock/fencelock/internal/urlkit"
 )
 
 // DefaultPort is the client port assumed for a host given without one.
 const DefaultPort = "2181"
 
-// Params are the query parameters of zk and zks URLs besides
-// backend.CommonParams (the TLS files of backend.TLSParams on zks only); see
+// Params are the query parameters of zk and zks URLs besides the common
+// ones of backend.Open (the TLS files cacert, cert and key on zks only); see
 // the package documentation.
-var Params = append([]string{"session_timeout", "dial_timeout"}, backend.TLSParams...)
+var Params = append([]string{"session_timeout", "dial_timeout"}, urlkit.TLSParams...)
 
 func init() {
-	backend.Register("zk", backend.Scheme{Params: Params, Open: open, Check: check, Suite: probeSuite})
-	backend.Register("zks", backend.Scheme{Params: Params, Open: open, Check: check, Suite: probeSuite})
+	driver.Register("zk", driver.Scheme{Params: Params, Open: open, Check: check, Suite: probeSuite})
+	driver.Register("zks", driver.Scheme{Params: Params, Open: open, Check: check, Suite: probeSuite})
 }
 
-// open opens a driver for backend.Open. backend.Open takes a Locker's
-// default TTL from the ttl parameter only, so session_timeout must agree
-// with it there; Open (this package's) has no such limit.
-func open(ctx context.Context, u *url.URL) (backend.Driver, error) {
+// open opens a driver for backend.Open. The session timeout the server
+// grants for ttl (or session_timeout) is the Locker's default TTL
+// (Capabilities.DefaultTTL).
+func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	cfg, err := configOf(u)
 	if err != nil {
 		return nil, err
@@ -35,7 +37,7 @@ func open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 	}
 	d, err := dialDriver(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("zookeeper: open %s: %w", backend.RedactURL(u), err)
+		return nil, fmt.Errorf("zookeeper: open %s: %w", urlkit.Redact(u), err)
 	}
 	return d, nil
 }
@@ -53,30 +55,27 @@ func configOf(u *url.URL) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	q, err := backend.URLQuery(u)
+	q, err := urlkit.Query(u)
 	if err != nil {
 		return Config{}, err
 	}
-	ttl, hasTTL, err := backend.URLDuration(q, "ttl")
+	ttl, hasTTL, err := urlkit.Duration(q, "ttl")
 	if err != nil {
 		return Config{}, err
 	}
 	// The TTL is the session timeout asked for: checked before any dial.
 	switch {
 	case hasTTL && ttl <= 0:
-		return Config{}, backend.URLValueError("ttl", q.Get("ttl"), "the TTL must be positive")
+		return Config{}, urlkit.ValueError("ttl", q.Get("ttl"), "the TTL must be positive")
 	case hasTTL && ttl < MinTTL:
-		return Config{}, backend.URLValueError("ttl", q.Get("ttl"), fmt.Sprintf("under the ZooKeeper adapter's minimum of %v", MinTTL))
+		return Config{}, urlkit.ValueError("ttl", q.Get("ttl"), fmt.Sprintf("under the ZooKeeper adapter's minimum of %v", MinTTL))
 	case hasTTL && checkTTLShape(ttl) != nil:
-		return Config{}, backend.URLValueError("ttl", q.Get("ttl"), "ZooKeeper session timeouts are whole milliseconds")
+		return Config{}, urlkit.ValueError("ttl", q.Get("ttl"), "ZooKeeper session timeouts are whole milliseconds")
 	}
 	switch {
-	case q.Has("session_timeout") && !hasTTL && cfg.SessionTimeout != backend.DefaultTTL:
-		return Config{}, fmt.Errorf("%w: %s: a ZooKeeper lease's TTL is its session timeout, and backend.Open takes the default TTL from ttl: write ttl=%v instead of session_timeout=%v (or open with zookeeper.Open, which applies session_timeout)",
-			backend.ErrInvalidURL, backend.RedactURL(u), cfg.SessionTimeout, cfg.SessionTimeout)
 	case q.Has("session_timeout") && hasTTL && ttl != cfg.SessionTimeout:
 		return Config{}, fmt.Errorf("%w: %s: ttl=%v and session_timeout=%v differ, but a ZooKeeper lease's TTL is its session timeout",
-			backend.ErrInvalidURL, backend.RedactURL(u), ttl, cfg.SessionTimeout)
+			backend.ErrInvalidURL, urlkit.Redact(u), ttl, cfg.SessionTimeout)
 	case hasTTL:
 		cfg.SessionTimeout = ttl
 	case !q.Has("session_timeout"):
@@ -85,37 +84,11 @@ func configOf(u *url.URL) (Config, error) {
 	return cfg, nil
 }
 
-// Open opens a Locker from a zk or zks URL like backend.Open, except that a
-// session_timeout parameter without ttl becomes the Locker's default TTL
-// (the negotiated timeout), as with Dial.
-func Open(ctx context.Context, rawURL string, opts ...backend.Option) (*backend.Locker, error) {
-	u, err := backend.ParseURL(rawURL)
-	if err != nil {
-		return nil, err
-	}
-	if u.Scheme != "zk" && u.Scheme != "zks" {
-		return nil, fmt.Errorf("%w: %s: scheme %q is neither zk nor zks", backend.ErrInvalidURL, backend.RedactURL(u), u.Scheme)
-	}
-	q, err := backend.URLQuery(u)
-	if err != nil {
-		return nil, err
-	}
-	if q.Has("session_timeout") && !q.Has("ttl") {
-		cfg, err := parseURL(u)
-		if err != nil {
-			return nil, err
-		}
-		q.Set("ttl", cfg.SessionTimeout.String())
-		u.RawQuery = q.Encode()
-	}
-	return backend.Open(ctx, u.String(), opts...)
-}
-
 // parseURL turns a zk or zks URL into a Config. Every error matches
 // backend.ErrInvalidURL.
 func parseURL(u *url.URL) (Config, error) {
 	bad := func(format string, args ...any) (Config, error) {
-		return Config{}, fmt.Errorf("%w: %s: %s", backend.ErrInvalidURL, backend.RedactURL(u), fmt.Sprintf(format, args...))
+		return Config{}, fmt.Errorf("%w: %s: %s", backend.ErrInvalidURL, urlkit.Redact(u), fmt.Sprintf(format, args...))
 	}
 	if u.Scheme != "zk" && u.Scheme != "zks" {
 		return bad("scheme %q is neither zk nor zks", u.Scheme)
@@ -131,7 +104,7 @@ func parseURL(u *url.URL) (Config, error) {
 	}
 	var cfg Config
 	for _, h := range strings.Split(u.Host, ",") {
-		ep, err := backend.HostPort(h, DefaultPort)
+		ep, err := urlkit.HostPort(h, DefaultPort)
 		if err != nil {
 			return bad("%v", err)
 		}
@@ -145,17 +118,17 @@ func parseURL(u *url.URL) (Config, error) {
 		prefix = DefaultPrefix
 	}
 	cfg.Prefix = prefix
-	if cfg.User, cfg.Password, err = backend.URLUser(u); err != nil {
+	if cfg.User, cfg.Password, err = urlkit.User(u); err != nil {
 		return bad("%v", err)
 	}
 	if cfg.User != "" && cfg.Password == "" {
 		return bad("user %q has no password: digest credentials are zk://user:password@host", cfg.User)
 	}
-	q, err := backend.URLQuery(u)
+	q, err := urlkit.Query(u)
 	if err != nil {
 		return Config{}, err
 	}
-	if d, ok, err := backend.URLPositiveDuration(q, "dial_timeout"); err != nil {
+	if d, ok, err := urlkit.PositiveDuration(q, "dial_timeout"); err != nil {
 		return Config{}, err
 	} else if ok {
 		cfg.DialTimeout = d
@@ -163,18 +136,18 @@ func parseURL(u *url.URL) (Config, error) {
 		cfg.DialTimeout = DefaultDialTimeout
 	}
 	cfg.SessionTimeout = DefaultSessionTimeout
-	if d, ok, err := backend.URLDuration(q, "session_timeout"); err != nil {
+	if d, ok, err := urlkit.Duration(q, "session_timeout"); err != nil {
 		return Config{}, err
 	} else if ok {
 		if d < MinTTL {
-			return Config{}, backend.URLValueError("session_timeout", q.Get("session_timeout"), fmt.Sprintf("under the ZooKeeper adapter's minimum of %v", MinTTL))
+			return Config{}, urlkit.ValueError("session_timeout", q.Get("session_timeout"), fmt.Sprintf("under the ZooKeeper adapter's minimum of %v", MinTTL))
 		}
 		if err := checkTTLShape(d); err != nil {
-			return Config{}, backend.URLValueError("session_timeout", q.Get("session_timeout"), "ZooKeeper session timeouts are whole milliseconds")
+			return Config{}, urlkit.ValueError("session_timeout", q.Get("session_timeout"), "ZooKeeper session timeouts are whole milliseconds")
 		}
 		cfg.SessionTimeout = d
 	}
-	if cfg.TLS, err = backend.URLTLS(u, "zks"); err != nil {
+	if cfg.TLS, err = urlkit.TLS(u, "zks"); err != nil {
 		return Config{}, err
 	}
 	return cfg, nil

@@ -63,9 +63,9 @@ func TestOpenBadURLs(t *testing.T) {
 	}
 	urltest.RequireRefused(t, s, cases)
 
-	// zookeeper.Open parses first when session_timeout comes alone.
+	// session_timeout alone is parsed before any dial too.
 	for _, raw := range []string{"zk://app:" + pw + "@" + h + ":x/x?session_timeout=1s", "zk://app:" + pw + "@" + h + "/x?session_timeout=1s&session_timeout=2s", "zk://" + h + "/x?session_timeout=1s&dial_timeout=0s"} {
-		_, err := Open(context.Background(), raw)
+		_, err := backend.Open(context.Background(), raw)
 		require.ErrorIs(t, err, backend.ErrInvalidURL, raw)
 		urltest.NoLeak(t, err, pw)
 	}

@@ -20,11 +20,11 @@ import (
 
 // driverLocker dials a driver and a Locker over it, for tests that reach
 // into the driver's sessions.
-func driverLocker(t testing.TB, cfg Config, opts ...backend.Option) (*driver, *backend.Locker) {
+func driverLocker(t testing.TB, cfg Config, opts ...backend.Option) (*zkDriver, *backend.Locker) {
 	t.Helper()
 	d, err := dialDriver(tctx(t, 30*time.Second), cfg)
 	require.NoError(t, err)
-	l, err := backend.New(d, append([]backend.Option{backend.WithTTL(d.defaultTTL)}, opts...)...)
+	l, err := backend.New(d, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close() })
 	return d, l
@@ -84,6 +84,20 @@ func TestTTLIsNegotiatedSessionTimeout(t *testing.T) {
 	_, err = l2.TryAcquire(tctx(t, 10*time.Second), "x", backend.WithTTL(time.Second))
 	require.ErrorIs(t, err, backend.ErrInvalidOption)
 	assert.Contains(t, err.Error(), "granted 1.5s")
+
+	// From a URL: session_timeout alone is the default TTL, as granted.
+	for u, want := range map[string]time.Duration{
+		"zk://" + srv.Addr() + pfx + "?session_timeout=3s": 3 * time.Second,
+		"zk://" + s.Addr() + pfx + "?session_timeout=1s":   1500 * time.Millisecond,
+	} {
+		lu, err := backend.Open(tctx(t, 10*time.Second), u)
+		require.NoError(t, err, u)
+		ls, err = lu.TryAcquire(tctx(t, 10*time.Second), "u")
+		require.NoError(t, err, u)
+		assert.Equal(t, want, ls.TTL(), u)
+		release(t, ls)
+		require.NoError(t, lu.Close())
+	}
 }
 
 // A session that expires while holding: the loss signal fires (long before
@@ -106,6 +120,7 @@ func TestSessionExpiryWhileHolding(t *testing.T) {
 		t.Fatal("no loss signal within 10s of the session expiry (TTL 30s)")
 	}
 	require.ErrorIs(t, ls.Err(), backend.ErrLeaseLost)
+	assert.Regexp(t, `its session ended: session 0x[0-9a-f]+ expired`, ls.Err().Error(), "the cause says why")
 	waitNodes(t, admin, pfx, "e", 0)
 	require.ErrorIs(t, ls.Release(tctx(t, 10*time.Second)), backend.ErrLeaseLost)
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/driver"
 	"github.com/fencelock/fencelock/fencing"
 )
 
@@ -38,18 +39,24 @@ func (c *Conn) check() error {
 
 // New returns a Locker over conn. opts are defaults for every acquisition.
 func New(conn *Conn, opts ...backend.Option) (*backend.Locker, error) {
-	return backend.New(&driver{conn: conn}, opts...)
+	return backend.New(&memDriver{conn: conn}, opts...)
 }
 
-type driver struct {
+type memDriver struct {
 	conn   *Conn
 	mu     sync.Mutex
 	closed bool
 }
 
-func (d *driver) MinTTL() time.Duration { return MinTTL }
+// Capabilities implements driver.Driver.
+func (d *memDriver) Capabilities() driver.Capabilities {
+	return driver.Capabilities{MinTTL: MinTTL}
+}
 
-func (d *driver) NewLease(ctx context.Context, req backend.Request) (backend.DriverLease, time.Time, error) {
+// CheckTTL implements driver.Driver: any TTL of MinTTL or more.
+func (d *memDriver) CheckTTL(time.Duration) error { return nil }
+
+func (d *memDriver) NewLease(ctx context.Context, req driver.Request) (driver.Lease, time.Time, error) {
 	d.mu.Lock()
 	closed := d.closed
 	d.mu.Unlock()
@@ -60,36 +67,37 @@ func (d *driver) NewLease(ctx context.Context, req backend.Request) (backend.Dri
 		return nil, time.Time{}, err
 	}
 	sent := time.Now()
-	dl := &driverLease{conn: d.conn, l: d.conn.srv.grant(req), lost: make(chan struct{})}
-	go dl.watch()
+	dl := &driverLease{conn: d.conn, l: d.conn.srv.grant(req)}
+	go dl.watch(req.Lost)
 	return dl, sent, nil
 }
 
-// Inspect implements backend.Inspector.
-func (d *driver) Inspect(ctx context.Context, name string) (backend.Status, error) {
+// Inspect implements driver.Driver.
+func (d *memDriver) Inspect(ctx context.Context, name string) (driver.Status, error) {
 	if err := d.conn.check(); err != nil {
-		return backend.Status{}, err
+		return driver.Status{}, err
 	}
 	return d.conn.srv.status(name), nil
 }
 
-// Revoke implements backend.Revoker.
-func (d *driver) Revoke(ctx context.Context, name string, token fencing.Token) (bool, error) {
+// Revoke implements driver.Driver.
+func (d *memDriver) Revoke(ctx context.Context, name string, token fencing.Token) (bool, error) {
 	if err := d.conn.check(); err != nil {
 		return false, err
 	}
 	return d.conn.srv.Revoke(name, token), nil
 }
 
-// RevokeID implements backend.IDRevoker.
-func (d *driver) RevokeID(ctx context.Context, name, id string) (bool, error) {
+// RevokeID implements driver.Driver.
+func (d *memDriver) RevokeID(ctx context.Context, name, id string) (bool, error) {
 	if err := d.conn.check(); err != nil {
 		return false, err
 	}
 	return d.conn.srv.RevokeID(name, id), nil
 }
 
-func (d *driver) Close() error {
+// Shutdown implements driver.Driver.
+func (d *memDriver) Shutdown(context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.closed = true
@@ -100,49 +108,49 @@ type driverLease struct {
 	conn    *Conn
 	l       *lease
 	granted bool
-	lost    chan struct{} // closed when the server ends the lease, unless the conn was cut first
 }
 
-// watch relays the server's end of the lease to Lost, as a watch over a
+// watch reports the server's end of the lease to lost, as a watch over a
 // connection would: a cut connection hears nothing. It returns when the
 // lease ends (by TTL at the latest) or the connection is cut.
-func (dl *driverLease) watch() {
+func (dl *driverLease) watch(lost func(error)) {
 	select {
 	case <-dl.l.gone:
 		if dl.conn.check() == nil {
-			close(dl.lost)
+			lost(errors.New("mem: the server ended the lease (expired, revoked or released)"))
 		}
 	case <-dl.conn.cut:
 	}
 }
 
-func (dl *driverLease) Lock(ctx context.Context, wait bool) (fencing.Token, time.Time, error) {
+func (dl *driverLease) Lock(ctx context.Context, wait bool) (driver.Grant, error) {
 	if err := dl.conn.check(); err != nil {
-		return 0, time.Time{}, err
+		return driver.Grant{}, err
 	}
 	srv := dl.conn.srv
 	if err := srv.enqueue(dl.l, wait); err != nil {
-		return 0, time.Time{}, err
+		return driver.Grant{}, err
 	}
 	if err := srv.wait(ctx, dl.l, dl.conn.cut); err != nil {
 		if ctx.Err() != nil && !errors.Is(err, backend.ErrLeaseLost) {
 			// Queued behind a holder until ctx ended.
-			return 0, time.Time{}, fmt.Errorf("%w: mem: %w", backend.ErrNotAcquired, err)
+			return driver.Grant{}, fmt.Errorf("%w: mem: %w", backend.ErrNotAcquired, err)
 		}
-		return 0, time.Time{}, err
+		return driver.Grant{}, err
 	}
 	dl.granted = true
-	return dl.l.token, time.Time{}, nil
+	return driver.Grant{Token: dl.l.token}, nil
 }
 
-func (dl *driverLease) KeepAlive(ctx context.Context) error {
+func (dl *driverLease) KeepAlive(ctx context.Context) (time.Time, error) {
 	if err := dl.conn.check(); err != nil {
-		return err
+		return time.Time{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return err
+		return time.Time{}, err
 	}
-	return dl.conn.srv.keepAlive(dl.l)
+	sent := time.Now()
+	return sent, dl.conn.srv.keepAlive(dl.l)
 }
 
 func (dl *driverLease) Release(ctx context.Context) error {
@@ -155,4 +163,5 @@ func (dl *driverLease) Release(ctx context.Context) error {
 	return dl.conn.srv.release(dl.l, dl.granted)
 }
 
-func (dl *driverLease) Lost() <-chan struct{} { return dl.lost }
+// Suspended implements driver.Lease: mem has no connection state to report.
+func (dl *driverLease) Suspended() (bool, <-chan struct{}) { return false, nil }

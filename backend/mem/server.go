@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/driver"
 	"github.com/fencelock/fencelock/fencing"
 )
 
@@ -63,7 +64,7 @@ func (s *Server) Revoke(name string, token fencing.Token) bool {
 }
 
 // RevokeID ends the lease that holds or waits for lock name whose
-// backend.Entry.ID is id, as Revoke does; it reports whether there was one.
+// driver.Entry.ID is id, as Revoke does; it reports whether there was one.
 func (s *Server) RevokeID(name, id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -76,7 +77,7 @@ func (s *Server) RevokeID(name, id string) bool {
 	return false
 }
 
-// idString is l's backend.Entry.ID: its lease number.
+// idString is l's driver.Entry.ID: its lease number.
 func (l *lease) idString() string { return strconv.FormatUint(l.id, 10) }
 
 // Holder returns the token of the current holder of name, or zero.
@@ -96,7 +97,7 @@ func (s *Server) Queued(name string) int {
 	return len(s.queues[name])
 }
 
-func (s *Server) grant(req backend.Request) *lease {
+func (s *Server) grant(req driver.Request) *lease {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.nextID++
@@ -123,15 +124,15 @@ func (s *Server) keepAlive(l *lease) error {
 }
 
 // status lists name's queue: the holder first.
-func (s *Server) status(name string) backend.Status {
+func (s *Server) status(name string) driver.Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var entries []backend.Entry
+	var entries []driver.Entry
 	for _, l := range s.queues[name] {
-		entries = append(entries, backend.Entry{ID: l.idString(), Holder: l.holder, Metadata: l.meta, Token: l.token,
+		entries = append(entries, driver.Entry{ID: l.idString(), Holder: l.holder, Metadata: l.meta, Token: l.token,
 			TTLLeft: max(time.Until(l.renewed.Add(l.ttl)), 0)})
 	}
-	return backend.Queued(entries)
+	return driver.Queued(entries)
 }
 
 // enqueue appends l to its queue with a fresh token. Without wait it fails if

@@ -3,10 +3,10 @@ package mem
 import (
 	"time"
 
-	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/driver"
 )
 
 // suiteProfile is the mem scheme's declaration for the conformance suite
-// (backend.Scheme.Suite). The server is in the process, so a short TTL
+// (driver.Scheme.Suite). The server is in the process, so a short TTL
 // holds: no network between a renewal and the server.
-var suiteProfile = backend.SuiteProfile{FIFO: true, TTL: 300 * time.Millisecond, MinTTL: MinTTL}
+var suiteProfile = driver.SuiteProfile{FIFO: true, TTL: 300 * time.Millisecond, MinTTL: MinTTL}

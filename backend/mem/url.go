@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/driver"
+	"github.com/fencelock/fencelock/internal/urlkit"
 )
 
 var (
@@ -29,10 +31,10 @@ func Named(name string) *Server {
 }
 
 func init() {
-	backend.Register("mem", backend.Scheme{
-		Suite: backend.StaticSuite(suiteProfile),
+	driver.Register("mem", driver.Scheme{
+		Suite: driver.StaticSuite(suiteProfile),
 		Check: checkURL,
-		Open: func(_ context.Context, u *url.URL) (backend.Driver, error) {
+		Open: func(_ context.Context, u *url.URL) (driver.Driver, error) {
 			return openURL(u)
 		},
 	})
@@ -41,16 +43,16 @@ func init() {
 // openURL connects to the server a mem URL names: mem://name, or mem:// for
 // the default one. A userinfo, a port, a path or a name with characters a
 // host name cannot hold is an error matching backend.ErrInvalidURL.
-func openURL(u *url.URL) (backend.Driver, error) {
+func openURL(u *url.URL) (driver.Driver, error) {
 	if err := checkURL(u); err != nil {
 		return nil, err
 	}
-	return &driver{conn: Named(u.Host).Connect()}, nil
+	return &memDriver{conn: Named(u.Host).Connect()}, nil
 }
 
 func checkURL(u *url.URL) error {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s: %s", backend.ErrInvalidURL, backend.RedactURL(u), fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: %s: %s", backend.ErrInvalidURL, urlkit.Redact(u), fmt.Sprintf(format, args...))
 	}
 	switch {
 	case u.Scheme != "mem":

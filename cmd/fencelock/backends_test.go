@@ -19,7 +19,7 @@ import (
 
 const backendPkg = "github.com/fencelock/fencelock/backend"
 
-// registrar is a package of the module that calls backend.Register, with
+// registrar is a package of the module that calls driver.Register, with
 // the scheme names it passes as string constants (a name computed some
 // other way is not listed; the import check still catches the package).
 type registrar struct {
@@ -29,7 +29,7 @@ type registrar struct {
 
 // TestEveryAdapterRegistered fails if a package of the module registers a
 // URL scheme that the fencelock command does not know: every package that
-// calls backend.Register (found by parsing the module's sources, so a new
+// calls driver.Register (found by parsing the module's sources, so a new
 // adapter is found too) must be linked into the command, and every scheme
 // it names must be in backend.Schemes() of the built binary.
 func TestEveryAdapterRegistered(t *testing.T) {
@@ -65,7 +65,7 @@ func lastLine(s string) string {
 }
 
 // findRegistrars parses the non-test sources of every package of the
-// module and returns those that call backend.Register.
+// module and returns those that call driver.Register.
 func findRegistrars(t *testing.T) []registrar {
 	t.Helper()
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{"\t"}}{{.Dir}}{{"\t"}}{{join .GoFiles " "}}`, "github.com/fencelock/fencelock/...").Output()
@@ -93,7 +93,7 @@ func findRegistrars(t *testing.T) []registrar {
 	return regs
 }
 
-// registeredIn reports whether the file calls backend.Register (under
+// registeredIn reports whether the file calls driver.Register (under
 // whatever name the file imports the package), and the scheme names it
 // passes as string literals, directly or as the range variable of a loop
 // over a literal []string.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/internal/urlkit"
 )
 
 const runUsage = `usage: fencelock run --url URL --lock NAME [flags] -- COMMAND [ARGS...]
@@ -114,7 +115,7 @@ func effectiveMaxHold(rawURL string, flagValue time.Duration) time.Duration {
 	if err != nil {
 		return 0
 	}
-	d, _, err := backend.URLDuration(u.Query(), "max_hold")
+	d, _, err := urlkit.Duration(u.Query(), "max_hold")
 	if err != nil {
 		return 0
 	}

@@ -1,4 +1,4 @@
-package backend_test
+package urlkit_test
 
 import (
 	"crypto/tls"
@@ -10,11 +10,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/driver"
 	"github.com/fencelock/fencelock/internal/tlstest"
+	"github.com/fencelock/fencelock/internal/urlkit"
 )
 
-func TestURLTLS(t *testing.T) {
+func TestTLS(t *testing.T) {
 	f := tlstest.New(t)
 	notPEM := filepath.Join(t.TempDir(), "not.pem")
 	require.NoError(t, os.WriteFile(notPEM, []byte("hello"), 0o600))
@@ -26,12 +27,12 @@ func TestURLTLS(t *testing.T) {
 	}
 
 	// No TLS scheme, no TLS parameters: no TLS.
-	tc, err := backend.URLTLS(parse("x://h/p?ttl=1s"), "xs")
+	tc, err := urlkit.TLS(parse("x://h/p?ttl=1s"), "xs")
 	require.NoError(t, err)
 	assert.Nil(t, tc)
 
 	// The TLS scheme alone: system roots, no client certificate.
-	tc, err = backend.URLTLS(parse("xs://h/p"), "xs")
+	tc, err = urlkit.TLS(parse("xs://h/p"), "xs")
 	require.NoError(t, err)
 	require.NotNil(t, tc)
 	assert.GreaterOrEqual(t, tc.MinVersion, uint16(tls.VersionTLS12))
@@ -39,14 +40,14 @@ func TestURLTLS(t *testing.T) {
 	assert.Empty(t, tc.Certificates)
 
 	// All three files.
-	tc, err = backend.URLTLS(parse("xs://h/p?"+f.Query()), "xs")
+	tc, err = urlkit.TLS(parse("xs://h/p?"+f.Query()), "xs")
 	require.NoError(t, err)
 	require.NotNil(t, tc.RootCAs)
 	require.Len(t, tc.Certificates, 1)
 	assert.False(t, tc.InsecureSkipVerify)
 
 	// A private CA alone (server-only TLS).
-	tc, err = backend.URLTLS(parse("xs://h/p?cacert="+f.CA), "xs")
+	tc, err = urlkit.TLS(parse("xs://h/p?cacert="+f.CA), "xs")
 	require.NoError(t, err)
 	assert.NotNil(t, tc.RootCAs)
 	assert.Empty(t, tc.Certificates)
@@ -65,8 +66,8 @@ func TestURLTLS(t *testing.T) {
 		{"xs://h/p?cert=" + f.ClientCert + "&key=" + f.ClientCert, "cert/key"},          // a certificate is not a key
 		{"xs://u:secret@h/p?cert=" + f.ClientCert + "&key=" + notPEM, "xs://u:xxxxx@h"}, // redacted
 	} {
-		_, err := backend.URLTLS(parse(bad.url), "xs")
-		require.ErrorIs(t, err, backend.ErrInvalidURL, bad.url)
+		_, err := urlkit.TLS(parse(bad.url), "xs")
+		require.ErrorIs(t, err, driver.ErrInvalidURL, bad.url)
 		assert.Contains(t, err.Error(), bad.want, bad.url)
 		assert.NotContains(t, err.Error(), "secret", bad.url)
 	}

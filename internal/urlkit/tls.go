@@ -1,4 +1,4 @@
-package backend
+package urlkit
 
 import (
 	"context"
@@ -13,27 +13,29 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/fencelock/fencelock/backend/driver"
 )
 
-// TLSParams are the query parameters URLTLS reads: PEM files for TLS.
+// TLSParams are the query parameters TLS reads: PEM files for TLS.
 //   - cacert: the CA bundle that verifies the servers (default: the system
 //     roots).
 //   - cert, key: the client certificate and its private key, for servers
 //     that require one (mutual TLS); both or neither.
 var TLSParams = []string{"cacert", "cert", "key"}
 
-// URLTLS returns the TLS configuration of u for adapters' URL parsers: nil
+// TLS returns the TLS configuration of u for adapters' URL parsers: nil
 // if u's scheme is not tlsScheme (the adapter's TLS scheme, such as
 // "etcds"), else a configuration with TLS 1.2 at least, the cacert bundle
 // as its roots (the system roots without it) and the cert/key pair as its
 // client certificate. TLSParams on another scheme, an empty or unreadable
 // file, a cacert without a PEM certificate, a cert without key (or key
 // without cert) and a pair that does not load are errors matching
-// ErrInvalidURL. The files are read now, once: a rotated certificate needs
+// driver.ErrInvalidURL. The files are read now, once: a rotated certificate needs
 // a new Locker.
-func URLTLS(u *url.URL, tlsScheme string) (*tls.Config, error) {
+func TLS(u *url.URL, tlsScheme string) (*tls.Config, error) {
 	bad := func(format string, args ...any) (*tls.Config, error) {
-		return nil, fmt.Errorf("%w: %s: %s", ErrInvalidURL, RedactURL(u), fmt.Sprintf(format, args...))
+		return nil, fmt.Errorf("%w: %s: %s", driver.ErrInvalidURL, Redact(u), fmt.Sprintf(format, args...))
 	}
 	q := u.Query()
 	for _, p := range TLSParams {
