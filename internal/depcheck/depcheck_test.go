@@ -246,6 +246,9 @@ func exampleProblems(f *ast.File, ex *doc.Example) []string {
 		if isInternal(path) {
 			problems = append(problems, fmt.Sprintf("imports %s, which a user cannot import", path))
 		}
+		if path == contract {
+			problems = append(problems, fmt.Sprintf("imports %s, the adapter's contract, which a user's program never needs", path))
+		}
 	}
 	return problems
 }
@@ -264,6 +267,24 @@ func imports(f *ast.File) []string {
 		}
 	}
 	return paths
+}
+
+// contract is the adapter's contract: adapters implement it, users never
+// import it.
+const contract = module + "/backend/driver"
+
+// The example programs are what a user writes: open, acquire, token, loss
+// signal, release, guard. None of it needs the adapter's contract.
+func TestExampleProgramsUseNoAdapterContract(t *testing.T) {
+	pkgs := goList(t, "./examples/...")
+	if len(pkgs) == 0 {
+		t.Fatal("no example program found: the check is blind")
+	}
+	for _, p := range pkgs {
+		if slices.Contains(p.Imports, contract) {
+			t.Errorf("%s imports %s", p.ImportPath, contract)
+		}
+	}
 }
 
 func isInternal(path string) bool {
