@@ -17,7 +17,8 @@ import (
 	"github.com/fencelock/fencelock/backend"
 )
 
-const backendPkg = "github.com/fencelock/fencelock/backend"
+// driverPkg defines Register.
+const driverPkg = "github.com/fencelock/fencelock/backend/driver"
 
 // registrar is a package of the module that calls driver.Register, with
 // the scheme names it passes as string constants (a name computed some
@@ -74,7 +75,7 @@ func findRegistrars(t *testing.T) []registrar {
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		f := strings.SplitN(line, "\t", 3)
 		require.Len(t, f, 3, line)
-		if f[0] == backendPkg {
+		if f[0] == driverPkg {
 			continue // defines Register
 		}
 		var r registrar
@@ -103,8 +104,8 @@ func registeredIn(t *testing.T, path string) (schemes []string, found bool) {
 	require.NoError(t, err)
 	local := ""
 	for _, imp := range f.Imports {
-		if p, _ := strconv.Unquote(imp.Path.Value); p == backendPkg {
-			local = "backend"
+		if p, _ := strconv.Unquote(imp.Path.Value); p == driverPkg {
+			local = "driver"
 			if imp.Name != nil {
 				local = imp.Name.Name
 			}
