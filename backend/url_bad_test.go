@@ -2,11 +2,9 @@ package backend_test
 
 import (
 	"context"
-	"net/url"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"github.com/fencelock/fencelock/backend"
 	_ "github.com/fencelock/fencelock/backend/mem"
@@ -105,11 +103,4 @@ func TestOpenValueErrorsAreOptionErrors(t *testing.T) {
 		assert.ErrorIs(t, err, backend.ErrInvalidOption, raw)
 		assert.ErrorIs(t, err, backend.ErrInvalidURL, raw)
 	}
-}
-
-func mustURL(t *testing.T, raw string) *url.URL {
-	t.Helper()
-	u, err := url.Parse(raw)
-	require.NoError(t, err)
-	return u
 }
