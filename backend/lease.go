@@ -27,10 +27,11 @@ import (
 //
 // A Lease is safe for concurrent use.
 type Lease struct {
-	locker *Locker
-	drv    driver.Lease // nil until attach
-	name   string
-	s      settings
+	locker  *Locker
+	drv     driver.Lease // nil until attach
+	locking bool         // the driver's Lock is in flight (under mu)
+	name    string
+	s       settings
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -56,15 +57,24 @@ func newLease(l *Locker, name string, s settings) *Lease {
 	return &Lease{locker: l, name: name, s: s, ctx: ctx, cancel: cancel}
 }
 
-// attach gives the lease its driver lease, and starts the expiry clock if
-// the driver started it.
+// attach gives the lease its driver lease, about to Lock, and starts the
+// expiry clock if the driver started it.
 func (ls *Lease) attach(drv driver.Lease, started time.Time) {
 	ls.mu.Lock() // the timer may fire at once
 	defer ls.mu.Unlock()
-	ls.drv = drv
+	ls.drv, ls.locking = drv, true
 	if !started.IsZero() {
 		ls.extendLocked(started)
 	}
+}
+
+// lockReturned records that the driver's Lock returned: from now on a loss
+// releases the driver lease in the background (before, the acquisition
+// does, once Lock has returned, as driver.Lease promises).
+func (ls *Lease) lockReturned() {
+	ls.mu.Lock()
+	ls.locking = false
+	ls.mu.Unlock()
 }
 
 // driverLost is the driver's Request.Lost: the backend observed the lease
@@ -351,10 +361,12 @@ func (ls *Lease) lose(cause error) {
 // just lost, if it is still ours. Close bounds it.
 func (ls *Lease) cleanUpLost() {
 	ls.mu.Lock()
-	attached := ls.drv != nil
+	acquiring := ls.drv == nil || ls.locking
 	ls.mu.Unlock()
-	if !attached {
-		return // lost during NewLease: the failed acquisition cleans up
+	if acquiring {
+		// Lost during NewLease or Lock: the loss ends Lock's context, and
+		// the failed acquisition cleans up once Lock has returned.
+		return
 	}
 	if !ls.locker.begin() {
 		return // Close releases it

@@ -142,6 +142,7 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []Opt
 	stopOnLoss := context.AfterFunc(ls.ctx, func() { cancel(context.Cause(ls.ctx)) })
 	g, err := dl.Lock(ctx, wait)
 	stopOnLoss()
+	ls.lockReturned()
 	if err == nil {
 		err = ls.granted(g)
 	}

@@ -31,6 +31,10 @@ type stuckDriver struct {
 	unstuck  chan struct{}
 	closed   bool
 	inFlight atomic.Int32 // KeepAlive calls hanging
+	locking  atomic.Int32 // Lock calls in flight
+	// relInLock counts Release calls made while a Lock was in flight,
+	// which driver.Lease rules out.
+	relInLock atomic.Int32
 }
 
 func newStuckDriver() *stuckDriver { return &stuckDriver{lock: "grant", unstuck: make(chan struct{})} }
@@ -80,6 +84,8 @@ type stuckLease struct{ d *stuckDriver }
 var errStuckNet = errors.New("stuck: i/o timeout")
 
 func (l *stuckLease) Lock(ctx context.Context, wait bool) (driver.Grant, error) {
+	l.d.locking.Add(1)
+	defer l.d.locking.Add(-1)
 	l.d.mu.Lock()
 	mode := l.d.lock
 	l.d.mu.Unlock()
@@ -88,6 +94,9 @@ func (l *stuckLease) Lock(ctx context.Context, wait bool) (driver.Grant, error) 
 		return driver.Grant{}, fmt.Errorf("%w: stuck: held", backend.ErrNotAcquired)
 	case "queued":
 		<-ctx.Done()
+		// A driver takes a moment to wind its wait down (a request in
+		// flight, bounded by ctx): Release must not overtake it.
+		time.Sleep(50 * time.Millisecond)
 		return driver.Grant{}, fmt.Errorf("%w: stuck: %w", backend.ErrNotAcquired, ctx.Err())
 	case "silent":
 		<-ctx.Done()
@@ -115,6 +124,9 @@ func (l *stuckLease) KeepAlive(ctx context.Context) (time.Time, error) {
 }
 
 func (l *stuckLease) Release(ctx context.Context) error {
+	if l.d.locking.Load() > 0 {
+		l.d.relInLock.Add(1)
+	}
 	l.d.mu.Lock()
 	hang := l.d.hangRel
 	l.d.mu.Unlock()
@@ -170,6 +182,27 @@ func TestLossAtDeadlineWhileRenewalHangs(t *testing.T) {
 
 	close(d.unstuck)
 	require.Eventually(t, func() bool { return d.inFlight.Load() == 0 }, time.Second, time.Millisecond)
+}
+
+// A waiter lost while its Lock is in flight (its renewals got no answer
+// until the deadline) is released by the failed acquisition once Lock has
+// returned, never while Lock runs, as driver.Lease promises its drivers:
+// an adapter's Lock may still be writing the state that Release reads.
+// (A driver stands in for a backend here: only it can tell the order of
+// the calls a real one receives.)
+func TestLostWaiterReleasedAfterLock(t *testing.T) {
+	d := newStuckDriver()
+	d.set(func(d *stuckDriver) { d.lock, d.silentKA = "queued", true })
+	l, err := backend.New(d)
+	require.NoError(t, err)
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = l.Acquire(ctx, "waiter", backend.WithTTL(300*time.Millisecond))
+	require.ErrorIs(t, err, backend.ErrLeaseLost, "the deadline ended the wait")
+	require.Eventually(t, func() bool { return d.locking.Load() == 0 }, time.Second, time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // a background release would have run by now
+	assert.Zero(t, d.relInLock.Load(), "Release was called while Lock was in flight")
 }
 
 // The renewal's own error stays in the chain of the loss cause: a lease
