@@ -23,7 +23,10 @@ type Proxy struct {
 	// healed is closed while the proxy forwards; Partition replaces it
 	// with an open channel, which Heal closes.
 	healed chan struct{}
-	wg     sync.WaitGroup // serve, and every link's goroutines
+	// answering is healed for the target's bytes alone: HoldReplies
+	// replaces it with an open channel, which Heal closes.
+	answering chan struct{}
+	wg        sync.WaitGroup // serve, and every link's goroutines
 }
 
 // link is one client connection and, once dialled, its connection to the
@@ -58,9 +61,10 @@ func Start(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	healed := make(chan struct{})
+	healed, answering := make(chan struct{}), make(chan struct{})
 	close(healed)
-	p := &Proxy{ln: ln, target: target, links: make(map[*link]struct{}), healed: healed}
+	close(answering)
+	p := &Proxy{ln: ln, target: target, links: make(map[*link]struct{}), healed: healed, answering: answering}
 	p.wg.Add(1)
 	go p.serve()
 	return p, nil
@@ -98,16 +102,32 @@ func (p *Proxy) Partition() {
 	}
 }
 
-// Heal ends a Partition: the proxy forwards again, first what it held, in
-// order, and connects the connections accepted meanwhile. Healing a proxy
-// that is not partitioned does nothing.
-func (p *Proxy) Heal() {
+// HoldReplies stops forwarding what the target sends, and only that, until
+// Heal: requests reach the target, their answers are held (not dropped).
+// To the client it looks like a slow return path, or a client paused just
+// after sending: the target acted on a request whose answer comes late.
+func (p *Proxy) HoldReplies() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	select {
-	case <-p.healed:
-	default:
-		close(p.healed)
+	case <-p.answering:
+		p.answering = make(chan struct{})
+	default: // already held
+	}
+}
+
+// Heal ends a Partition or HoldReplies: the proxy forwards again, first
+// what it held, in order, and connects the connections accepted meanwhile.
+// Healing a proxy that is not partitioned does nothing.
+func (p *Proxy) Heal() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range []chan struct{}{p.healed, p.answering} {
+		select {
+		case <-c:
+		default:
+			close(c)
+		}
 	}
 }
 
@@ -120,17 +140,26 @@ func (p *Proxy) Close() {
 }
 
 // waitHealed returns true once the proxy forwards (at once if it is not
-// partitioned), false if l is torn down first.
-func (p *Proxy) waitHealed(l *link) bool {
+// partitioned), the target's bytes too if reply, false if l is torn down
+// first.
+func (p *Proxy) waitHealed(l *link, reply bool) bool {
 	p.mu.Lock()
-	healed := p.healed
+	healed, answering := p.healed, p.answering
 	p.mu.Unlock()
-	select {
-	case <-healed:
-		return true
-	case <-l.ctx.Done():
-		return false
+	if !reply {
+		answering = nil
 	}
+	for _, c := range []chan struct{}{healed, answering} {
+		if c == nil {
+			continue
+		}
+		select {
+		case <-c:
+		case <-l.ctx.Done():
+			return false
+		}
+	}
+	return true
 }
 
 func (p *Proxy) serve() {
@@ -165,7 +194,7 @@ func (p *Proxy) forward(l *link) {
 	}()
 	// A connection accepted during a partition reaches the target only
 	// once it heals.
-	if !p.waitHealed(l) {
+	if !p.waitHealed(l, false) {
 		return
 	}
 	var d net.Dialer
@@ -184,20 +213,21 @@ func (p *Proxy) forward(l *link) {
 
 	var pipes sync.WaitGroup
 	pipes.Add(2)
-	go func() { defer pipes.Done(); p.pipe(l, server, l.client) }()
-	go func() { defer pipes.Done(); p.pipe(l, l.client, server) }()
+	go func() { defer pipes.Done(); p.pipe(l, server, l.client, false) }()
+	go func() { defer pipes.Done(); p.pipe(l, l.client, server, true) }()
 	pipes.Wait()
 }
 
 // pipe copies src to dst, holding what it read while the proxy is
-// partitioned. At src's end of file it half-closes dst, so the other
-// direction can finish; on any other error it tears l down.
-func (p *Proxy) pipe(l *link, dst, src net.Conn) {
+// partitioned (or, for the target's replies, held). At src's end of file
+// it half-closes dst, so the other direction can finish; on any other
+// error it tears l down.
+func (p *Proxy) pipe(l *link, dst, src net.Conn, reply bool) {
 	buf := make([]byte, 32*1024)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			if !p.waitHealed(l) {
+			if !p.waitHealed(l, reply) {
 				return
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
@@ -206,7 +236,7 @@ func (p *Proxy) pipe(l *link, dst, src net.Conn) {
 			}
 		}
 		if errors.Is(err, io.EOF) {
-			if !p.waitHealed(l) { // the end of file passes no sooner than data
+			if !p.waitHealed(l, reply) { // the end of file passes no sooner than data
 				return
 			}
 			if cw, ok := dst.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {

@@ -161,6 +161,29 @@ func TestPartitionHoldsBothWaysThenHeals(t *testing.T) {
 	assert.Equal(t, "after", readN(t, s, 5))
 }
 
+func TestHoldRepliesPassesRequests(t *testing.T) {
+	target, conns := acceptServer(t)
+	p, err := Start(target)
+	require.NoError(t, err)
+	defer p.Close()
+	c := dial(t, p.Addr())
+	_, err = c.Write([]byte("a"))
+	require.NoError(t, err)
+	s := accepted(t, conns)
+	require.Equal(t, "a", readN(t, s, 1))
+
+	p.HoldReplies()
+	_, err = c.Write([]byte("request"))
+	require.NoError(t, err)
+	assert.Equal(t, "request", readN(t, s, len("request")), "requests pass")
+	_, err = s.Write([]byte("answer"))
+	require.NoError(t, err)
+	nothingFor(t, c, 300*time.Millisecond)
+
+	p.Heal()
+	assert.Equal(t, "answer", readN(t, c, len("answer")), "the held answer arrives")
+}
+
 func TestPartitionHoldsNewConnections(t *testing.T) {
 	target, conns := acceptServer(t)
 	p, err := Start(target)
