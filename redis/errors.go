@@ -14,6 +14,11 @@ import (
 	"github.com/fencelock/fencelock/backend"
 )
 
+// errFirstAttemptUnanswered fails the renewals of an acquisition whose
+// first attempt has had no answer yet: nothing of it is known to be in
+// Redis, so nothing can be renewed.
+var errFirstAttemptUnanswered = fmt.Errorf("%w: redis: the acquisition's first attempt is not answered yet", backend.ErrUnavailable)
+
 // mapErr wraps a go-redis error in backend.ErrUnavailable when it says the
 // server could not be reached or did not answer (a network error or
 // timeout, a closed or reset connection, an exhausted pool, a server that

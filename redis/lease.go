@@ -67,7 +67,6 @@ type lease struct {
 	failing error // the last attempt's error while no entry is known to be queued
 	sub     *sub  // the waiter's subscription, while Lock waits
 	token   fencing.Token
-	relErr  error
 }
 
 // Suspended implements driver.Lease: go-redis reconnects on its own and
@@ -319,10 +318,19 @@ func (l *lease) KeepAlive(ctx context.Context) (time.Time, error) {
 	switch {
 	case st == stReleased:
 		return time.Time{}, fmt.Errorf("%w: redis: renewal after release", backend.ErrLeaseLost)
+	case st == stUnknown && !queued:
+		// The first attempt is in flight, or failed unanswered. It may
+		// have taken the lock, with an expiry counted from its arrival,
+		// and nothing here can renew that key before its answer names
+		// it: a renewal counted from now would put the local deadline
+		// past the key's expiry. So this renewal fails, and is tried
+		// again; if no answer comes, the deadline ends the wait.
+		if failing == nil {
+			failing = errFirstAttemptUnanswered
+		}
+		return time.Time{}, failing
 	case st != stHeld && !queued:
-		// Nothing of ours in Redis yet. A waiter whose attempts fail
-		// reports it, so that the deadline ends a wait on a dead server.
-		return sent, failing
+		return sent, nil // nothing of ours in Redis
 	}
 	n, err := bounded(ctx, l.d, func() (int64, error) {
 		return refreshScript.Run(ctx, l.d.c, []string{l.k.lock, l.k.queue, l.k.expiry}, l.owner, l.ttlMs).Int64()
@@ -350,15 +358,11 @@ func (l *lease) KeepAlive(ctx context.Context) (time.Time, error) {
 
 // Release implements driver.Lease: the release script deletes the
 // lock key only if it holds this acquisition's value, drops its queue entry,
-// and names the next waiter on the lock's channel. It is idempotent once it
-// has succeeded.
+// and names the next waiter on the lock's channel.
 func (l *lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	switch {
-	case l.st == stReleased:
-		return l.relErr
-	case l.st == stIdle && !l.queued:
+	if l.st == stIdle && !l.queued {
 		l.st = stReleased
 		return nil
 	}
@@ -375,9 +379,10 @@ func (l *lease) Release(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("redis: release script: %w", mapErr(err))
 	}
-	if n != 1 && l.st == stHeld {
-		l.relErr = fmt.Errorf("%w: redis: lock key %q was already gone or someone else's", backend.ErrLeaseLost, l.k.lock)
-	}
+	held := l.st == stHeld
 	l.st = stReleased
-	return l.relErr
+	if n != 1 && held {
+		return fmt.Errorf("%w: redis: lock key %q was already gone or someone else's", backend.ErrLeaseLost, l.k.lock)
+	}
+	return nil
 }
