@@ -20,7 +20,7 @@ import (
 // never taken to mean "held".
 type Driver interface {
 	// Capabilities declares the backend's limits and defaults. Package
-	// backend reads it once, when the Locker is created.
+	// backend reads it when the Locker is created; it must not change.
 	Capabilities() Capabilities
 	// CheckTTL reports why the backend cannot honour ttl (already at least
 	// Capabilities().MinTTL), or nil: etcd counts whole seconds, Redis and
@@ -30,10 +30,13 @@ type Driver interface {
 	// alive while waiting and holding (an etcd lease, a ZooKeeper session).
 	// started is when the request that started the lease's expiry clock was
 	// sent (for a lease reused from a pool, the send time of its last
-	// renewal); zero if no clock runs yet (the lock key itself will carry
-	// the expiry, as in Redis).
+	// renewal), or, for a backend whose lock key carries its own expiry
+	// (Redis), when the acquisition began, so that a waiter's renewals
+	// start at once; zero if no clock runs yet.
 	NewLease(ctx context.Context, req Request) (lease Lease, started time.Time, err error)
 	// Inspect tells who holds and who waits for the lock called name.
+	// Inspect, Revoke and RevokeID return an error matching
+	// errors.ErrUnsupported if the backend cannot do it.
 	Inspect(ctx context.Context, name string) (Status, error)
 	// Revoke ends the acquisition of lock name granted (or queued) with
 	// token, as an expiry would; found is false if there was none.
@@ -103,9 +106,12 @@ type Lease interface {
 	// reports it through Request.Lost, which ends ctx), never a grant.
 	Lock(ctx context.Context, wait bool) (Grant, error)
 	// KeepAlive extends the lease by its TTL counted from sent, the time
-	// the renewing request was sent. A lease that no longer exists returns
-	// an error wrapping ErrLeaseLost; backend retries any other error
-	// until the loss deadline.
+	// the renewing request was sent: every lock key and queue entry of the
+	// acquisition then expires no sooner than sent + TTL. One that cannot
+	// say so (Redis: the first attempt is unanswered, so a key it may have
+	// written cannot be named) returns an error instead. A lease that no
+	// longer exists returns an error wrapping ErrLeaseLost; backend retries
+	// any other error until the loss deadline.
 	KeepAlive(ctx context.Context) (sent time.Time, err error)
 	// Release removes this acquisition's lock key, queue entry or both,
 	// only if they are still this acquisition's (never a newer holder's),
