@@ -125,8 +125,8 @@
 //     package).
 //
 // Besides, a watch on the acquisition's own key (on its own gRPC stream, not
-// awaited by any operation) closes the Lost channel as soon as the key is
-// deleted, for example when an operator revokes the lease or deletes the key
+// awaited by any operation) reports the loss (the Lease's Done fires) as soon
+// as the key is deleted, for example when an operator revokes the lease or deletes the key
 // with Locker.RevokeID.
 //
 // # Caveats

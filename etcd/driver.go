@@ -45,10 +45,10 @@ func New(client *clientv3.Client, prefix string, opts ...backend.Option) (*backe
 	return backend.New(newDriver(client, prefix, false), opts...)
 }
 
-// driver implements driver.Driver over one etcd client.
+// etcdDriver implements driver.Driver over one etcd client.
 type etcdDriver struct {
 	client *clientv3.Client
-	owned  bool // close client on Close
+	owned  bool // close client on Shutdown
 	prefix string
 
 	mu     sync.Mutex

@@ -50,7 +50,6 @@ type lease struct {
 	key      string
 	rev      int64 // create revision of key: the token
 	doubtful bool  // id must not go back to the pool
-	relErr   error // what Release returned once done
 
 	lost    func(cause error) // the Request's Lost
 	stopOwn func()            // stops the watch on our own key
@@ -388,8 +387,8 @@ func (l *lease) lostError(key string) error {
 const ownWatchDelay = 50 * time.Millisecond
 
 // watchOwnKey watches our key, from the revision after its creation, once
-// it has existed for ownWatchDelay, and closes l.lost when it is deleted or
-// written by anyone else: a put by another client (etcdctl put, a
+// it has existed for ownWatchDelay, and reports the loss when it is deleted
+// or written by anyone else: a put by another client (etcdctl put, a
 // misconfigured tool with the same role) detaches the key from our lease,
 // so it would outlive us, and replaces our value, so status tools would
 // show a holder that is not; this acquisition never writes its key again,
@@ -458,7 +457,7 @@ func (l *lease) watchOwnKeyFrom(ctx context.Context, key string, rev int64, id c
 
 // stopWatchingOwnKey stops the watch of watchOwnKey, or keeps it from
 // starting. Its goroutine ends on its own, soon; Release does not wait for it
-// (driver Close does).
+// (the driver's Shutdown does).
 func (l *lease) stopWatchingOwnKey() {
 	l.mu.Lock()
 	stop := l.stopOwn
@@ -523,12 +522,9 @@ func (l *lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	st, id, key, rev, doubtful := l.st, l.id, l.key, l.rev, l.doubtful
 	idle := idleLease{id: l.id, sent: l.sent}
-	relErr := l.relErr
 	l.mu.Unlock()
 
 	switch st {
-	case stReleased:
-		return relErr
 	case stIdle:
 		if doubtful {
 			if err := l.revoke(ctx, id); err != nil {
@@ -537,7 +533,7 @@ func (l *lease) Release(ctx context.Context) error {
 		} else {
 			l.d.put(l.ttl, idle)
 		}
-		l.finish(nil)
+		l.finish()
 		return nil
 	case stUnknown:
 		// Whether the put applied is unknown: revoking the lease removes
@@ -545,7 +541,7 @@ func (l *lease) Release(ctx context.Context) error {
 		if err := l.revoke(ctx, id); err != nil {
 			return err
 		}
-		l.finish(nil)
+		l.finish()
 		return nil
 	}
 
@@ -558,17 +554,16 @@ func (l *lease) Release(ctx context.Context) error {
 	}
 	if resp.Succeeded && !doubtful {
 		l.d.put(l.ttl, idle)
-		l.finish(nil)
+		l.finish()
 		return nil
 	}
 	l.d.revokeAsync(id)
 	if resp.Succeeded || st != stHeld {
-		l.finish(nil)
+		l.finish()
 		return nil
 	}
-	err = fmt.Errorf("%w: etcd: lock key %q (token %d) was already gone at release", backend.ErrLeaseLost, key, rev)
-	l.finish(err)
-	return err
+	l.finish()
+	return fmt.Errorf("%w: etcd: lock key %q (token %d) was already gone at release", backend.ErrLeaseLost, key, rev)
 }
 
 // revoke revokes id now; a lease already gone is fine.
@@ -579,8 +574,10 @@ func (l *lease) revoke(ctx context.Context, id clientv3.LeaseID) error {
 	return nil
 }
 
-func (l *lease) finish(err error) {
+// finish marks the lease released (backend calls Release no more once it
+// succeeded), so that a renewal in flight does not renew a pooled lease.
+func (l *lease) finish() {
 	l.mu.Lock()
-	l.st, l.relErr = stReleased, err
+	l.st = stReleased
 	l.mu.Unlock()
 }
