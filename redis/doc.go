@@ -207,7 +207,7 @@
 //
 // Redis does not tell anyone when a key expires or is deleted (keyspace
 // notifications are server configuration, off by default), so the adapter
-// has no Lost channel: a holder learns that its key is gone from its next
+// never reports a loss itself: a holder learns that its key is gone from its next
 // renewal (every TTL/3) or from its local deadline.
 //
 // # Interoperability

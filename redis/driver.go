@@ -140,10 +140,10 @@ var (
 	releaseScript = goredis.NewScript(queueLua + releaseLua)
 )
 
-// driver implements driver.Driver over one go-redis client.
+// redisDriver implements driver.Driver over one go-redis client.
 type redisDriver struct {
 	c     Client
-	owned io.Closer // closed by Close when the driver opened the client
+	owned io.Closer // closed by Shutdown when the driver opened the client
 	cfg   Config
 	id    string // this driver's random id: the first part of every owner id
 	// heedsCtx: the client bounds requests by their context (see

@@ -19,8 +19,8 @@ import (
 )
 
 // ownWatchDelay is how long a lock granted without waiting must have been
-// held before the lease watches our node (a data watch that closes Lost
-// when it is deleted). Most uncontended holds are over sooner, and the watch
+// held before the lease watches our node (a data watch that reports the
+// loss when it is deleted). Most uncontended holds are over sooner, and the watch
 // would cost them a request; a deletion is still seen within this delay
 // (and by the next renewal in any case). A waiter watches its node from the
 // start of its wait, and keeps that watch once granted.
@@ -87,12 +87,19 @@ func (l *lease) Suspended() (bool, <-chan struct{}) { return l.s.suspension() }
 
 // markLost records that our node was seen deleted or our session ended, and
 // reports it to the Locker with its cause.
-func (l *lease) markLost() {
+func (l *lease) markLost() { l.markLostWhy("") }
+
+// markLostWhy is markLost with the cause as the caller saw it ("" for
+// deleted, or the session's end if it has ended).
+func (l *lease) markLostWhy(why string) {
 	l.lostOnce.Do(func() {
 		close(l.lost)
-		why := "deleted"
-		if l.g.ended() {
+		switch {
+		case why != "":
+		case l.g.ended():
 			why = "its session ended: " + context.Cause(l.g.ctx).Error()
+		default:
+			why = "deleted"
 		}
 		l.report(l.lostError(why))
 	})
@@ -503,7 +510,7 @@ func (l *lease) children(ctx context.Context) ([]string, error) {
 		return nil, l.opError("get children of "+l.dir, err)
 	}
 	if !l.alive(sent) {
-		l.markLost()
+		l.markLostWhy("the session ended")
 		return nil, l.lostError("the session ended")
 	}
 	return kids, nil
@@ -655,7 +662,7 @@ func (l *lease) doCreate(plain bool) (path string, czxid int64, alone bool, err 
 // the connection is down (a bounded number of times; if the new session
 // expires too, so does the node).
 func (l *lease) dropStray(path string) {
-	l.markLost()
+	l.markLostWhy("the session changed during the create")
 	for attempt := 0; attempt < createAttempts; attempt++ {
 		if err := l.s.conn.Delete(path, -1); !connDown(err) {
 			return
@@ -702,7 +709,7 @@ func (l *lease) findOwn() (path string, czxid int64, found bool, err error) {
 					l.dropStray(l.dir + "/" + k)
 				}
 			}
-			l.markLost()
+			l.markLostWhy("the session changed during the create")
 			return "", 0, false, l.lostError("the session changed during the create")
 		}
 		for _, k := range kids {
@@ -759,7 +766,7 @@ func (l *lease) makeNode(p string) error {
 	}
 }
 
-// watchOwn watches our node (once) and closes Lost when the node is
+// watchOwn watches our node (once) and reports the loss when the node is
 // deleted by anyone but our Release. armed, if not nil, is a data watch on
 // it already set; otherwise it sets one.
 func (l *lease) watchOwn(armed <-chan zk.Event) {

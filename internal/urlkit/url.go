@@ -1,6 +1,6 @@
 // Package urlkit holds what fencelock's adapters share to parse their
 // URLs: strict parsing that never echoes a password, query parameters,
-// host lists and TLS files. Its errors match driver.driver.ErrInvalidURL.
+// host lists and TLS files. Its errors match driver.ErrInvalidURL.
 package urlkit
 
 import (
@@ -23,7 +23,7 @@ import (
 // (WithDriftMargin), holder (WithHolder).
 var CommonParams = []string{"ttl", "auto_renew", "max_hold", "drift", "holder"}
 
-// Parse parses a backend URL for Open and adapters' own Open functions.
+// Parse parses a backend URL for backend.Open and the adapters' Schemes.
 // Its errors match driver.ErrInvalidURL and never carry the raw URL: url.Parse
 // quotes its input (and a misplaced password, "etcd://u:pw/x@h", parses
 // as a host with port "pw"), so only a redacted description of what is
