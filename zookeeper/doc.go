@@ -90,7 +90,10 @@
 //     acquisition that waited: a plain create and 1 getChildren, and 1
 //     exists if the lock is free after all.
 //   - TryAcquire: 1 getChildren first; a held lock stops there, without a
-//     write. A free one then costs the 1 of Acquire.
+//     write, once 1 sync and 1 getChildren more confirm it (the server
+//     answers reads from its own copy, which may lag the leader's, so the
+//     release of another client may not have reached it yet). A free one
+//     then costs the 1 of Acquire.
 //   - Release: 1 delete.
 //   - Waiting: a getData watch on the predecessor (1), one on our own node
 //     (1) and, two or more places back, one on the node ahead of the

@@ -136,7 +136,8 @@ func (l *lease) alive(sent time.Time) bool {
 // Lock implements driver.Lease.
 //
 // Round trips: TryAcquire reads the children first (1), and on a held lock
-// stops there without writing; otherwise, and for Acquire, one Multi creates
+// stops there without writing, once a sync and a second read (2) confirm
+// it; otherwise, and for Acquire, one Multi creates
 // our node and returns its czxid (1) and whether it is alone in the
 // directory; if not, one getChildren (1) tells whether it is first. A
 // waiter then waits as waitFirst says. An Acquire that follows one that
@@ -166,11 +167,11 @@ func (l *lease) lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 	l.mu.Unlock()
 
 	if !wait {
-		kids, err := l.children(ctx)
+		n, err := l.lockNodes(ctx)
 		if err != nil {
 			return 0, time.Time{}, err
 		}
-		if n := countLocks(kids); n > 0 {
+		if n > 0 {
 			return 0, time.Time{}, fmt.Errorf("%w: zookeeper: %s has %d lock node(s)", backend.ErrNotAcquired, l.dir, n)
 		}
 	}
@@ -490,6 +491,32 @@ func (l *lease) opError(what string, err error) error {
 		return fmt.Errorf("zookeeper: %s: %w", what, errConnClosed)
 	}
 	return fmt.Errorf("zookeeper: %s: %w", what, mapErr(err))
+}
+
+// lockNodes counts the lock nodes in our lock directory, for a TryAcquire
+// that writes nothing on a held lock. A server answers reads from its own
+// copy of the tree, which may lag the leader's: a release that another
+// client's server has already answered may not have reached ours. So a
+// read that shows lock nodes is made again after a sync, which brings our
+// server up to date with the leader; only then is the lock held. (A free
+// lock needs no second read: the create that follows goes through the
+// leader, and what it finds is current.)
+func (l *lease) lockNodes(ctx context.Context) (int, error) {
+	kids, err := l.children(ctx)
+	if err != nil || countLocks(kids) == 0 {
+		return 0, err
+	}
+	err = call(ctx, func() error {
+		_, err := l.s.conn.Sync(l.dir)
+		return err
+	})
+	if err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return 0, l.opError("sync "+l.dir, err)
+	}
+	if kids, err = l.children(ctx); err != nil {
+		return 0, err
+	}
+	return countLocks(kids), nil
 }
 
 // children lists the children of our lock directory (none if it does not
