@@ -68,6 +68,10 @@ func (s *suite) testWaiterCrash(t *testing.T) {
 
 	chB := goAcquire(t, ctx(t, s.long), b, name, s.shortTTL()...)
 	requireWaiting(t, chB, s.settle, "waiter before its crash")
+	// Queued, not still opening its session or lease: a crash then would
+	// be bounded by the dial timeout, not by the waiter's TTL (a ZooKeeper
+	// session dialled on a loaded machine outlasted the settle time once).
+	s.requireQueued(t, a, name, 1)
 	s.h.Crash(t, b)
 	r := wait(t, chB, s.expiry, "crashed waiter")
 	require.Nil(t, r.lease, "a waiter that lost its lease must not be granted")
