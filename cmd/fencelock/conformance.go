@@ -134,13 +134,21 @@ type caseResult struct {
 	output  []string // the lines logged by a failed case
 }
 
+// caseHeader is go test -v's line that starts (or resumes) the output of a
+// case of the suite.
+var caseHeader = regexp.MustCompile(`^=== (?:RUN|NAME|CONT)\s+TestConformance/(\S+)`)
+
 var resultLine = regexp.MustCompile(`^(\s*)--- (PASS|FAIL|SKIP): TestConformance/(\S+) \(([0-9.]+s)\)`)
 
 // readResults reads the child's -test.v output, showing each top-level case
 // as it finishes.
 func readResults(r io.Reader, stdout io.Writer, verbose bool) []caseResult {
 	var results []caseResult
-	var pending []string
+	// go test -v prints a test's result lines only once its parent has
+	// ended, all together; the output of each case follows its "=== RUN"
+	// (or "=== NAME", "=== CONT") header, so it is kept by case name.
+	output := map[string][]string{}
+	current := ""
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
 	for sc.Scan() {
@@ -148,18 +156,22 @@ func readResults(r io.Reader, stdout io.Writer, verbose bool) []caseResult {
 		if verbose {
 			fmt.Fprintln(stdout, line)
 		}
+		if h := caseHeader.FindStringSubmatch(line); h != nil {
+			current = h[1]
+			continue
+		}
 		m := resultLine.FindStringSubmatch(line)
 		if m == nil {
-			if !strings.HasPrefix(line, "=== ") {
-				pending = append(pending, line)
+			if !strings.HasPrefix(line, "=== ") && current != "" {
+				output[current] = append(output[current], line)
 			}
 			continue
 		}
 		res := caseResult{name: m[3], status: m[2], elapsed: m[4]}
 		if res.status == "FAIL" {
-			res.output = pending
+			res.output = output[res.name]
 		}
-		pending = nil
+		delete(output, res.name)
 		results = append(results, res)
 		if !verbose && !strings.Contains(res.name, "/") {
 			mark := map[string]string{"PASS": "ok  ", "FAIL": "FAIL", "SKIP": "skip"}[res.status]

@@ -248,16 +248,26 @@ func TestConformanceCommand(t *testing.T) {
 }
 
 func TestConformanceTableReportsFailures(t *testing.T) {
+	// As go test -v prints it: the result lines of the cases come together
+	// once TestConformance has ended, after every case's output.
 	child := strings.Join([]string{
 		"=== RUN   TestConformance",
 		"=== RUN   TestConformance/TryAcquire",
-		"    --- PASS: TestConformance/TryAcquire (0.10s)",
+		"    suite.go:10: acquired",
+		"=== RUN   TestConformance/WaiterCrash",
+		"    suite.go:235: timed out: crashed waiter: no result within 6s",
 		"=== RUN   TestConformance/Loss",
 		"=== RUN   TestConformance/Loss/Revoked",
 		"    loss.go:80: lease not lost",
-		"        --- FAIL: TestConformance/Loss/Revoked (2.00s)",
+		"=== NAME  TestConformance/Loss",
+		"    loss.go:90: after the sub-case",
+		"=== RUN   TestConformance/Close",
+		"--- FAIL: TestConformance (8.60s)",
+		"    --- PASS: TestConformance/TryAcquire (0.10s)",
+		"    --- FAIL: TestConformance/WaiterCrash (6.00s)",
 		"    --- FAIL: TestConformance/Loss (2.50s)",
-		"--- FAIL: TestConformance (2.60s)",
+		"        --- FAIL: TestConformance/Loss/Revoked (2.00s)",
+		"    --- PASS: TestConformance/Close (0.01s)",
 		"FAIL",
 	}, "\n")
 	var progress, table bytes.Buffer
@@ -265,10 +275,15 @@ func TestConformanceTableReportsFailures(t *testing.T) {
 	assert.Contains(t, progress.String(), "ok   TryAcquire")
 	assert.Contains(t, progress.String(), "FAIL Loss")
 	failed := printTable(&table, results, 3*time.Second)
-	assert.Equal(t, 1, failed)
-	assert.Contains(t, table.String(), "  Loss/Revoked")
-	assert.Contains(t, table.String(), "loss.go:80: lease not lost")
-	assert.Contains(t, table.String(), "1 passed, 1 failed")
+	assert.Equal(t, 2, failed)
+	tab := table.String()
+	assert.Contains(t, tab, "  Loss/Revoked")
+	assert.Contains(t, tab, "loss.go:80: lease not lost")
+	assert.Contains(t, tab, "loss.go:90: after the sub-case")
+	assert.Contains(t, tab, "timed out: crashed waiter", "the reason of a case that is not the first")
+	assert.NotContains(t, tab, "acquired", "a passing case's output")
+	assert.Less(t, strings.Index(tab, "crashed waiter"), strings.Index(tab, "Loss"), "each reason under its own case")
+	assert.Contains(t, tab, "2 passed, 2 failed")
 }
 
 func TestConformanceCapsRoundTrip(t *testing.T) {
