@@ -95,10 +95,17 @@ func (p *Proxy) Cut() {
 func (p *Proxy) Partition() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	hold(&p.healed)
+}
+
+// hold replaces *gate with an open channel if it is closed (forwarding),
+// so that what waits for it waits until Heal closes it; a gate already
+// holding is left as it is. p.mu must be held.
+func hold(gate *chan struct{}) {
 	select {
-	case <-p.healed:
-		p.healed = make(chan struct{})
-	default: // already partitioned
+	case <-*gate:
+		*gate = make(chan struct{})
+	default:
 	}
 }
 
@@ -109,11 +116,7 @@ func (p *Proxy) Partition() {
 func (p *Proxy) HoldReplies() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	select {
-	case <-p.answering:
-		p.answering = make(chan struct{})
-	default: // already held
-	}
+	hold(&p.answering)
 }
 
 // Heal ends a Partition or HoldReplies: the proxy forwards again, first
