@@ -89,11 +89,11 @@
 //     (waiters, or nodes that are not locks), 1 getChildren more. After an
 //     acquisition that waited: a plain create and 1 getChildren, and 1
 //     exists if the lock is free after all.
-//   - TryAcquire: 1 getChildren first; a held lock stops there, without a
-//     write, once 1 sync and 1 getChildren more confirm it (the server
-//     answers reads from its own copy, which may lag the leader's, so the
-//     release of another client may not have reached it yet). A free one
-//     then costs the 1 of Acquire.
+//   - TryAcquire: the 1 of Acquire on a free lock; on a held one, the
+//     Multi, 1 getChildren and 1 delete of our node. It does not read
+//     first: a server answers reads from its own copy, which may lag the
+//     leader's, so the release of another client may not have reached it
+//     yet, while what a read finds after our own create is current.
 //   - Release: 1 delete.
 //   - Waiting: a getData watch on the predecessor (1), one on our own node
 //     (1) and, two or more places back, one on the node ahead of the

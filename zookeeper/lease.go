@@ -135,15 +135,17 @@ func (l *lease) alive(sent time.Time) bool {
 
 // Lock implements driver.Lease.
 //
-// Round trips: TryAcquire reads the children first (1), and on a held lock
-// stops there without writing, once a sync and a second read (2) confirm
-// it; otherwise, and for Acquire, one Multi creates
-// our node and returns its czxid (1) and whether it is alone in the
-// directory; if not, one getChildren (1) tells whether it is first. A
-// waiter then waits as waitFirst says. An Acquire that follows one that
-// waited creates with a plain create instead (1, no czxid) and always reads
-// the children; its czxid comes with the watch on its node, or from one
-// exists if it does not wait.
+// Round trips: one Multi creates our node and returns its czxid (1) and
+// whether it is alone in the directory; if not, one getChildren (1) tells
+// whether it is first; a TryAcquire that is not first then deletes its
+// node (1, Release). TryAcquire does not read the children first: a
+// server answers reads from its own copy, which may lag the leader's, so a
+// lock released through another server could still look held there; what
+// a read finds after our own create (a write, through the leader) is
+// current. A waiter then waits as waitFirst says. An Acquire that follows
+// one that waited creates with a plain create instead (1, no czxid) and
+// always reads the children; its czxid comes with the watch on its node,
+// or from one exists if it does not wait.
 func (l *lease) Lock(ctx context.Context, wait bool) (driver.Grant, error) {
 	token, sent, err := l.lock(ctx, wait)
 	if err != nil && ctx.Err() != nil && !errors.Is(err, backend.ErrLeaseLost) && !errors.Is(err, backend.ErrNotAcquired) {
@@ -165,16 +167,6 @@ func (l *lease) lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 		return 0, time.Time{}, errors.New("zookeeper: Lock called twice on one acquisition")
 	}
 	l.mu.Unlock()
-
-	if !wait {
-		n, err := l.lockNodes(ctx)
-		if err != nil {
-			return 0, time.Time{}, err
-		}
-		if n > 0 {
-			return 0, time.Time{}, fmt.Errorf("%w: zookeeper: %s has %d lock node(s)", backend.ErrNotAcquired, l.dir, n)
-		}
-	}
 
 	sent := time.Now()
 	first, err := l.create(ctx, wait && l.d.wasContended(l.dir))
@@ -491,32 +483,6 @@ func (l *lease) opError(what string, err error) error {
 		return fmt.Errorf("zookeeper: %s: %w", what, errConnClosed)
 	}
 	return fmt.Errorf("zookeeper: %s: %w", what, mapErr(err))
-}
-
-// lockNodes counts the lock nodes in our lock directory, for a TryAcquire
-// that writes nothing on a held lock. A server answers reads from its own
-// copy of the tree, which may lag the leader's: a release that another
-// client's server has already answered may not have reached ours. So a
-// read that shows lock nodes is made again after a sync, which brings our
-// server up to date with the leader; only then is the lock held. (A free
-// lock needs no second read: the create that follows goes through the
-// leader, and what it finds is current.)
-func (l *lease) lockNodes(ctx context.Context) (int, error) {
-	kids, err := l.children(ctx)
-	if err != nil || countLocks(kids) == 0 {
-		return 0, err
-	}
-	err = call(ctx, func() error {
-		_, err := l.s.conn.Sync(l.dir)
-		return err
-	})
-	if err != nil && !errors.Is(err, zk.ErrNoNode) {
-		return 0, l.opError("sync "+l.dir, err)
-	}
-	if kids, err = l.children(ctx); err != nil {
-		return 0, err
-	}
-	return countLocks(kids), nil
 }
 
 // children lists the children of our lock directory (none if it does not
