@@ -17,10 +17,12 @@ const ensembleRounds = 300
 // In a three-server ensemble each server answers reads from its own copy
 // of the tree, which may lag the leader's. A lock released through one
 // server (the Release has returned) and tried at once through another must
-// be found free: before TryAcquire confirmed a held lock with a sync, the
+// be found free. When TryAcquire read the children before its create, the
 // second server's stale copy still showed the released node, and a free
 // lock was reported held (found by the conformance suite on a Docker
-// ensemble, one run in five beside another test run).
+// ensemble, one run in five beside another test run); a sync before a
+// second read made it rarer, not impossible. What a read finds after our
+// own create, a write through the leader, is current.
 func TestTryAcquireAfterReleaseThroughAnotherServer(t *testing.T) {
 	s := servers.StartWith(t, servers.Docker, servers.ZooKeeper, servers.Cluster)
 	prefix := testPrefix(t)
