@@ -509,16 +509,6 @@ func (l *lease) children(ctx context.Context) ([]string, error) {
 	return kids, nil
 }
 
-func countLocks(kids []string) int {
-	n := 0
-	for _, k := range kids {
-		if _, ok := lockSeq(k); ok {
-			n++
-		}
-	}
-	return n
-}
-
 // create creates our node in the background and waits for the outcome or
 // ctx. The background part always records the outcome, so that Release can
 // delete a node whose create outlived a cancelled Lock. Unless the create
