@@ -87,22 +87,24 @@ func (l *lease) Suspended() (bool, <-chan struct{}) { return l.s.suspension() }
 
 // markLost records that our node was seen deleted or our session ended, and
 // reports it to the Locker with its cause.
-func (l *lease) markLost() { l.markLostWhy("") }
+func (l *lease) markLost() { _ = l.markLostWhy("") }
 
-// markLostWhy is markLost with the cause as the caller saw it ("" for
-// deleted, or the session's end if it has ended).
-func (l *lease) markLostWhy(why string) {
+// markLostWhy is markLost with the cause as the caller saw it (the
+// session's end, with its cause, if it has ended; else why, or "deleted"
+// if why is empty), and returns the loss error for the caller to return.
+func (l *lease) markLostWhy(why string) error {
+	switch {
+	case l.g.ended():
+		why = "its session ended: " + context.Cause(l.g.ctx).Error()
+	case why == "":
+		why = "deleted"
+	}
+	err := l.lostError(why)
 	l.lostOnce.Do(func() {
 		close(l.lost)
-		switch {
-		case why != "":
-		case l.g.ended():
-			why = "its session ended: " + context.Cause(l.g.ctx).Error()
-		default:
-			why = "deleted"
-		}
-		l.report(l.lostError(why))
+		l.report(err)
 	})
+	return err
 }
 
 func (l *lease) isLost() bool {
@@ -503,8 +505,7 @@ func (l *lease) children(ctx context.Context) ([]string, error) {
 		return nil, l.opError("get children of "+l.dir, err)
 	}
 	if !l.alive(sent) {
-		l.markLostWhy("the session ended")
-		return nil, l.lostError("the session ended")
+		return nil, l.markLostWhy("the session ended")
 	}
 	return kids, nil
 }
@@ -645,7 +646,7 @@ func (l *lease) doCreate(plain bool) (path string, czxid int64, alone bool, err 
 // the connection is down (a bounded number of times; if the new session
 // expires too, so does the node).
 func (l *lease) dropStray(path string) {
-	l.markLostWhy("the session changed during the create")
+	_ = l.markLostWhy("the session changed during the create")
 	for attempt := 0; attempt < createAttempts; attempt++ {
 		if err := l.s.conn.Delete(path, -1); !connDown(err) {
 			return
@@ -692,8 +693,7 @@ func (l *lease) findOwn() (path string, czxid int64, found bool, err error) {
 					l.dropStray(l.dir + "/" + k)
 				}
 			}
-			l.markLostWhy("the session changed during the create")
-			return "", 0, false, l.lostError("the session changed during the create")
+			return "", 0, false, l.markLostWhy("the session changed during the create")
 		}
 		for _, k := range kids {
 			if strings.HasPrefix(k, mark) {
