@@ -233,7 +233,8 @@ func (s *suite) testFIFO(t *testing.T) {
 	}
 	const waiters = 4
 	name := lockName(t)
-	holder := s.try(t, s.locker(t), name)
+	observer := s.locker(t)
+	holder := s.try(t, observer, name)
 
 	c := ctx(t, s.long)
 	granted := make(chan int, waiters)
@@ -241,10 +242,11 @@ func (s *suite) testFIFO(t *testing.T) {
 	chs := make([]chan result, waiters)
 	for i := range waiters {
 		chs[i] = goAcquire(t, c, s.locker(t), name)
-		// Let waiter i queue before waiter i+1 starts. The backend API has
-		// no way to observe a queue position, so this is the one place the
-		// suite relies on a goroutine getting there in time.
+		// Waiter i is queued before waiter i+1 starts: Status lists it.
+		// A fixed settle time alone was not enough on a loaded machine
+		// (waiters 1 and 2 swapped on a Docker etcd).
 		requireWaiting(t, chs[i], s.settle, fmt.Sprintf("waiter %d", i))
+		s.requireQueued(t, observer, name, i+1)
 	}
 	for i := range waiters {
 		go func() {
