@@ -65,7 +65,7 @@ func startLocal(t testing.TB, kind Kind) (*Server, error) {
 			restart: func(context.Context) error { return srv.Restart() },
 		}}
 		m.h.disconnect, m.h.reconnect = partition(p, readyAt(p.Addr()))
-		return &Server{URL: "zk://" + p.Addr() + "/" + prefix(), Members: []*Member{m}}, nil
+		return &Server{URL: "zk://" + p.Addr() + "/" + prefix() + zkQuery, Members: []*Member{m}}, nil
 	case Redis:
 		srv := redistest.Start(t)
 		p, err := startProxy(t, srv.Addr())

@@ -79,7 +79,7 @@ type Server struct {
 	Topology Topology
 	// URL is a fencelock backend URL with a prefix unique to this Server
 	// (etcd://127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3/fencelock-…,
-	// zk://…/fencelock-…, redis://127.0.0.1:p/0?prefix=fencelock-…; for a
+	// zk://…/fencelock-…?dial_timeout=30s, redis://127.0.0.1:p/0?prefix=fencelock-…; for a
 	// Redis cluster the primary's address with wait_replicas=1) or, for
 	// Postgres, a DSN. An External server's URL is the variable's value as
 	// given.
