@@ -65,17 +65,15 @@ type lease struct {
 	watching   bool
 	watchTimer *time.Timer
 
-	lost     chan struct{} // closed when our node is seen deleted or the session ends
-	lostOnce sync.Once
-	report   func(cause error) // the Request's Lost
-	stopGen  func() bool
+	report  func(cause error) // the Request's Lost: backend keeps the first
+	stopGen func() bool
 }
 
 func newLease(d *zkDriver, s *session, g *generation, dir string, data []byte, report func(error)) *lease {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	l := &lease{d: d, s: s, g: g, dir: dir, data: data, guid: hex.EncodeToString(b[:]),
-		lost: make(chan struct{}), released: make(chan struct{}), report: report}
+		released: make(chan struct{}), report: report}
 	// The session ending (expired, replaced, closed) takes our node with it.
 	l.stopGen = context.AfterFunc(g.ctx, l.markLost)
 	return l
@@ -85,8 +83,10 @@ func newLease(d *zkDriver, s *session, g *generation, dir string, data []byte, r
 // session is down now.
 func (l *lease) Suspended() (bool, <-chan struct{}) { return l.s.suspension() }
 
-// markLost records that our node was seen deleted or our session ended, and
-// reports it to the Locker with its cause.
+// markLost reports to the Locker that our node was seen deleted or our
+// session ended. The Locker keeps the first report, fires the loss signal
+// and ends a Lock in flight through its context, so the lease keeps no
+// loss state of its own.
 func (l *lease) markLost() { _ = l.markLostWhy("") }
 
 // markLostWhy is markLost with the cause as the caller saw it (the
@@ -100,20 +100,8 @@ func (l *lease) markLostWhy(why string) error {
 		why = "deleted"
 	}
 	err := l.lostError(why)
-	l.lostOnce.Do(func() {
-		close(l.lost)
-		l.report(err)
-	})
+	l.report(err)
 	return err
-}
-
-func (l *lease) isLost() bool {
-	select {
-	case <-l.lost:
-		return true
-	default:
-		return false
-	}
 }
 
 func (l *lease) lostError(why string) error {
@@ -279,9 +267,8 @@ func (l *lease) waitFirst(ctx context.Context, first []string, name string, seq 
 				break
 			}
 			if gone == pred && ahead == 1 {
-				if l.isLost() || l.g.ended() {
-					l.markLost()
-					return nil, l.lostError("the session ended while waiting")
+				if l.g.ended() {
+					return nil, l.markLostWhy("")
 				}
 				return watches[name], nil
 			}
@@ -365,8 +352,8 @@ func (l *lease) waitGone(ctx context.Context, watches map[string]<-chan zk.Event
 	select {
 	case <-ctx.Done():
 		return "", ctx.Err()
-	case <-l.lost:
-		return "", l.lostError("deleted or session ended while waiting")
+	case <-l.g.ctx.Done():
+		return "", l.markLostWhy("")
 	case ev = <-watches[node]:
 		gone = node
 	case ev = <-watches[second]: // nil (never ready) when second is empty
@@ -461,7 +448,7 @@ func (l *lease) ownEvent(ev zk.Event) error {
 // connection dropped but the session may live (go-zookeeper queues the next
 // request until it reconnects). It pauses briefly first.
 func (l *lease) retryLater(ctx context.Context, err error) bool {
-	if !connDown(err) || l.g.ended() || l.isLost() {
+	if !connDown(err) || l.g.ended() {
 		return false
 	}
 	t := time.NewTimer(20 * time.Millisecond)
@@ -470,7 +457,7 @@ func (l *lease) retryLater(ctx context.Context, err error) bool {
 	case <-t.C:
 		return true
 	case <-ctx.Done():
-	case <-l.lost:
+	case <-l.g.ctx.Done():
 	}
 	return false
 }
@@ -556,8 +543,8 @@ func (l *lease) create(ctx context.Context, plain bool) (kids []string, err erro
 		return first, err
 	case <-ctx.Done():
 		return nil, ctx.Err()
-	case <-l.lost:
-		return nil, l.lostError("the session ended while creating")
+	case <-l.g.ctx.Done():
+		return nil, l.markLostWhy("")
 	}
 }
 
@@ -833,9 +820,8 @@ func (l *lease) KeepAlive(ctx context.Context) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("%w: zookeeper: keepalive after release", backend.ErrReleased)
 	default:
 	}
-	if l.g.ended() || l.isLost() {
-		l.markLost()
-		return time.Time{}, l.lostError("the session ended or the node was deleted")
+	if l.g.ended() {
+		return time.Time{}, l.markLostWhy("")
 	}
 	if st := l.s.conn.State(); st != zk.StateHasSession {
 		return time.Time{}, fmt.Errorf("%w: zookeeper: connection suspended (%v)", backend.ErrUnavailable, st)
