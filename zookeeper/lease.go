@@ -270,6 +270,10 @@ func (l *lease) waitFirst(ctx context.Context, first []string, name string, seq 
 				if l.g.ended() {
 					return nil, l.markLostWhy("")
 				}
+				// A loss another goroutine reported meanwhile (a
+				// renewal that found our node gone) is not checked
+				// here: the Locker refuses a grant to a lease it
+				// already lost, under the same lock that records it.
 				return watches[name], nil
 			}
 			if gone == pred2 && ahead == 2 {
@@ -306,8 +310,8 @@ func queuePosition(kids []string, name string, seq int64) (found bool, pred, pre
 }
 
 // waitGone waits until the node named node, or second if not empty (both
-// children of our directory), is deleted or found missing, our lease is
-// lost, or ctx ends. It sets a data watch on each, and on our own node
+// children of our directory), is deleted or found missing, our session
+// ends, or ctx ends (the Locker ends it when the lease is lost). It sets a data watch on each, and on our own node
 // (self), unless watches already holds one. gone is the node that went, or
 // empty if a watch fired for another reason (data written): read the queue
 // again. Our own node found deleted, now or before the event that woke us,
