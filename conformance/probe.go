@@ -35,10 +35,10 @@ const (
 // URL is opened, the scheme's profile read (ZooKeeper's is read from the
 // server: the session timeouts it grants) and a probe lock
 // ("fencelock-conformance/probe/" and a random suffix, with the suite's
-// long TTL) taken with TryAcquire and released. Errors match backend.ErrUnavailable and name the
-// host and the cause, except those that are the URL's or the options'
-// (backend.ErrInvalidURL, ErrInvalidOption) or a refusal
-// (backend.ErrPermission).
+// long TTL) taken with TryAcquire and released. Errors match
+// backend.ErrUnavailable and name the host and the cause, except those that
+// are the URL's or the options' (backend.ErrInvalidURL, ErrInvalidOption)
+// or a refusal (backend.ErrPermission).
 func URLCapabilities(ctx context.Context, rawURL string) (Capabilities, error) {
 	u, err := parseURL(rawURL)
 	if err != nil {

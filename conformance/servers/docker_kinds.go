@@ -125,12 +125,6 @@ func (d *dockerServer) startZooKeeper(n int) (*Server, error) {
 	return s, nil
 }
 
-// zkQuery ends the URL of every ZooKeeper server this package starts: a
-// JVM server on a loaded two-core machine took longer than the 10s default
-// dial_timeout to grant a new session (a three-node Docker ensemble beside
-// a second test run).
-const zkQuery = "?dial_timeout=30s"
-
 // ZooKeeperTick is the tickTime of the ZooKeeper servers this package
 // starts (Docker and Local alike): sessions from 2 ticks (400ms) to 120s.
 const ZooKeeperTick = 200 * time.Millisecond

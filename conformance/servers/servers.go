@@ -79,9 +79,9 @@ type Server struct {
 	Topology Topology
 	// URL is a fencelock backend URL with a prefix unique to this Server
 	// (etcd://127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3/fencelock-…,
-	// zk://…/fencelock-…?dial_timeout=30s, redis://127.0.0.1:p/0?prefix=fencelock-…; for a
-	// Redis cluster the primary's address with wait_replicas=1) or, for
-	// Postgres, a DSN. An External server's URL is the variable's value as
+	// zk://…/fencelock-…?dial_timeout=30s,
+	// redis://127.0.0.1:p/0?prefix=fencelock-…; for a Redis cluster the
+	// primary's address with wait_replicas=1) or, for Postgres, a DSN. An External server's URL is the variable's value as
 	// given.
 	URL string
 	// Members are the server's processes or containers, in order (etcd and
@@ -307,3 +307,9 @@ func randomHex(n int) string {
 
 // prefix is a lock prefix unique to one Server.
 func prefix() string { return "fencelock-servers-" + randomHex(4) }
+
+// zkQuery ends the URL of every ZooKeeper server this package starts: a
+// JVM server on a loaded two-core machine took longer than the 10s default
+// dial_timeout to grant a new session (a three-node Docker ensemble beside
+// a second test run).
+const zkQuery = "?dial_timeout=30s"
