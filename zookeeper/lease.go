@@ -245,8 +245,7 @@ func (l *lease) waitFirst(ctx context.Context, first []string, name string, seq 
 		}
 		found, pred, pred2, ahead := queuePosition(kids, name, seq)
 		if !found {
-			l.markLost()
-			return nil, l.lostError("deleted while waiting")
+			return nil, l.markLostWhy("deleted while waiting")
 		}
 		if pred == "" {
 			return watches[name], nil
@@ -311,11 +310,11 @@ func queuePosition(kids []string, name string, seq int64) (found bool, pred, pre
 
 // waitGone waits until the node named node, or second if not empty (both
 // children of our directory), is deleted or found missing, our session
-// ends, or ctx ends (the Locker ends it when the lease is lost). It sets a data watch on each, and on our own node
-// (self), unless watches already holds one. gone is the node that went, or
-// empty if a watch fired for another reason (data written): read the queue
-// again. Our own node found deleted, now or before the event that woke us,
-// is a lost lease.
+// ends, or ctx ends (the Locker ends it when the lease is lost). It sets a
+// data watch on each, and on our own node (self), unless watches already
+// holds one. gone is the node that went, or empty if a watch fired for
+// another reason (data written): read the queue again. Our own node found
+// deleted, now or before the event that woke us, is a lost lease.
 func (l *lease) waitGone(ctx context.Context, watches map[string]<-chan zk.Event, self, node, second string) (gone string, err error) {
 	// Our own node first: once its watch is set, whatever happens to it
 	// reaches us before anything later happens to the others.
@@ -337,8 +336,7 @@ func (l *lease) waitGone(ctx context.Context, watches map[string]<-chan zk.Event
 				return "", l.lostError("the session ended")
 			}
 			if n == self {
-				l.markLost()
-				return "", l.lostError("deleted while waiting")
+				return "", l.markLostWhy("deleted while waiting")
 			}
 			return l.ownFirst(watches, self, n)
 		case err != nil:
@@ -378,8 +376,7 @@ func (l *lease) waitGone(ctx context.Context, watches map[string]<-chan zk.Event
 		return gone, nil
 	case ev.Type == zk.EventNotWatching:
 		if l.g.ended() || sessionGone(ev.Err) {
-			l.markLost()
-			return "", l.lostError("the session ended while waiting")
+			return "", l.markLostWhy("the session ended while waiting")
 		}
 		return "", fmt.Errorf("zookeeper: watch on %s ended: %v", gone, ev.Err)
 	}
@@ -413,8 +410,7 @@ func (l *lease) readCzxid(ctx context.Context, path string) (int64, error) {
 	case !l.alive(sent):
 		return 0, l.lostError("the session ended")
 	case !ok:
-		l.markLost()
-		return 0, l.lostError("deleted before the grant")
+		return 0, l.markLostWhy("deleted before the grant")
 	}
 	l.noteCzxid(st)
 	return st.Czxid, nil
@@ -439,11 +435,9 @@ func (l *lease) ownFirst(watches map[string]<-chan zk.Event, self, gone string) 
 func (l *lease) ownEvent(ev zk.Event) error {
 	switch ev.Type {
 	case zk.EventNodeDeleted:
-		l.markLost()
-		return l.lostError("deleted while waiting")
+		return l.markLostWhy("deleted while waiting")
 	case zk.EventNotWatching:
-		l.markLost()
-		return l.lostError("the session ended while waiting")
+		return l.markLostWhy("the session ended while waiting")
 	}
 	return nil
 }
@@ -469,8 +463,7 @@ func (l *lease) retryLater(ctx context.Context, err error) bool {
 // opError maps a request's error: a gone session is a lost lease.
 func (l *lease) opError(what string, err error) error {
 	if sessionGone(err) || l.g.ended() {
-		l.markLost()
-		return l.lostError("the session ended")
+		return l.markLostWhy("the session ended")
 	}
 	if errors.Is(err, zk.ErrClosing) {
 		return fmt.Errorf("zookeeper: %s: %w", what, errConnClosed)
@@ -573,8 +566,7 @@ func (l *lease) doCreate(plain bool) (path string, czxid int64, alone bool, err 
 	var last error
 	for attempt := 0; attempt < createAttempts; attempt++ {
 		if l.g.ended() {
-			l.markLost()
-			return "", 0, false, l.lostError("the session ended before the create")
+			return "", 0, false, l.markLostWhy("the session ended before the create")
 		}
 		sent := time.Now()
 		var res []zk.MultiResponse
@@ -615,8 +607,7 @@ func (l *lease) doCreate(plain bool) (path string, czxid int64, alone bool, err 
 			}
 			continue
 		case sessionGone(err):
-			l.markLost()
-			return "", 0, false, l.lostError("the session ended during the create")
+			return "", 0, false, l.markLostWhy("the session ended during the create")
 		default:
 			return "", 0, false, l.opError("create lock node in "+l.dir, err)
 		}
@@ -663,8 +654,7 @@ func (l *lease) recordUnread(path string, err error) error {
 func (l *lease) findOwn() (path string, czxid int64, found bool, err error) {
 	for attempt := 0; ; attempt++ {
 		if l.g.ended() {
-			l.markLost()
-			return "", 0, false, l.lostError("the session ended during the create")
+			return "", 0, false, l.markLostWhy("the session ended during the create")
 		}
 		sent := time.Now()
 		kids, _, err := l.s.conn.Children(l.dir)
@@ -848,12 +838,10 @@ func (l *lease) KeepAlive(ctx context.Context) (time.Time, error) {
 		return time.Time{}, l.opError("keepalive", err)
 	}
 	if !l.alive(sent) {
-		l.markLost()
-		return time.Time{}, l.lostError("the session ended")
+		return time.Time{}, l.markLostWhy("the session ended")
 	}
 	if path != "" && !exists {
-		l.markLost()
-		return time.Time{}, l.lostError("deleted")
+		return time.Time{}, l.markLostWhy("deleted")
 	}
 	return sent, nil
 }
