@@ -159,7 +159,9 @@ func TestCancelWhileWaitingLeavesNoKey(t *testing.T) {
 
 	wctx, cancel := context.WithCancel(context.Background())
 	ch := goAcquire(wctx, b, "c")
-	waitKeys(t, c, pfx, "c", 2)
+	// Its key showed up before its answer did once, beside a second test
+	// run: cancelled then, the wait was reported ErrUnavailable.
+	waitQueued(t, c, pfx, "c", 2)
 	cancel()
 	r := waitAcquired(t, ch, 5*time.Second)
 	require.ErrorIs(t, r.Err, backend.ErrNotAcquired)

@@ -97,6 +97,21 @@ func waitKeys(t testing.TB, c *clientv3.Client, prefix, name string, n int) []*m
 	}
 }
 
+// answerDelay bounds how long after a waiter's key shows up its Txn's
+// answer takes to reach the waiter on a loaded machine. A wait cut off
+// before that answer is reported ErrUnavailable (whether it was queued is
+// unknown to the waiter), not ErrNotAcquired.
+const answerDelay = 250 * time.Millisecond
+
+// waitQueued waits until name has n keys, the last a waiter's, and then for
+// that waiter to have its answer (answerDelay), so that cancelling it then
+// tests a queued wait given up.
+func waitQueued(t testing.TB, c *clientv3.Client, prefix, name string, n int) {
+	t.Helper()
+	waitKeys(t, c, prefix, name, n)
+	time.Sleep(answerDelay)
+}
+
 // keyOf returns the key of ls, found by its token.
 func keyOf(t testing.TB, c *clientv3.Client, prefix string, ls *backend.Lease) *mvccpb.KeyValue {
 	t.Helper()
