@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"time"
 )
 
 // Proxy forwards every connection it accepts to one target address.
@@ -26,7 +27,10 @@ type Proxy struct {
 	// answering is healed for the target's bytes alone: HoldReplies
 	// replaces it with an open channel, which Heal closes.
 	answering chan struct{}
-	wg        sync.WaitGroup // serve, and every link's goroutines
+	// latency is how long each chunk of bytes waits before it is
+	// forwarded, in either direction (SetLatency).
+	latency time.Duration
+	wg      sync.WaitGroup // serve, and every link's goroutines
 }
 
 // link is one client connection and, once dialled, its connection to the
@@ -117,6 +121,16 @@ func (p *Proxy) HoldReplies() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	hold(&p.answering)
+}
+
+// SetLatency makes every chunk of bytes read from either side wait d
+// before it is forwarded, so that a request and its answer take 2d longer;
+// bytes read behind a waiting chunk wait after it, as on a slow link. Zero
+// (the default) forwards at once. It applies to what is read from then on.
+func (p *Proxy) SetLatency(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.latency = max(d, 0)
 }
 
 // Heal ends a Partition or HoldReplies: the proxy forwards again, first
@@ -230,7 +244,7 @@ func (p *Proxy) pipe(l *link, dst, src net.Conn, reply bool) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			if !p.waitHealed(l, reply) {
+			if !p.delay(l) || !p.waitHealed(l, reply) {
 				return
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
@@ -252,6 +266,25 @@ func (p *Proxy) pipe(l *link, dst, src net.Conn, reply bool) {
 			p.teardown(l)
 			return
 		}
+	}
+}
+
+// delay waits the proxy's latency; it returns false if l is torn down
+// first.
+func (p *Proxy) delay(l *link) bool {
+	p.mu.Lock()
+	d := p.latency
+	p.mu.Unlock()
+	if d == 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-l.ctx.Done():
+		return false
 	}
 }
 

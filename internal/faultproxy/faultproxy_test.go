@@ -318,3 +318,36 @@ func settledGoroutines(t *testing.T, want int) int {
 		last = n
 	}
 }
+
+// TestLatencyDelaysEachWay checks a lower bound only: the echo's round trip
+// through a proxy with latency d takes at least 2d (the request and the
+// answer each wait d), and back at zero it no longer waits.
+func TestLatencyDelaysEachWay(t *testing.T) {
+	p, err := Start(echoServer(t))
+	require.NoError(t, err)
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	defer c.Close()
+	r := bufio.NewReader(c)
+	echo := func() time.Duration {
+		start := time.Now()
+		_, err := c.Write([]byte("ping\n"))
+		require.NoError(t, err)
+		line, err := r.ReadString('\n')
+		require.NoError(t, err)
+		require.Equal(t, "ping\n", line)
+		return time.Since(start)
+	}
+	const d = 150 * time.Millisecond
+	p.SetLatency(d)
+	assert.GreaterOrEqual(t, echo(), 2*d)
+	p.SetLatency(0)
+	// On a loaded machine a round trip may take long; it must not take
+	// the 2d a latency would add to each of ten in a row.
+	start := time.Now()
+	for range 10 {
+		echo()
+	}
+	assert.Less(t, time.Since(start), 20*d, "ten echoes with the latency off")
+}
