@@ -198,7 +198,20 @@ func (ls *Lease) Release(ctx context.Context) error {
 	return nil
 }
 
-// releaseDriver calls the driver's Release until it succeeds once.
+// releaseRetries is how many times releaseDriver asks again after the
+// backend was unavailable, releaseBackoff the first pause (doubled each
+// time): a client whose server just died (an etcd member killed) fails
+// the request in flight, and its next one goes to another server. Beyond
+// that the backend is down, and the lock expires with its TTL.
+const (
+	releaseRetries = 3
+	releaseBackoff = 50 * time.Millisecond
+)
+
+// releaseDriver calls the driver's Release until it succeeds once; a call
+// that finds the backend unavailable is retried releaseRetries times, while
+// ctx lasts and the lease's local deadline has not passed (past it the
+// lock expires anyway).
 func (ls *Lease) releaseDriver(ctx context.Context) error {
 	ls.releaseMu.Lock()
 	defer ls.releaseMu.Unlock()
@@ -206,11 +219,29 @@ func (ls *Lease) releaseDriver(ctx context.Context) error {
 		return ls.lockGone
 	}
 	err := ls.drv.Release(ctx)
+	for try, pause := 0, releaseBackoff; try < releaseRetries && errors.Is(err, ErrUnavailable) && ls.beforeDeadline(pause); try, pause = try+1, 2*pause {
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+		err = ls.drv.Release(ctx)
+	}
 	if err != nil && !errors.Is(err, ErrLeaseLost) {
 		return err
 	}
 	ls.released, ls.lockGone = true, err
 	return err
+}
+
+// beforeDeadline reports whether the local deadline is more than d away
+// (or no expiry clock runs).
+func (ls *Lease) beforeDeadline(d time.Duration) bool {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return ls.deadline.IsZero() || time.Until(ls.deadline) > d
 }
 
 // granted records a successful Lock and starts the hold.

@@ -89,6 +89,17 @@ func (p *Proxy) Cut() {
 	}
 }
 
+// Drop closes every connection through the proxy, as a server that
+// crashed and came back would, and goes on forwarding new ones; what was
+// held by a Partition is dropped with its connection.
+func (p *Proxy) Drop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for l := range p.links {
+		l.closeLocked()
+	}
+}
+
 // Partition stops forwarding, in both directions, on every connection,
 // and keeps them all open: what either side sends is held (not dropped)
 // until Heal, and a connection accepted meanwhile is not connected to the
