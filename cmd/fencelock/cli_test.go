@@ -49,7 +49,7 @@ func binary(t *testing.T, args ...string) runResult {
 // Explicit help exits 0 and prints the usage on stdout, for every
 // subcommand and every spelling.
 func TestHelpExitsZero(t *testing.T) {
-	for _, cmd := range []string{"run", "status", "bench", "demo", "conformance", "version"} {
+	for _, cmd := range []string{"run", "status", "bench", "demo", "conformance", "chaos", "version"} {
 		for _, h := range []string{"-h", "-help", "--help"} {
 			r := cli(cmd, h)
 			assert.Equal(t, exitOK, r.code, "%s %s: %+v", cmd, h, r)
@@ -70,20 +70,20 @@ func TestHelpExitsZero(t *testing.T) {
 }
 
 func TestUnknownCommandIsUsageError(t *testing.T) {
-	r := cli("chaos")
+	r := cli("nosuch")
 	assert.Equal(t, exitUsage, r.code)
-	assert.Equal(t, "fencelock: unknown command \"chaos\"\nrun 'fencelock help' for the list of commands\n", r.stderr)
+	assert.Equal(t, "fencelock: unknown command \"nosuch\"\nrun 'fencelock help' for the list of commands\n", r.stderr)
 	assert.Empty(t, r.stdout)
-	r = cli("--chaos")
+	r = cli("--nosuch")
 	assert.Equal(t, exitUsage, r.code)
-	r = cli("help", "chaos")
+	r = cli("help", "nosuch")
 	assert.Equal(t, exitUsage, r.code)
-	assert.Contains(t, r.stderr, `unknown command "chaos"`)
+	assert.Contains(t, r.stderr, `unknown command "nosuch"`)
 	r = cli()
 	assert.Equal(t, exitUsage, r.code)
 	assert.Contains(t, r.stderr, "usage: fencelock <command>")
 	// The binary too: not 2 (the flag package's) nor 0.
-	assert.Equal(t, exitUsage, binary(t, "chaos").code)
+	assert.Equal(t, exitUsage, binary(t, "nosuch").code)
 }
 
 // A usage error is 64 in every subcommand, with one prefixed error line
@@ -115,6 +115,9 @@ func TestUsageErrorsAre64(t *testing.T) {
 		{"conformance", "--bogus"},
 		{"conformance"},
 		{"conformance", "mem://", "extra"},
+		{"chaos", "--bogus"},
+		{"chaos"},
+		{"chaos", "--url", "etcd://127.0.0.1:1/x", "extra"},
 	} {
 		t.Setenv("FENCELOCK_URL", "")
 		r := cli(args...)

@@ -82,6 +82,7 @@ func TestSubcommandsOnEveryBackend(t *testing.T) {
 				assert.Contains(t, r.stdout, "rejects A's write")
 				assert.Contains(t, r.stdout, "OK: A's stale write")
 			})
+			t.Run("chaos", func(t *testing.T) { testChaosOn(t, url("cli-chaos")) })
 			t.Run("unavailable", func(t *testing.T) {
 				port, err := freeport.Port()
 				require.NoError(t, err)

@@ -5,6 +5,7 @@
 //	fencelock bench        measure a backend: latency, grants/s, handoff time
 //	fencelock demo         play the stale-holder timeline (embedded etcd, or --url)
 //	fencelock conformance  run the conformance suite against a backend URL
+//	fencelock chaos        run a fault campaign and check the fenced data stayed safe
 //	fencelock version      print the version, Go version, VCS revision and URL schemes
 //
 // Every subcommand takes a backend URL (--url, default $FENCELOCK_URL) of
@@ -16,7 +17,8 @@
 // exits with its command's own status when the command ran to its end):
 //
 //	 0  success; also explicit help (-h, --help, fencelock help [command])
-//	 1  demo: the stale write was accepted; conformance: a case failed
+//	 1  demo: the stale write was accepted; conformance: a case failed;
+//	    chaos: a violation was found
 //	64  usage error: unknown command or flag, missing or extra arguments
 //	65  invalid URL, lock name or option
 //	69  backend unavailable (unreachable, timed out, or failed otherwise)
@@ -39,6 +41,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/fencelock/fencelock/conformance/chaos"
 )
 
 const usage = `usage: fencelock <command> [flags]
@@ -55,6 +59,9 @@ commands:
   conformance
           run the conformance suite against a backend URL, your own cluster
           included, and print a table of cases (fencelock conformance -h)
+  chaos   run a fault campaign (pauses, kills, partitions, latency) against
+          a backend URL and check the fenced data stayed safe; writes an
+          HTML report (fencelock chaos -h)
   version print the version, Go version, VCS revision and URL schemes
 
 Backend URLs (--url, default $FENCELOCK_URL): etcd:// etcds:// zk:// zks://
@@ -64,6 +71,7 @@ zk://127.0.0.1:2181/locks, redis://127.0.0.1:6379?prefix=locks.
 ` + exitTable
 
 func main() {
+	chaos.WorkerMain() // a chaos campaign's worker runs and exits here
 	if url := os.Getenv(childEnv); url != "" {
 		runConformanceChild(url)
 		return
@@ -93,6 +101,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return demoCmd(ctx, args[1:], stdout, stderr)
 	case "conformance":
 		return conformanceCmd(ctx, args[1:], stdout, stderr)
+	case "chaos":
+		return chaosCmd(ctx, args[1:], stdout, stderr)
 	case "version", "-version", "--version":
 		return versionCmd(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
@@ -119,7 +129,7 @@ func unknownCommand(stderr io.Writer, name string) int {
 // isCommand reports whether name is a subcommand with its own help.
 func isCommand(name string) bool {
 	switch name {
-	case "run", "status", "bench", "demo", "conformance", "version":
+	case "run", "status", "bench", "demo", "conformance", "chaos", "version":
 		return true
 	}
 	return false

@@ -126,6 +126,9 @@ func (m *Member) do(ctx context.Context, name string, f func(context.Context) er
 	return nil
 }
 
+// String returns the member's name.
+func (m *Member) String() string { return m.Name }
+
 // Stop stops the member cleanly (its stop signal: SIGTERM, or SIGINT for
 // Postgres; SIGKILL after 10s). Its data stays: Restart starts it again.
 func (m *Member) Stop(ctx context.Context) error { return m.do(ctx, "stop", m.h.stop) }

@@ -1,0 +1,110 @@
+package chaos_test
+
+import (
+	"context"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/conformance/chaos"
+	"github.com/fencelock/fencelock/conformance/servers"
+)
+
+// logWriter sends the campaign's progress lines to t.Log.
+type logWriter struct{ t *testing.T }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// outDir is where a campaign writes its files: under
+// $FENCELOCK_CHAOS_OUT/name if set (to look at them afterwards), else in a
+// directory removed when t ends.
+func outDir(t *testing.T) string {
+	if base := os.Getenv("FENCELOCK_CHAOS_OUT"); base != "" {
+		dir := base + "/" + strings.ReplaceAll(t.Name(), "/", "_")
+		require.NoError(t, os.MkdirAll(dir, 0o755))
+		return dir
+	}
+	return t.TempDir()
+}
+
+// run runs c and logs its table.
+func run(t *testing.T, c chaos.Config) (*chaos.Result, error) {
+	c.Log = logWriter{t}
+	c.Out = outDir(t)
+	ctx, cancel := context.WithTimeout(context.Background(), c.MaxDuration+3*time.Minute)
+	defer cancel()
+	res, err := chaos.Run(ctx, c)
+	if res != nil {
+		var b strings.Builder
+		_ = res.Summary.WriteText(&b)
+		t.Logf("campaign in %s:\n%s", res.Dir, b.String())
+	}
+	return res, err
+}
+
+// TestCampaign is CI's bounded campaign: on each backend, on the suite's
+// own servers (a cluster where the provider is Docker, else a single
+// server), at least 1,000 fenced grants with every fault kind injected at
+// least 3 times, member faults included on a cluster; no violation.
+//
+//	etcd       guard etcdfence on the same cluster; members: all three
+//	ZooKeeper  guard sqlfence on PostgreSQL; members: all three
+//	Redis      guard redisfence on the primary; members: the replica
+//	           (wait_replicas=1: grants stop while it is down)
+func TestCampaign(t *testing.T) {
+	providers, err := servers.ProvidersFromEnv()
+	require.NoError(t, err)
+	p := providers[0]
+	for _, kind := range servers.Kinds {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			topo := servers.Single
+			if got, err := servers.Resolve(p, kind, servers.Cluster); err == nil && got == servers.Docker {
+				topo = servers.Cluster
+			}
+			s := servers.StartWith(t, p, kind, topo)
+			c := chaos.Config{URL: s.URL, MinGrants: 1000, MinFaults: 3, Duration: 20 * time.Second, MaxDuration: 10 * time.Minute}
+			u, err := url.Parse(s.URL)
+			require.NoError(t, err)
+			switch kind {
+			case servers.Etcd:
+				c.Guard = chaos.GuardEtcd
+				c.GuardURL = "http://" + strings.ReplaceAll(u.Host, ",", ",http://")
+			case servers.ZooKeeper:
+				c.Guard = chaos.GuardSQL
+				c.GuardURL = servers.StartWith(t, p, servers.Postgres, servers.Single).URL
+			case servers.Redis:
+				c.Guard = chaos.GuardRedis
+				u.RawQuery = ""
+				c.GuardURL = u.String()
+			}
+			for _, m := range s.Members {
+				if kind != servers.Redis || m.Role == "replica" {
+					c.Members = append(c.Members, m)
+				}
+			}
+			if topo == servers.Cluster {
+				c.Faults = chaos.AllFaults
+			}
+			res, err := run(t, c)
+			require.NoError(t, err)
+			sum := res.Summary
+			assert.GreaterOrEqual(t, sum.Grants, 1000)
+			for _, f := range c.Faults {
+				assert.GreaterOrEqual(t, sum.Faults[f], 3, "%s faults", f)
+			}
+			assert.Zero(t, sum.StaleWritesAccepted)
+			assert.Zero(t, sum.LostUpdates)
+			assert.Zero(t, sum.TokenAnomalies)
+			assert.Equal(t, "ok", sum.Linearizable)
+		})
+	}
+}

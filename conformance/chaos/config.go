@@ -1,0 +1,266 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fencelock/fencelock/backend"
+)
+
+// Fault is a kind of fault the nemesis injects.
+type Fault string
+
+// The fault kinds (see the package doc).
+const (
+	Pause     Fault = "pause"
+	Kill      Fault = "kill"
+	Partition Fault = "partition"
+	Latency   Fault = "latency"
+	Member    Fault = "member"
+)
+
+// ClientFaults are the faults that need no control of the servers: the
+// default, and all that run against a cluster of the user's.
+var ClientFaults = []Fault{Pause, Kill, Partition, Latency}
+
+// AllFaults are every fault kind.
+var AllFaults = append(slices.Clone(ClientFaults), Member)
+
+// Guard is the store whose fencing guard protects the counter.
+type Guard string
+
+// The guards.
+const (
+	// GuardFile is filefence over Config.Out/guard (the default): workers
+	// on this machine share it.
+	GuardFile Guard = "file"
+	// GuardRedis is redisfence; GuardURL is a go-redis URL
+	// (redis://host:port/db).
+	GuardRedis Guard = "redis"
+	// GuardEtcd is etcdfence; GuardURL is the endpoints, comma-separated
+	// (http://host:port,…).
+	GuardEtcd Guard = "etcd"
+	// GuardSQL is sqlfence on PostgreSQL; GuardURL is a pgx DSN.
+	GuardSQL Guard = "sql"
+	// GuardNone writes the counter file with no fencing at all: it shows
+	// what an unfenced lock loses, and a campaign with it is expected to
+	// report violations.
+	GuardNone Guard = "none"
+)
+
+// Guards are the guard names, in the order the CLI lists them.
+var Guards = []Guard{GuardFile, GuardRedis, GuardEtcd, GuardSQL, GuardNone}
+
+// ServerMember is a server process or container the nemesis may kill,
+// restart, pause and continue (*servers.Member is one). Restart and
+// Unpause return once the member answers again.
+type ServerMember interface {
+	Kill(ctx context.Context) error
+	Restart(ctx context.Context) error
+	Pause(ctx context.Context) error
+	Unpause(ctx context.Context) error
+	String() string
+}
+
+// Config is one campaign.
+type Config struct {
+	// URL is the lock service, a fencelock backend URL. Each host in it
+	// (etcd://h1,h2,h3/…) is reached through a proxy per worker.
+	URL string
+	// Name is the lock name (default "chaos").
+	Name string
+	// Workers is how many worker processes contend (default 5).
+	Workers int
+	// TTL is the lease TTL (default 2s).
+	TTL time.Duration
+	// HoldMax bounds the random hold between the read and the write
+	// (default 10ms).
+	HoldMax time.Duration
+	// Duration is how long the campaign runs at least (default 1m).
+	Duration time.Duration
+	// MinGrants and MinFaults make it run on past Duration until it has
+	// granted that many leases and injected every fault kind that many
+	// times (default 0: no minimum), up to MaxDuration.
+	MinGrants, MinFaults int
+	// MaxDuration ends the campaign even if a minimum is not met, which
+	// is then a violation (default 3×Duration).
+	MaxDuration time.Duration
+	// Faults are the kinds to inject (default ClientFaults; Member needs
+	// Members). An empty non-nil slice injects none.
+	Faults []Fault
+	// FaultGap is the quiet time between two faults (default TTL).
+	FaultGap time.Duration
+	// Members are the servers Member faults act on, in turn.
+	Members []ServerMember
+	// Guard protects the counter (default GuardFile); GuardURL says where
+	// its store is, for the guards that need one.
+	Guard    Guard
+	GuardURL string
+	// Out is the directory the history and the reports are written to
+	// (required; created if missing).
+	Out string
+	// Seed makes the fault schedule and the holds repeatable (default:
+	// from the clock).
+	Seed int64
+	// Log, if set, gets a line per fault and a progress line every few
+	// seconds.
+	Log io.Writer
+}
+
+// allowInProcess lets a campaign run over mem://, where each worker has a
+// lock of its own: only the package's planted-bug test sets it, to show
+// that the checker catches a lock that does not exclude.
+var allowInProcess bool
+
+// errConfig marks an invalid Config; it wraps backend.ErrInvalidOption.
+var errConfig = fmt.Errorf("chaos: invalid campaign: %w", backend.ErrInvalidOption)
+
+// withDefaults validates c and fills in its defaults, without dialling.
+func (c Config) withDefaults() (Config, error) {
+	bad := func(format string, a ...any) (Config, error) {
+		return c, fmt.Errorf("%w: "+format, append([]any{errConfig}, a...)...)
+	}
+	if err := backend.CheckURL(c.URL); err != nil {
+		return c, err
+	}
+	u, _ := url.Parse(c.URL)
+	if u.Scheme == "mem" {
+		// Each worker process would get a mem:// of its own: they would
+		// not exclude each other. The planted-bug test does this on
+		// purpose (see allowInProcess).
+		if !allowInProcess {
+			return bad("%s is in-process: each worker would have a lock of its own; use a server's URL", c.URL)
+		}
+	} else if u.Host == "" {
+		return bad("%s names no host:port the workers' proxies could forward to", c.URL)
+	}
+	if c.Name == "" {
+		c.Name = "chaos"
+	}
+	if err := backend.ValidateName(c.Name); err != nil {
+		return c, err
+	}
+	def := func(d *time.Duration, v time.Duration, what string) error {
+		if *d < 0 {
+			return fmt.Errorf("%w: negative %s %v", errConfig, what, *d)
+		}
+		if *d == 0 {
+			*d = v
+		}
+		return nil
+	}
+	if c.Workers < 0 || c.MinGrants < 0 || c.MinFaults < 0 {
+		return bad("negative workers, minimum grants or minimum faults")
+	}
+	if c.Workers == 0 {
+		c.Workers = 5
+	}
+	if c.Workers < 2 {
+		return bad("%d worker: a campaign needs two to contend", c.Workers)
+	}
+	for _, e := range []error{
+		def(&c.TTL, 2*time.Second, "TTL"),
+		def(&c.HoldMax, 10*time.Millisecond, "hold"),
+		def(&c.Duration, time.Minute, "duration"),
+	} {
+		if e != nil {
+			return c, e
+		}
+	}
+	if err := def(&c.MaxDuration, 3*c.Duration, "maximum duration"); err != nil {
+		return c, err
+	}
+	if err := def(&c.FaultGap, c.TTL, "fault gap"); err != nil {
+		return c, err
+	}
+	if c.MaxDuration < c.Duration {
+		return bad("maximum duration %v is below the duration %v", c.MaxDuration, c.Duration)
+	}
+	if c.Faults == nil {
+		c.Faults = slices.Clone(ClientFaults)
+	}
+	seen := map[Fault]bool{}
+	for _, f := range c.Faults {
+		if !slices.Contains(AllFaults, f) {
+			return bad("unknown fault %q (known: %s)", f, joinFaults(AllFaults))
+		}
+		if seen[f] {
+			return bad("fault %q listed twice", f)
+		}
+		seen[f] = true
+	}
+	if seen[Member] && len(c.Members) == 0 {
+		return bad("member faults need servers this campaign controls (Members); against a cluster of your own only %s run", joinFaults(ClientFaults))
+	}
+	if u.Scheme == "mem" && (seen[Partition] || seen[Latency]) {
+		return bad("mem:// has no network link to partition or slow")
+	}
+	if c.Guard == "" {
+		c.Guard = GuardFile
+	}
+	switch c.Guard {
+	case GuardFile, GuardNone:
+		if c.GuardURL != "" {
+			return bad("guard %s takes no URL (it lives in %s)", c.Guard, "the output directory")
+		}
+	case GuardRedis, GuardEtcd, GuardSQL:
+		if c.GuardURL == "" {
+			return bad("guard %s needs a URL of its store", c.Guard)
+		}
+	default:
+		return bad("unknown guard %q (known: %s)", c.Guard, joinGuards())
+	}
+	if c.Out == "" {
+		return bad("no output directory")
+	}
+	if c.Seed == 0 {
+		c.Seed = time.Now().UnixNano()
+	}
+	return c, nil
+}
+
+func joinFaults(fs []Fault) string {
+	s := make([]string, len(fs))
+	for i, f := range fs {
+		s[i] = string(f)
+	}
+	return strings.Join(s, ",")
+}
+
+func joinGuards() string {
+	s := make([]string, len(Guards))
+	for i, g := range Guards {
+		s[i] = string(g)
+	}
+	return strings.Join(s, ",")
+}
+
+// ParseFaults parses a comma-separated list of fault kinds ("all" is
+// AllFaults, "none" or "" is none).
+func ParseFaults(s string) ([]Fault, error) {
+	switch s {
+	case "all":
+		return slices.Clone(AllFaults), nil
+	case "", "none":
+		return []Fault{}, nil
+	}
+	var fs []Fault
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if !slices.Contains(AllFaults, Fault(f)) {
+			return nil, fmt.Errorf("%w: unknown fault %q (known: %s)", errConfig, f, joinFaults(AllFaults))
+		}
+		fs = append(fs, Fault(f))
+	}
+	return fs, nil
+}
+
+// ErrViolation is returned (wrapped) by Run when the campaign ran but the
+// checker found a violation.
+var ErrViolation = errors.New("chaos: safety violation")

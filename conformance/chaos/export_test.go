@@ -1,0 +1,4 @@
+package chaos
+
+// AllowInProcess lets the planted-bug test run a campaign over mem://.
+func AllowInProcess() { allowInProcess = true }

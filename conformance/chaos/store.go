@@ -1,0 +1,260 @@
+package chaos
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver, for GuardSQL
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/fencing/etcdfence"
+	"github.com/fencelock/fencelock/fencing/filefence"
+	"github.com/fencelock/fencelock/fencing/redisfence"
+	"github.com/fencelock/fencelock/fencing/sqlfence"
+)
+
+// counter is the guarded register the workers increment: Admit raises the
+// resource's highest token (rejecting a lower one with a
+// fencing.ErrStaleToken), Read returns the value, Write stores a value if
+// the token is not stale. Each is one atomic step of the store.
+type counter interface {
+	Admit(ctx context.Context, token fencing.Token) error
+	Read(ctx context.Context) (int64, error)
+	Write(ctx context.Context, token fencing.Token, v int64) error
+	Close() error
+}
+
+// guardSpec is what a process needs to open the campaign's counter.
+type guardSpec struct {
+	Kind     Guard  `json:"kind"`
+	URL      string `json:"url,omitempty"`
+	Dir      string `json:"dir,omitempty"`
+	Resource string `json:"resource"`
+}
+
+func openCounter(ctx context.Context, g guardSpec) (counter, error) {
+	switch g.Kind {
+	case GuardFile:
+		fg, err := filefence.New(g.Dir)
+		if err != nil {
+			return nil, err
+		}
+		return &fileCounter{g: fg, res: g.Resource}, nil
+	case GuardNone:
+		if err := os.MkdirAll(g.Dir, 0o755); err != nil {
+			return nil, err
+		}
+		return &plainCounter{path: filepath.Join(g.Dir, g.Resource+".unfenced")}, nil
+	case GuardRedis:
+		opt, err := redis.ParseURL(g.URL)
+		if err != nil {
+			return nil, fmt.Errorf("chaos: guard URL: %w", err)
+		}
+		opt.ContextTimeoutEnabled = true
+		c := redis.NewClient(opt)
+		rg, err := redisfence.New(c)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		return &redisCounter{c: c, g: rg, res: g.Resource, key: "{" + g.Resource + "}:value"}, nil
+	case GuardEtcd:
+		c, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(g.URL, ","), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			return nil, fmt.Errorf("chaos: guard URL: %w", err)
+		}
+		eg, err := etcdfence.New(c)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		return &etcdCounter{c: c, g: eg, res: g.Resource, key: "fencelock-chaos/" + g.Resource}, nil
+	case GuardSQL:
+		db, err := sql.Open("pgx", g.URL)
+		if err != nil {
+			return nil, fmt.Errorf("chaos: guard URL: %w", err)
+		}
+		sg, err := sqlfence.New(db)
+		if err == nil {
+			err = sg.CreateTable(ctx)
+		}
+		if err == nil {
+			_, err = db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS fencelock_chaos (resource TEXT PRIMARY KEY, value BIGINT NOT NULL)`)
+		}
+		if err != nil {
+			db.Close()
+			return nil, err
+		}
+		return &sqlCounter{db: db, g: sg, res: g.Resource}, nil
+	}
+	return nil, fmt.Errorf("%w: unknown guard %q", errConfig, g.Kind)
+}
+
+// parseValue reads a stored counter; nothing stored is 0.
+func parseValue(b []byte) (int64, error) {
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return 0, nil
+	}
+	return strconv.ParseInt(s, 10, 64)
+}
+
+type fileCounter struct {
+	g   *filefence.Guard
+	res string
+}
+
+func (f *fileCounter) Admit(ctx context.Context, t fencing.Token) error {
+	return f.g.Admit(ctx, f.res, t)
+}
+
+func (f *fileCounter) Read(context.Context) (int64, error) {
+	b, _, err := f.g.Read(f.res)
+	if err != nil {
+		return 0, err
+	}
+	return parseValue(b)
+}
+
+func (f *fileCounter) Write(ctx context.Context, t fencing.Token, v int64) error {
+	return f.g.Do(ctx, f.res, t, func(_ context.Context, w io.Writer) error {
+		_, err := fmt.Fprint(w, v)
+		return err
+	})
+}
+
+func (f *fileCounter) Close() error { return nil }
+
+// plainCounter is GuardNone: a file replaced by rename, no token kept.
+type plainCounter struct{ path string }
+
+func (p *plainCounter) Admit(context.Context, fencing.Token) error { return nil }
+
+func (p *plainCounter) Read(context.Context) (int64, error) {
+	b, err := os.ReadFile(p.path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return parseValue(b)
+}
+
+func (p *plainCounter) Write(_ context.Context, _ fencing.Token, v int64) error {
+	tmp, err := os.CreateTemp(filepath.Dir(p.path), ".unfenced-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := fmt.Fprint(tmp, v); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), p.path)
+}
+
+func (p *plainCounter) Close() error { return nil }
+
+type redisCounter struct {
+	c        *redis.Client
+	g        *redisfence.Guard
+	res, key string
+}
+
+func (r *redisCounter) Admit(ctx context.Context, t fencing.Token) error {
+	return r.g.Admit(ctx, r.res, t)
+}
+
+func (r *redisCounter) Read(ctx context.Context) (int64, error) {
+	b, err := r.c.Get(ctx, r.key).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return parseValue(b)
+}
+
+func (r *redisCounter) Write(ctx context.Context, t fencing.Token, v int64) error {
+	return r.g.Do(ctx, r.res, t, func(_ context.Context, b *redisfence.Batch) error {
+		b.Set(r.key, strconv.FormatInt(v, 10))
+		return nil
+	})
+}
+
+func (r *redisCounter) Close() error { return r.c.Close() }
+
+type etcdCounter struct {
+	c        *clientv3.Client
+	g        *etcdfence.Guard
+	res, key string
+}
+
+func (e *etcdCounter) Admit(ctx context.Context, t fencing.Token) error {
+	return e.g.Admit(ctx, e.res, t)
+}
+
+func (e *etcdCounter) Read(ctx context.Context) (int64, error) {
+	resp, err := e.c.Get(ctx, e.key)
+	if err != nil {
+		return 0, err
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, nil
+	}
+	return parseValue(resp.Kvs[0].Value)
+}
+
+func (e *etcdCounter) Write(ctx context.Context, t fencing.Token, v int64) error {
+	return e.g.Do(ctx, e.res, t, func(_ context.Context, txn *etcdfence.Txn) error {
+		txn.Put(e.key, strconv.FormatInt(v, 10))
+		return nil
+	})
+}
+
+func (e *etcdCounter) Close() error { return e.c.Close() }
+
+type sqlCounter struct {
+	db  *sql.DB
+	g   *sqlfence.Guard
+	res string
+}
+
+func (s *sqlCounter) Admit(ctx context.Context, t fencing.Token) error {
+	return s.g.Admit(ctx, s.res, t)
+}
+
+func (s *sqlCounter) Read(ctx context.Context) (int64, error) {
+	var v int64
+	err := s.db.QueryRowContext(ctx, `SELECT value FROM fencelock_chaos WHERE resource = $1`, s.res).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	return v, err
+}
+
+func (s *sqlCounter) Write(ctx context.Context, t fencing.Token, v int64) error {
+	return s.g.Do(ctx, s.res, t, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO fencelock_chaos (resource, value) VALUES ($1, $2)
+			ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value`, s.res, v)
+		return err
+	})
+}
+
+func (s *sqlCounter) Close() error { return s.db.Close() }

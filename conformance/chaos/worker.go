@@ -1,0 +1,157 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/fencing"
+)
+
+// workerEnv carries a worker's spec (JSON) to the re-executed process.
+const workerEnv = "FENCELOCK_CHAOS_WORKER"
+
+// workerSpec is one worker's part of a campaign.
+type workerSpec struct {
+	ID      int           `json:"id"`
+	URL     string        `json:"url"` // through this worker's proxies
+	Name    string        `json:"name"`
+	TTL     time.Duration `json:"ttl"`
+	HoldMax time.Duration `json:"hold_max"`
+	Guard   guardSpec     `json:"guard"`
+	Seed    int64         `json:"seed"`
+}
+
+// WorkerMain runs a campaign's worker and exits if this process is one
+// (the campaign re-executes the running program with $FENCELOCK_CHAOS_WORKER
+// set); otherwise it returns at once. Call it first thing in main, or in
+// TestMain before m.Run, in every program that runs campaigns. A worker
+// exits 0 after SIGTERM, 2 if it cannot start.
+func WorkerMain() {
+	raw, ok := os.LookupEnv(workerEnv)
+	if !ok {
+		return
+	}
+	var s workerSpec
+	if err := json.Unmarshal([]byte(raw), &s); err != nil {
+		fmt.Fprintf(os.Stderr, "chaos worker: bad $%s: %v\n", workerEnv, err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	w := &worker{spec: s, out: json.NewEncoder(os.Stdout), rng: rand.New(rand.NewPCG(uint64(s.Seed), uint64(s.ID)))}
+	if err := w.run(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "chaos worker %d: %v\n", s.ID, err)
+		os.Exit(2)
+	}
+	os.Exit(0)
+}
+
+type worker struct {
+	spec workerSpec
+	rng  *rand.Rand
+
+	mu  sync.Mutex // out, seq
+	out *json.Encoder
+	seq int64
+}
+
+// emit writes one record, stamped now.
+func (w *worker) emit(e Event) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e.Worker = w.spec.ID
+	e.Time = time.Now().UnixNano()
+	_ = w.out.Encode(e) // a write to a closed pipe: the campaign is over
+}
+
+// step records the invocation of op, runs it, and records its outcome,
+// with the token *tok holds then (Acquire's f sets it).
+func (w *worker) step(op string, tok *fencing.Token, value int64, f func() (int64, error)) (int64, error) {
+	w.mu.Lock()
+	w.seq++
+	seq := w.seq
+	w.mu.Unlock()
+	w.emit(Event{Op: op, Seq: seq, Phase: phaseInvoke, Token: uint64(*tok), Value: value})
+	v, err := f()
+	e := Event{Op: op, Seq: seq, Phase: phaseOK, Token: uint64(*tok), Value: v}
+	switch {
+	case errors.Is(err, fencing.ErrStaleToken):
+		e.Phase = phaseStale
+	case err != nil:
+		e.Phase, e.Err = phaseError, err.Error()
+	}
+	w.emit(e)
+	return v, err
+}
+
+func (w *worker) run(ctx context.Context) error {
+	s := w.spec
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	locker, err := backend.Open(octx, s.URL)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer locker.Close()
+	store, err := openCounter(ctx, s.Guard)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	w.emit(Event{Op: opStart, Phase: phaseOK})
+	for ctx.Err() == nil {
+		w.round(ctx, locker, store)
+	}
+	return nil
+}
+
+// round is one grant: acquire, admit, read, hold, write, release. Each
+// step but Acquire runs to its end whatever the lease does meanwhile.
+func (w *worker) round(ctx context.Context, locker *backend.Locker, store counter) {
+	s := w.spec
+	var lease *backend.Lease
+	var tok fencing.Token
+	_, err := w.step(opAcquire, &tok, 0, func() (int64, error) {
+		var err error
+		lease, err = locker.Acquire(ctx, s.Name, backend.WithTTL(s.TTL))
+		if err == nil {
+			tok = lease.Token()
+		}
+		return 0, err
+	})
+	if err != nil {
+		sleepCtx(ctx, 20*time.Millisecond) // an unreachable backend fails fast: do not spin
+		return
+	}
+	var released sync.WaitGroup
+	released.Add(1)
+	go func() {
+		defer released.Done()
+		<-lease.Done()
+		if cause := lease.Err(); !errors.Is(cause, backend.ErrReleased) {
+			w.emit(Event{Op: opLost, Phase: phaseOK, Token: uint64(tok), Err: cause.Error()})
+		}
+	}()
+	// Steps run on a context of their own, not the lease's: a holder that
+	// has not noticed its loss still writes.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 4*s.TTL+10*time.Second)
+	defer cancel()
+	if _, err := w.step(opAdmit, &tok, 0, func() (int64, error) { return 0, store.Admit(sctx, tok) }); err == nil {
+		v, err := w.step(opRead, &tok, 0, func() (int64, error) { return store.Read(sctx) })
+		if err == nil {
+			sleepCtx(sctx, time.Duration(w.rng.Int64N(int64(s.HoldMax)+1)))
+			_, _ = w.step(opWrite, &tok, v+1, func() (int64, error) { return v + 1, store.Write(sctx, tok, v+1) })
+		}
+	}
+	_, _ = w.step(opRelease, &tok, 0, func() (int64, error) { return 0, lease.Release(sctx) })
+	released.Wait()
+}
