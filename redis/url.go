@@ -316,6 +316,24 @@ func checkClientParams(u *url.URL, q url.Values) error {
 	return nil
 }
 
+// ParseURL returns the go-redis client options and the adapter's Config
+// that a redis:// or rediss:// URL stands for, checked as backend.Open
+// checks it and without dialling (TLS files are read), for a client of
+// your own built with the URL's settings:
+// NewWithConfig(goredis.NewClient(opt), cfg). The common parameters (ttl,
+// auto_renew, max_hold, drift, holder) are checked, not returned: they are
+// backend.Options. Every error matches backend.ErrInvalidURL.
+func ParseURL(rawURL string) (*goredis.Options, Config, error) {
+	if err := backend.CheckURL(rawURL); err != nil {
+		return nil, Config{}, err
+	}
+	u, err := urlkit.Parse(rawURL)
+	if err != nil {
+		return nil, Config{}, err
+	}
+	return parseURL(u)
+}
+
 // parseURL splits a redis or rediss URL into go-redis client options and the
 // adapter's Config. Every error matches backend.ErrInvalidURL and none
 // holds the password.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelock/fencelock/backend"
@@ -168,5 +169,20 @@ func TestParseURLTLS(t *testing.T) {
 			_ = l.Close()
 		}
 		require.ErrorIs(t, err, backend.ErrInvalidURL, raw)
+	}
+}
+
+// ParseURL gives the options and Config Open would use, and refuses what
+// Open refuses.
+func TestParseURLExported(t *testing.T) {
+	opt, cfg, err := ParseURL("redis://:pw@127.0.0.1:7000/2?prefix=p&wait_replicas=1&ttl=5s")
+	require.NoError(t, err)
+	assert.Equal(t, "127.0.0.1:7000", opt.Addr)
+	assert.Equal(t, "pw", opt.Password)
+	assert.Equal(t, 2, opt.DB)
+	assert.Equal(t, Config{Prefix: "p", WaitReplicas: 1, WaitTimeout: DefaultWaitTimeout}, cfg)
+	for _, bad := range []string{"redis://h:1/0?nosuch=1", "redis://h:1/0?ttl=soon", "etcd://h:1/x", "redis://h:1,h:2/0"} {
+		_, _, err := ParseURL(bad)
+		assert.ErrorIs(t, err, backend.ErrInvalidURL, bad)
 	}
 }

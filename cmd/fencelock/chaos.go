@@ -56,6 +56,7 @@ func chaosCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	faults := fs.String("faults", "pause,kill,partition,latency", "faults to inject, comma-separated, or none")
 	guard := fs.String("guard", string(chaos.GuardFile), "the guard of the counter: file, redis, etcd, sql or none")
 	guardURL := fs.String("guard-url", "", "where the guard's store is (redis, etcd, sql)")
+	redisClient := fs.String("redis-client", string(chaos.RedisClientURL), "redis:// only: url (the URL's client), docs (go-redis as the redis package's docs build it) or no-context-timeout (docs without ContextTimeoutEnabled)")
 	out := fs.String("out", "chaos-report", "directory for the report and the history")
 	seed := fs.Int64("seed", 0, "seed of the fault schedule (0: from the clock)")
 	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
@@ -74,6 +75,7 @@ func chaosCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	c := chaos.Config{
 		URL: *url, Workers: *workers, TTL: *ttl, HoldMax: *hold, Duration: *duration,
 		MinGrants: *minGrants, Faults: kinds, Guard: chaos.Guard(*guard), GuardURL: *guardURL,
+		RedisClient: chaos.RedisClient(*redisClient),
 		Out: *out, Seed: *seed, Log: stderr,
 	}
 	res, err := chaos.Run(ctx, c)

@@ -52,6 +52,8 @@ func TestChaosInvalidIs65(t *testing.T) {
 		{"--url", "etcd://127.0.0.1:1/x", "--guard", "redis"},
 		{"--url", "etcd://127.0.0.1:1/x", "--guard", "paper"},
 		{"--url", "etcd://127.0.0.1:1/x", "--workers", "1"},
+		{"--url", "etcd://127.0.0.1:1/x", "--redis-client", "docs"},
+		{"--url", "redis://127.0.0.1:1/0", "--redis-client", "bogus"},
 	} {
 		r := cli(append([]string{"chaos", "--out", t.TempDir()}, args...)...)
 		assert.Equal(t, exitInvalid, r.code, "%q: %+v", args, r)

@@ -81,8 +81,24 @@ func TestCampaign(t *testing.T) {
 	providers, err := servers.ProvidersFromEnv()
 	require.NoError(t, err)
 	p := providers[0]
-	for _, kind := range servers.Kinds {
-		t.Run(string(kind), func(t *testing.T) {
+	type campaign struct {
+		kind   servers.Kind
+		client chaos.RedisClient
+	}
+	campaigns := []campaign{{kind: servers.Etcd}, {kind: servers.ZooKeeper}, {kind: servers.Redis},
+		// Client configurations matter as much as servers: a go-redis
+		// client built as the redis package's docs show, and one without
+		// ContextTimeoutEnabled (go-redis's default), whose calls may
+		// outlive their contexts. Client faults only, half the grants.
+		{kind: servers.Redis, client: chaos.RedisClientDocs},
+		{kind: servers.Redis, client: chaos.RedisClientNoContextTimeout}}
+	for _, cp := range campaigns {
+		kind := cp.kind
+		name := string(kind)
+		if cp.client != "" {
+			name += "/" + string(cp.client)
+		}
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			topo := servers.Single
 			if got, err := servers.Resolve(p, kind, servers.Cluster); err == nil && got == servers.Docker {
@@ -114,6 +130,11 @@ func TestCampaign(t *testing.T) {
 			}
 			if topo == servers.Cluster {
 				c.Faults = chaos.AllFaults
+			}
+			if cp.client != "" {
+				c.RedisClient, c.Faults, c.Members = cp.client, chaos.ClientFaults, nil
+				grants /= 2
+				c.MinGrants = grants
 			}
 			res, err := run(t, c)
 			require.NoError(t, err)

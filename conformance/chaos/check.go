@@ -15,6 +15,7 @@ import (
 type Summary struct {
 	URL             string  `json:"url"` // the lock service, password hidden
 	Guard           Guard   `json:"guard"`
+	RedisClient     string  `json:"redis_client,omitempty"` // for redis:// URLs
 	Workers         int     `json:"workers"`
 	TTLSeconds      float64 `json:"ttl_seconds"`
 	DurationSeconds float64 `json:"duration_seconds"`
@@ -71,16 +72,15 @@ type Summary struct {
 
 // step is one worker step, its invocation paired with its outcome.
 type step struct {
-	worker      int
-	op          string
-	token       uint64
-	value       int64 // written (write) or read (read)
-	call, ret   int64 // ret is math.MaxInt64 if it never returned
-	phase       string
-	err         string
-	answered    bool
-	holdIndex   int // the hold the step belongs to, -1 for an acquire
-	description string
+	worker    int
+	op        string
+	token     uint64
+	value     int64 // written (write) or read (read)
+	call, ret int64 // ret is math.MaxInt64 if it never returned
+	phase     string
+	err       string
+	answered  bool
+	holdIndex int // the hold the step belongs to, -1 for an acquire
 }
 
 // hold is one grant, as its holder saw it.
@@ -207,7 +207,7 @@ func index(evs []Event) *history {
 func check(evs []Event, final int64, c Config) (Summary, *history, porcupine.LinearizationInfo) {
 	h := index(evs)
 	sum := Summary{
-		URL: redactURL(c.URL), Guard: c.Guard, Workers: c.Workers, TTLSeconds: c.TTL.Seconds(),
+		URL: redactURL(c.URL), Guard: c.Guard, RedisClient: redisClientOf(c), Workers: c.Workers, TTLSeconds: c.TTL.Seconds(),
 		Grants: len(h.grants), Faults: map[Fault]int{}, FinalCounter: final,
 		LongestGapSeconds: map[Fault]float64{}, Violations: []string{},
 	}
@@ -443,6 +443,14 @@ func lossBeforeGrant(h *history) (partitions, late int) {
 		}
 	}
 	return partitions, late
+}
+
+// redisClientOf names c's Redis client configuration, for redis URLs.
+func redisClientOf(c Config) string {
+	if strings.HasPrefix(c.URL, "redis") {
+		return string(c.RedisClient)
+	}
+	return ""
 }
 
 // redactURL hides a URL's password.

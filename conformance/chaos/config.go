@@ -57,6 +57,25 @@ const (
 // Guards are the guard names, in the order the CLI lists them.
 var Guards = []Guard{GuardFile, GuardRedis, GuardEtcd, GuardSQL, GuardNone}
 
+// RedisClient is how a worker builds its Redis client, for a redis:// URL.
+type RedisClient string
+
+// The Redis client configurations.
+const (
+	// RedisClientURL opens the URL with backend.Open (the default): the
+	// adapter's own client settings.
+	RedisClientURL RedisClient = "url"
+	// RedisClientDocs is a go-redis client built as the redis package's
+	// docs show: goredis.NewClient with the URL's address, credentials and
+	// database, ContextTimeoutEnabled, and go-redis's defaults otherwise.
+	RedisClientDocs RedisClient = "docs"
+	// RedisClientNoContextTimeout is RedisClientDocs with
+	// ContextTimeoutEnabled off (go-redis's default): a call may outlive
+	// its context, which the adapter must keep from delaying the loss
+	// signal.
+	RedisClientNoContextTimeout RedisClient = "no-context-timeout"
+)
+
 // ServerMember is a server process or container the nemesis may kill,
 // restart, pause and continue (*servers.Member is one). Restart and
 // Unpause return once the member answers again.
@@ -102,6 +121,9 @@ type Config struct {
 	// its store is, for the guards that need one.
 	Guard    Guard
 	GuardURL string
+	// RedisClient is how workers build their Redis client (default
+	// RedisClientURL); only for redis:// URLs.
+	RedisClient RedisClient
 	// Out is the directory the history and the reports are written to
 	// (required; created if missing).
 	Out string
@@ -215,6 +237,17 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	default:
 		return bad("unknown guard %q (known: %s)", c.Guard, joinGuards())
+	}
+	switch c.RedisClient {
+	case "":
+		c.RedisClient = RedisClientURL
+	case RedisClientURL:
+	case RedisClientDocs, RedisClientNoContextTimeout:
+		if u.Scheme != "redis" {
+			return bad("Redis client %q is for redis:// URLs, not %s://", c.RedisClient, u.Scheme)
+		}
+	default:
+		return bad("unknown Redis client %q (known: url, docs, no-context-timeout)", c.RedisClient)
 	}
 	if c.Out == "" {
 		return bad("no output directory")

@@ -94,9 +94,10 @@ func (s Summary) rows() []row {
 		}
 	}
 	d := func(n int) string { return fmt.Sprint(n) }
-	return []row{
+	rows := []row{
 		{"lock service", s.URL, false},
 		{"guard", string(s.Guard), false},
+		{"Redis client", s.RedisClient, false},
 		{"workers, TTL, duration", fmt.Sprintf("%d, %gs, %.0fs", s.Workers, s.TTLSeconds, s.DurationSeconds), false},
 		{"grants (per second)", fmt.Sprintf("%d (%.1f/s)", s.Grants, s.GrantsPerSecond), s.ShortOf != ""},
 		{"faults", faults, false},
@@ -112,6 +113,7 @@ func (s Summary) rows() []row {
 		{"workers that exited unbidden (must be 0)", d(s.UnexpectedExits), s.UnexpectedExits > 0},
 		{"linearizable as a fenced register (porcupine)", s.Linearizable, s.Linearizable == "illegal"},
 	}
+	return slices.DeleteFunc(rows, func(r row) bool { return r.Value == "" })
 }
 
 // WriteText writes the checker's table, one line per figure, and the

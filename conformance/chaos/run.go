@@ -254,7 +254,7 @@ func (cp *campaign) startWorker() (*proc, error) {
 		u.Host = strings.Join(hosts, ",")
 	}
 	spec, _ := json.Marshal(workerSpec{ID: id, URL: u.String(), Name: cp.c.Name, TTL: cp.c.TTL,
-		HoldMax: cp.c.HoldMax, Guard: cp.guard, Seed: seed})
+		HoldMax: cp.c.HoldMax, Guard: cp.guard, Redis: cp.c.RedisClient, Seed: seed})
 	logf, err := os.Create(p.logPath)
 	if err != nil {
 		p.closeProxies()

@@ -12,8 +12,11 @@ import (
 	"syscall"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/redis"
 )
 
 // workerEnv carries a worker's spec (JSON) to the re-executed process.
@@ -27,6 +30,7 @@ type workerSpec struct {
 	TTL     time.Duration `json:"ttl"`
 	HoldMax time.Duration `json:"hold_max"`
 	Guard   guardSpec     `json:"guard"`
+	Redis   RedisClient   `json:"redis_client"`
 	Seed    int64         `json:"seed"`
 }
 
@@ -96,7 +100,7 @@ func (w *worker) step(op string, tok *fencing.Token, value int64, f func() (int6
 func (w *worker) run(ctx context.Context) error {
 	s := w.spec
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	locker, err := backend.Open(octx, s.URL)
+	locker, err := openLocker(octx, s)
 	cancel()
 	if err != nil {
 		return err
@@ -112,6 +116,28 @@ func (w *worker) run(ctx context.Context) error {
 		w.round(ctx, locker, store)
 	}
 	return nil
+}
+
+// openLocker opens the worker's Locker as its spec says.
+func openLocker(ctx context.Context, s workerSpec) (*backend.Locker, error) {
+	if s.Redis == RedisClientURL {
+		return backend.Open(ctx, s.URL)
+	}
+	opt, cfg, err := redis.ParseURL(s.URL)
+	if err != nil {
+		return nil, err
+	}
+	c := goredis.NewClient(&goredis.Options{Addr: opt.Addr, Username: opt.Username, Password: opt.Password, DB: opt.DB,
+		ContextTimeoutEnabled: s.Redis == RedisClientDocs})
+	if err := c.Ping(ctx).Err(); err != nil {
+		c.Close()
+		return nil, err
+	}
+	l, err := redis.NewWithConfig(c, cfg)
+	if err != nil {
+		c.Close()
+	}
+	return l, err // the process's end closes c
 }
 
 // round is one grant: acquire, admit, read, hold, write, release. Each
