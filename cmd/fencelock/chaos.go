@@ -76,7 +76,7 @@ func chaosCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		URL: *url, Workers: *workers, TTL: *ttl, HoldMax: *hold, Duration: *duration,
 		MinGrants: *minGrants, Faults: kinds, Guard: chaos.Guard(*guard), GuardURL: *guardURL,
 		RedisClient: chaos.RedisClient(*redisClient),
-		Out: *out, Seed: *seed, Log: stderr,
+		Out:         *out, Seed: *seed, Log: stderr,
 	}
 	res, err := chaos.Run(ctx, c)
 	if res != nil {
