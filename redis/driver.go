@@ -32,11 +32,14 @@ const MinTTL = 100 * time.Millisecond
 // Config.WaitReplicas is set and Config.WaitTimeout is not.
 const DefaultWaitTimeout = 500 * time.Millisecond
 
-// ErrNotReplicated is returned (wrapped, together with backend.ErrNotAcquired)
-// by an acquisition that got the lock but whose grant was not acknowledged by
-// Config.WaitReplicas replicas within Config.WaitTimeout. The lock was
-// released again (or expires with its TTL if that failed too); its token is
-// never handed out.
+// ErrNotReplicated is returned (wrapped, together with
+// backend.ErrUnavailable) by an acquisition that got the lock but whose grant
+// was not acknowledged by Config.WaitReplicas replicas within
+// Config.WaitTimeout. The lock was released again (or expires with its TTL
+// if that failed too); its token is never handed out. It is not
+// backend.ErrNotAcquired: nobody else holds the lock, the backend cannot
+// give the durability asked for (a replica down or resyncing), and a job
+// that skips its work when the lock is held must not skip it silently then.
 var ErrNotReplicated = errors.New("redis: grant not acknowledged by enough replicas")
 
 // Client is what the adapter needs of a go-redis client: running scripts and
@@ -376,7 +379,7 @@ func (d *redisDriver) acquireWait(ctx context.Context, k []string, args []any) (
 			return res, fmt.Errorf("redis: WAIT after the grant: %w", mapErr(err))
 		}
 		if acks < int64(d.cfg.WaitReplicas) {
-			return res, fmt.Errorf("%w: %w: %d of %d replicas within %v", backend.ErrNotAcquired, ErrNotReplicated,
+			return res, fmt.Errorf("%w: %w: %d of %d replicas within %v", backend.ErrUnavailable, ErrNotReplicated,
 				acks, d.cfg.WaitReplicas, d.cfg.WaitTimeout)
 		}
 		return res, nil
