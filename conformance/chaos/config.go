@@ -23,6 +23,7 @@ const (
 	Partition Fault = "partition"
 	Latency   Fault = "latency"
 	Member    Fault = "member"
+	Failover  Fault = "failover"
 )
 
 // ClientFaults are the faults that need no control of the servers: the
@@ -30,7 +31,7 @@ const (
 var ClientFaults = []Fault{Pause, Kill, Partition, Latency}
 
 // AllFaults are every fault kind.
-var AllFaults = append(slices.Clone(ClientFaults), Member)
+var AllFaults = append(slices.Clone(ClientFaults), Member, Failover)
 
 // Guard is the store whose fencing guard protects the counter.
 type Guard string
@@ -67,7 +68,9 @@ const (
 	RedisClientURL RedisClient = "url"
 	// RedisClientDocs is a go-redis client built as the redis package's
 	// docs show: goredis.NewClient with the URL's address, credentials and
-	// database, ContextTimeoutEnabled, and go-redis's defaults otherwise.
+	// database, ContextTimeoutEnabled, and go-redis's defaults otherwise;
+	// with Config.Sentinel, goredis.NewFailoverClient. The default with a
+	// Sentinel, and the only client it takes.
 	RedisClientDocs RedisClient = "docs"
 	// RedisClientNoContextTimeout is RedisClientDocs with
 	// ContextTimeoutEnabled off (go-redis's default): a call may outlive
@@ -75,6 +78,24 @@ const (
 	// signal.
 	RedisClientNoContextTimeout RedisClient = "no-context-timeout"
 )
+
+// Sentinel is a Redis primary's Sentinel. With it, workers follow the
+// primary through the Sentinel (a go-redis failover client, built as the
+// redis package's docs show) instead of dialling the URL's host, which
+// then only carries the adapter's settings (prefix, wait_replicas, ...).
+type Sentinel struct {
+	// Master is the name the Sentinel monitors the primary under.
+	Master string
+	// Addr is where the Sentinel listens (host:port).
+	Addr string
+	// Hosts maps the addresses the Sentinel announces (host:port) to
+	// those to dial, for servers behind published ports (containers).
+	Hosts map[string]string
+	// Failover makes the Sentinel fail the primary over and returns once
+	// a new primary accepts writes (*servers.Server's Failover is one);
+	// it is the Failover fault. Nil: no Failover fault.
+	Failover func(ctx context.Context) error `json:"-"`
+}
 
 // ServerMember is a server process or container the nemesis may kill,
 // restart, pause and continue (*servers.Member is one). Restart and
@@ -124,6 +145,9 @@ type Config struct {
 	// RedisClient is how workers build their Redis client (default
 	// RedisClientURL); only for redis:// URLs.
 	RedisClient RedisClient
+	// Sentinel, for a redis:// URL, makes workers reach the primary
+	// through it; its Failover is the Failover fault.
+	Sentinel *Sentinel
 	// Out is the directory the history and the reports are written to
 	// (required; created if missing).
 	Out string
@@ -220,6 +244,12 @@ func (c Config) withDefaults() (Config, error) {
 	if seen[Member] && len(c.Members) == 0 {
 		return bad("member faults need servers this campaign controls (Members); against a cluster of your own only %s run", joinFaults(ClientFaults))
 	}
+	if seen[Failover] && (c.Sentinel == nil || c.Sentinel.Failover == nil) {
+		return bad("failover faults need a Sentinel with its Failover (Config.Sentinel)")
+	}
+	if c.Sentinel != nil && (u.Scheme != "redis" || c.Sentinel.Master == "" || c.Sentinel.Addr == "") {
+		return bad("a Sentinel is for redis:// URLs, and needs its master name and address")
+	}
 	if u.Scheme == "mem" && (seen[Partition] || seen[Latency]) {
 		return bad("mem:// has no network link to partition or slow")
 	}
@@ -241,8 +271,14 @@ func (c Config) withDefaults() (Config, error) {
 	switch c.RedisClient {
 	case "":
 		c.RedisClient = RedisClientURL
+		if c.Sentinel != nil {
+			c.RedisClient = RedisClientDocs
+		}
 	case RedisClientURL:
 	case RedisClientDocs, RedisClientNoContextTimeout:
+		if c.Sentinel != nil && c.RedisClient != RedisClientDocs {
+			return bad("Redis client %q and a Sentinel: the Sentinel's client is the docs' failover client", c.RedisClient)
+		}
 		if u.Scheme != "redis" {
 			return bad("Redis client %q is for redis:// URLs, not %s://", c.RedisClient, u.Scheme)
 		}

@@ -21,6 +21,8 @@
 //	latency    50–200 ms each way on a worker's link for 2×TTL
 //	member     kill then restart, or pause then continue, a server member
 //	           (only with Config.Members: servers this program controls)
+//	failover   fail the Redis primary over through its Sentinel (only with
+//	           Config.Sentinel: workers then follow the primary through it)
 //
 // When the campaign ends, the checker reads the history and counts, each a
 // figure in the summary: stale writes accepted (an accepted write or admit

@@ -75,8 +75,13 @@ func (cp *campaign) fault(kind Fault, worker int, target string) func(err error)
 // ends meanwhile (its wait is cut short).
 func (cp *campaign) inject(ctx context.Context, kind Fault) {
 	ttl := cp.c.TTL
-	if kind == Member {
+	switch kind {
+	case Member:
 		cp.memberFault(ctx)
+		return
+	case Failover:
+		end := cp.fault(kind, -1, "primary, through the Sentinel")
+		end(cp.c.Sentinel.Failover(context.WithoutCancel(ctx)))
 		return
 	}
 	p := cp.target()

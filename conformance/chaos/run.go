@@ -240,21 +240,44 @@ func (cp *campaign) startWorker() (*proc, error) {
 	p := &proc{id: id, started: make(chan struct{}), exited: make(chan struct{}),
 		logPath: filepath.Join(cp.c.Out, fmt.Sprintf("worker-%d.log", id))}
 	u := *cp.u
-	if u.Scheme != "mem" { // mem://name: no network
+	var sentinel *Sentinel
+	proxy := func(addr string) (string, error) {
+		px, err := faultproxy.Start(addr)
+		if err != nil {
+			return "", err
+		}
+		p.proxies = append(p.proxies, px)
+		return px.Addr(), nil
+	}
+	var err error
+	switch {
+	case cp.c.Sentinel != nil: // the Sentinel and every server it names, behind proxies
+		sn := *cp.c.Sentinel
+		sentinel = &Sentinel{Master: sn.Master, Hosts: map[string]string{}}
+		if sentinel.Addr, err = proxy(sn.Addr); err == nil {
+			for from, to := range sn.Hosts {
+				if sentinel.Hosts[from], err = proxy(to); err != nil {
+					break
+				}
+			}
+		}
+	case u.Scheme != "mem": // mem://name: no network
 		var hosts []string
 		for _, h := range strings.Split(u.Host, ",") {
-			px, err := faultproxy.Start(h)
-			if err != nil {
-				p.closeProxies()
-				return nil, err
+			var a string
+			if a, err = proxy(h); err != nil {
+				break
 			}
-			p.proxies = append(p.proxies, px)
-			hosts = append(hosts, px.Addr())
+			hosts = append(hosts, a)
 		}
 		u.Host = strings.Join(hosts, ",")
 	}
+	if err != nil {
+		p.closeProxies()
+		return nil, err
+	}
 	spec, _ := json.Marshal(workerSpec{ID: id, URL: u.String(), Name: cp.c.Name, TTL: cp.c.TTL,
-		HoldMax: cp.c.HoldMax, Guard: cp.guard, Redis: cp.c.RedisClient, Seed: seed})
+		HoldMax: cp.c.HoldMax, Guard: cp.guard, Redis: cp.c.RedisClient, Sentinel: sentinel, Seed: seed})
 	logf, err := os.Create(p.logPath)
 	if err != nil {
 		p.closeProxies()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/signal"
 	"sync"
@@ -31,6 +32,8 @@ type workerSpec struct {
 	HoldMax time.Duration `json:"hold_max"`
 	Guard   guardSpec     `json:"guard"`
 	Redis   RedisClient   `json:"redis_client"`
+	// Sentinel, if set: Addr and Hosts name this worker's proxies.
+	Sentinel *Sentinel `json:"sentinel,omitempty"`
 	Seed    int64         `json:"seed"`
 }
 
@@ -120,15 +123,30 @@ func (w *worker) run(ctx context.Context) error {
 
 // openLocker opens the worker's Locker as its spec says.
 func openLocker(ctx context.Context, s workerSpec) (*backend.Locker, error) {
-	if s.Redis == RedisClientURL {
+	if s.Redis == RedisClientURL && s.Sentinel == nil {
 		return backend.Open(ctx, s.URL)
 	}
 	opt, cfg, err := redis.ParseURL(s.URL)
 	if err != nil {
 		return nil, err
 	}
-	c := goredis.NewClient(&goredis.Options{Addr: opt.Addr, Username: opt.Username, Password: opt.Password, DB: opt.DB,
-		ContextTimeoutEnabled: s.Redis == RedisClientDocs})
+	var c *goredis.Client
+	if sn := s.Sentinel; sn != nil {
+		var d net.Dialer
+		c = goredis.NewFailoverClient(&goredis.FailoverOptions{
+			MasterName: sn.Master, SentinelAddrs: []string{sn.Addr},
+			Username: opt.Username, Password: opt.Password, DB: opt.DB, ContextTimeoutEnabled: true,
+			Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				if to, ok := sn.Hosts[addr]; ok {
+					addr = to
+				}
+				return d.DialContext(ctx, network, addr)
+			},
+		})
+	} else {
+		c = goredis.NewClient(&goredis.Options{Addr: opt.Addr, Username: opt.Username, Password: opt.Password, DB: opt.DB,
+			ContextTimeoutEnabled: s.Redis == RedisClientDocs})
+	}
 	if err := c.Ping(ctx).Err(); err != nil {
 		c.Close()
 		return nil, err

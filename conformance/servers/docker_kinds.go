@@ -139,7 +139,10 @@ func (d *dockerServer) startRedis(cluster bool) (*Server, error) {
 	base := []string{"redis-server", "--port", "6379", "--save", "", "--appendonly", "no", "--protected-mode", "no",
 		"--repl-diskless-sync-delay", "0"}
 	primary := d.name(1)
-	p, err := d.run(containerSpec{name: primary, cport: "6379/tcp", cmd: base})
+	// Each server announces its container name, so that the Sentinel names
+	// it so also once a failover has made it a replica.
+	p, err := d.run(containerSpec{name: primary, cport: "6379/tcp", cmd: append(base[:len(base):len(base)],
+		"--replica-announce-ip", primary)})
 	if err != nil {
 		return nil, err
 	}
