@@ -2,6 +2,8 @@ package chaos_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"slices"
@@ -83,14 +85,63 @@ func sentinelOf(s *servers.Server) *chaos.Sentinel {
 	return sn
 }
 
+// roleMember is the member of an etcd or ZooKeeper cluster that leads, or
+// one that follows, when a member fault begins: String finds it (the
+// nemesis names its target first), and the fault's hooks act on it.
+type roleMember struct {
+	s      *servers.Server
+	leader bool
+	cur    *servers.Member
+}
+
+func (r *roleMember) String() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lead, err := r.s.Leader(ctx)
+	r.cur = nil
+	if err != nil {
+		return fmt.Sprintf("the leader? (%v)", err)
+	}
+	role := "leader"
+	if r.cur = lead; !r.leader {
+		role, r.cur = "follower", r.s.Members[(slices.Index(r.s.Members, lead)+1)%len(r.s.Members)]
+	}
+	return fmt.Sprintf("%s (the %s)", r.cur.Name, role)
+}
+
+func (r *roleMember) do(f func(*servers.Member) error) error {
+	if r.cur == nil {
+		return errors.New("no leader was found")
+	}
+	return f(r.cur)
+}
+
+func (r *roleMember) Kill(ctx context.Context) error {
+	return r.do(func(m *servers.Member) error { return m.Kill(ctx) })
+}
+
+func (r *roleMember) Restart(ctx context.Context) error {
+	return r.do(func(m *servers.Member) error { return m.Restart(ctx) })
+}
+
+func (r *roleMember) Pause(ctx context.Context) error {
+	return r.do(func(m *servers.Member) error { return m.Pause(ctx) })
+}
+
+func (r *roleMember) Unpause(ctx context.Context) error {
+	return r.do(func(m *servers.Member) error { return m.Unpause(ctx) })
+}
+
 // TestCampaign is CI's bounded campaign: on each backend, on the suite's
 // own servers (a cluster where the provider is Docker, else a single
 // server), at least 1,000 fenced grants ($FENCELOCK_CHAOS_GRANTS) with
 // every fault kind injected at least 3 times, member faults included on a
 // cluster; no violation.
 //
-//	etcd       guard etcdfence on the same cluster; members: all three
-//	ZooKeeper  guard sqlfence on PostgreSQL; members: all three
+//	etcd       guard etcdfence on the same cluster; members: the leader and
+//	           a follower, in turn
+//	ZooKeeper  guard sqlfence on PostgreSQL; members: the leader and a
+//	           follower, in turn
 //	Redis      guard redisfence on the primary; members: the replica
 //	           (wait_replicas=1: grants stop while it is down)
 func TestCampaign(t *testing.T) {
@@ -141,10 +192,15 @@ func TestCampaign(t *testing.T) {
 				u.RawQuery = ""
 				c.GuardURL = u.String()
 			}
-			for _, m := range s.Members {
-				if kind != servers.Redis || m.Role == "replica" {
-					c.Members = append(c.Members, m)
+			switch {
+			case kind == servers.Redis:
+				for _, m := range s.Members {
+					if m.Role == "replica" {
+						c.Members = append(c.Members, m)
+					}
 				}
+			case topo == servers.Cluster: // the leader, then a follower, in turn
+				c.Members = []chaos.ServerMember{&roleMember{s: s, leader: true}, &roleMember{s: s}}
 			}
 			if topo == servers.Cluster {
 				c.Faults = append(slices.Clone(chaos.ClientFaults), chaos.Member)
@@ -158,7 +214,7 @@ func TestCampaign(t *testing.T) {
 				// Failovers of the primary, with the clock floor alone:
 				// with wait_replicas=1 and one replica, grants stop after
 				// each failover until the old primary has resynced as a
-				// replica (11 to 51 s, measured here), which the member
+				// replica (up to 12 s, measured here), which the member
 				// faults of the other Redis campaign show already. The
 				// guard must not be on a primary that fails over.
 				c.Guard, c.GuardURL = chaos.GuardSQL, servers.StartWith(t, p, servers.Postgres, servers.Single).URL

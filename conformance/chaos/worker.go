@@ -34,7 +34,7 @@ type workerSpec struct {
 	Redis   RedisClient   `json:"redis_client"`
 	// Sentinel, if set: Addr and Hosts name this worker's proxies.
 	Sentinel *Sentinel `json:"sentinel,omitempty"`
-	Seed    int64         `json:"seed"`
+	Seed     int64     `json:"seed"`
 }
 
 // WorkerMain runs a campaign's worker and exits if this process is one

@@ -167,3 +167,24 @@ func TestDockerAutoPicksDocker(t *testing.T) {
 		require.Equal(t, servers.Docker, got, "%s", k)
 	}
 }
+
+// Leader names one member of an etcd cluster and of a ZooKeeper ensemble,
+// the same one every member agrees on; killing it makes another lead.
+func TestDockerLeader(t *testing.T) {
+	for _, kind := range []servers.Kind{servers.Etcd, servers.ZooKeeper} {
+		t.Run(string(kind), func(t *testing.T) {
+			s := servers.StartWith(t, servers.Docker, kind, servers.Cluster)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			first, err := s.Leader(ctx)
+			require.NoError(t, err)
+			require.NoError(t, first.Kill(ctx))
+			require.Eventually(t, func() bool {
+				next, err := s.Leader(ctx)
+				return err == nil && next != first
+			}, time.Minute, 200*time.Millisecond, "another member leads once %s is killed", first.Name)
+		})
+	}
+	_, err := (&servers.Server{Kind: servers.Redis}).Leader(context.Background())
+	require.ErrorIs(t, err, errors.ErrUnsupported)
+}
