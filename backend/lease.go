@@ -163,8 +163,10 @@ func (ls *Lease) Refresh(ctx context.Context) error {
 // Release never releases a newer holder. Release is idempotent. If the lease
 // had been lost, Release still cleans up and returns an error matching
 // ErrLeaseLost. If the backend cannot be reached, Release returns that error
-// and may be called again; renewal has stopped, so at worst the lock expires
-// with its TTL. The request of a Release that failed so may still have
+// (after asking again a few times within the local deadline: a client
+// whose server just died sends the next request to another) and may be
+// called again; renewal has stopped, so at worst the lock expires with its
+// TTL. The request of a Release that failed so may still have
 // reached the backend: a later Release then finds the lock key gone and, as
 // it cannot tell that from a lost lease, returns an error matching
 // ErrLeaseLost. The lock is not held by this lease either way.
@@ -211,7 +213,7 @@ const (
 // releaseDriver calls the driver's Release until it succeeds once; a call
 // that finds the backend unavailable is retried releaseRetries times, while
 // ctx lasts and the lease's local deadline has not passed (past it the
-// lock expires anyway).
+// lock expires anyway). A retry that finds the lock already gone succeeds.
 func (ls *Lease) releaseDriver(ctx context.Context) error {
 	ls.releaseMu.Lock()
 	defer ls.releaseMu.Unlock()
@@ -219,6 +221,7 @@ func (ls *Lease) releaseDriver(ctx context.Context) error {
 		return ls.lockGone
 	}
 	err := ls.drv.Release(ctx)
+	retried := false
 	for try, pause := 0, releaseBackoff; try < releaseRetries && errors.Is(err, ErrUnavailable) && ls.beforeDeadline(pause); try, pause = try+1, 2*pause {
 		t := time.NewTimer(pause)
 		select {
@@ -227,7 +230,13 @@ func (ls *Lease) releaseDriver(ctx context.Context) error {
 			t.Stop()
 			return err
 		}
-		err = ls.drv.Release(ctx)
+		err, retried = ls.drv.Release(ctx), true
+	}
+	if retried && errors.Is(err, ErrLeaseLost) {
+		// The lock is gone: most likely the request that failed removed
+		// it and only its answer was lost. A loss signalled before is
+		// still Release's error (see Release).
+		err = nil
 	}
 	if err != nil && !errors.Is(err, ErrLeaseLost) {
 		return err

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
+	"path/filepath"
 	"time"
 
 	"github.com/fencelock/fencelock/conformance/chaos"
@@ -81,7 +81,9 @@ func chaosCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	res, err := chaos.Run(ctx, c)
 	if res != nil {
 		_ = res.Summary.WriteText(stdout)
-		fmt.Fprintf(stdout, "report: %s\n", strings.TrimSuffix(res.Dir, "/")+"/report.html")
+		if err == nil || errors.Is(err, chaos.ErrViolation) { // the files are written
+			fmt.Fprintf(stdout, "report: %s\n", filepath.Join(res.Dir, "report.html"))
+		}
 	}
 	switch {
 	case errors.Is(err, chaos.ErrViolation):

@@ -53,6 +53,9 @@ func TestChaosInvalidIs65(t *testing.T) {
 		{"--url", "etcd://127.0.0.1:1/x", "--guard", "paper"},
 		{"--url", "etcd://127.0.0.1:1/x", "--workers", "1"},
 		{"--url", "etcd://127.0.0.1:1/x", "--redis-client", "docs"},
+		{"--url", "etcd://127.0.0.1:1/x", "--guard", "etcd", "--guard-url", "127.0.0.1:2379"},
+		{"--url", "etcds://127.0.0.1:1/x"},
+		{"--url", "etcd://127.0.0.1:1/x", "--ttl", "1500ms"},
 		{"--url", "redis://127.0.0.1:1/0", "--redis-client", "bogus"},
 	} {
 		r := cli(append([]string{"chaos", "--out", t.TempDir()}, args...)...)

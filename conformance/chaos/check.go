@@ -61,8 +61,13 @@ type Summary struct {
 	LongestGapOverallSeconds float64           `json:"longest_gap_overall_seconds"`
 	// UnexpectedExits counts workers that exited unbidden. Must be 0.
 	UnexpectedExits int `json:"unexpected_exits"`
+	// FaultErrors counts the faults that could not be injected or undone
+	// (a member that did not restart, a failover that did not happen).
+	// Must be 0.
+	FaultErrors int `json:"fault_errors"`
 	// Linearizable is porcupine's verdict on the guarded counter as a
-	// fenced register: "ok", "illegal" or "unknown" (its time ran out).
+	// fenced register: "ok", "illegal" or "unknown" (its time ran out);
+	// must be "ok".
 	Linearizable string `json:"linearizable"`
 	// ShortOf says which minimum the campaign did not reach ("" if none).
 	ShortOf string `json:"short_of,omitempty"`
@@ -87,7 +92,6 @@ type step struct {
 type hold struct {
 	worker     int
 	token      uint64
-	call       int64 // Acquire called
 	start, end int64 // Acquire returned; Release called, loss signal or kill
 	lost       bool  // the loss signal fired before Release
 	outcome    string
@@ -96,7 +100,7 @@ type hold struct {
 type history struct {
 	steps  []step // every invocation, in order
 	grants []step // the acquires that returned a lease
-	holds  []hold // in grant order, as grants
+	holds  []hold // in the order the grants reached the campaign
 	faults []Event
 	first  int64
 	last   int64
@@ -109,9 +113,8 @@ func index(evs []Event) *history {
 		w   int
 		seq int64
 	}
-	open := map[key]int{}           // an invocation's index in steps
-	current := map[int]int{}        // worker → its latest hold's index
-	lostAt := map[[2]uint64]int64{} // (worker, token) → the loss signal's time
+	open := map[key]int{}    // an invocation's index in steps
+	current := map[int]int{} // worker → its latest hold's index
 	for _, e := range evs {
 		h.first, h.last = min(h.first, e.Time), max(h.last, e.Time)
 		switch e.Op {
@@ -125,7 +128,6 @@ func index(evs []Event) *history {
 			}
 			continue
 		case opLost:
-			lostAt[[2]uint64{uint64(e.Worker), e.Token}] = e.Time
 			if i, ok := current[e.Worker]; ok && h.holds[i].token == e.Token {
 				h.holds[i].lost = true
 				h.holds[i].end = min(h.holds[i].end, e.Time)
@@ -157,7 +159,7 @@ func index(evs []Event) *history {
 		}
 		delete(open, k)
 		s := &h.steps[i]
-		s.ret, s.phase, s.err, s.answered = e.Time, e.Phase, e.Err, true
+		s.ret, s.phase, s.answered = e.Time, e.Phase, true
 		if e.Op == opRead {
 			s.value = e.Value
 		}
@@ -165,7 +167,7 @@ func index(evs []Event) *history {
 			s.token = e.Token
 			h.grants = append(h.grants, *s)
 			current[e.Worker] = len(h.holds)
-			h.holds = append(h.holds, hold{worker: e.Worker, token: e.Token, call: s.call, start: e.Time, end: math.MaxInt64})
+			h.holds = append(h.holds, hold{worker: e.Worker, token: e.Token, start: e.Time, end: math.MaxInt64})
 		}
 	}
 	// A kill ends the holds of its worker that were still open.
@@ -255,7 +257,7 @@ func check(evs []Event, final int64, c Config) (Summary, *history, porcupine.Lin
 	bad(sum.LostUpdates, "%d lost updates (%d accepted writes, %d distinct values written, final counter %d)",
 		sum.LostUpdates, sum.WritesAccepted, len(written), final)
 
-	sum.TokenAnomalies = countStale(h.grants) + duplicates(h.grants)
+	sum.TokenAnomalies = max(countStale(h.grants), duplicates(h.grants))
 	bad(sum.TokenAnomalies, "%d token anomalies", sum.TokenAnomalies)
 
 	sum.Overlaps, sum.OverlapsCaught = overlaps(h)
@@ -276,10 +278,22 @@ func check(evs []Event, final int64, c Config) (Summary, *history, porcupine.Lin
 	}
 	bad(sum.UnexpectedExits, "%d workers exited unbidden (see their logs)", sum.UnexpectedExits)
 
+	if sum.Grants == 0 {
+		sum.Violations = append(sum.Violations, "no lease was granted: nothing was checked (see the acquire errors in history.jsonl)")
+	}
+	for _, f := range h.spans() {
+		if f.err != "" {
+			sum.FaultErrors++
+		}
+	}
+	bad(sum.FaultErrors, "%d faults could not be injected or undone (see their errors in history.jsonl): the campaign did not test what it says", sum.FaultErrors)
 	verdict, info := linearizable(h)
 	sum.Linearizable = strings.ToLower(string(verdict))
-	if verdict == porcupine.Illegal {
+	switch verdict {
+	case porcupine.Illegal:
 		sum.Violations = append(sum.Violations, "the guarded counter is not linearizable as a fenced register (see timeline.html)")
+	case porcupine.Unknown:
+		sum.Violations = append(sum.Violations, fmt.Sprintf("porcupine could not decide within %v whether the guarded counter is linearizable", checkTimeout))
 	}
 	return sum, h, info
 }

@@ -151,8 +151,8 @@ type Config struct {
 	// Out is the directory the history and the reports are written to
 	// (required; created if missing).
 	Out string
-	// Seed makes the fault schedule and the holds repeatable (default:
-	// from the clock).
+	// Seed seeds the choice of faults, their targets and lengths, and the
+	// holds (default: from the clock); a run's timing still varies.
 	Seed int64
 	// Log, if set, gets a line per fault and a progress line every few
 	// seconds.
@@ -185,6 +185,11 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	} else if u.Host == "" {
 		return bad("%s names no host:port the workers' proxies could forward to", c.URL)
+	}
+	if strings.HasSuffix(u.Scheme, "s") && u.Scheme != "redis" {
+		// etcds, zks, rediss: the certificate would be checked against
+		// the proxy's 127.0.0.1, not the server's name.
+		return bad("%s:// is TLS, which the workers' proxies would break (the server's certificate is checked against its host name): run the campaign over the plain scheme", u.Scheme)
 	}
 	if c.Name == "" {
 		c.Name = "chaos"
@@ -224,6 +229,15 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if err := def(&c.FaultGap, c.TTL, "fault gap"); err != nil {
 		return c, err
+	}
+	// The adapter checks the TTL's shape (etcd: whole seconds; Redis:
+	// milliseconds, at least its minimum) in the URL, before any dial.
+	withTTL := *u
+	q := withTTL.Query()
+	q.Set("ttl", c.TTL.String())
+	withTTL.RawQuery = q.Encode()
+	if err := backend.CheckURL(withTTL.String()); err != nil {
+		return c, fmt.Errorf("%w: TTL %v: %w", errConfig, c.TTL, err)
 	}
 	if c.MaxDuration < c.Duration {
 		return bad("maximum duration %v is below the duration %v", c.MaxDuration, c.Duration)
@@ -265,6 +279,9 @@ func (c Config) withDefaults() (Config, error) {
 		if c.GuardURL == "" {
 			return bad("guard %s needs a URL of its store", c.Guard)
 		}
+		if err := checkGuardURL(c.Guard, c.GuardURL); err != nil {
+			return bad("guard %s: %v", c.Guard, err)
+		}
 	default:
 		return bad("unknown guard %q (known: %s)", c.Guard, joinGuards())
 	}
@@ -275,6 +292,9 @@ func (c Config) withDefaults() (Config, error) {
 			c.RedisClient = RedisClientDocs
 		}
 	case RedisClientURL:
+		if c.Sentinel != nil {
+			return bad("Redis client %q and a Sentinel: the Sentinel's client is the docs' failover client", c.RedisClient)
+		}
 	case RedisClientDocs, RedisClientNoContextTimeout:
 		if c.Sentinel != nil && c.RedisClient != RedisClientDocs {
 			return bad("Redis client %q and a Sentinel: the Sentinel's client is the docs' failover client", c.RedisClient)

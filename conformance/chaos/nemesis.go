@@ -3,6 +3,8 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"syscall"
 	"time"
 )
@@ -38,15 +40,13 @@ func (cp *campaign) jitter(d time.Duration, lo, hi float64) time.Duration {
 func (cp *campaign) target() *proc {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
-	for w := range cp.holder {
+	// In order of worker number, so that a seed repeats the schedule.
+	for _, w := range slices.Sorted(maps.Keys(cp.holder)) {
 		if p := cp.procs[w]; p != nil {
 			return p
 		}
 	}
-	ids := make([]int, 0, len(cp.procs))
-	for id := range cp.procs {
-		ids = append(ids, id)
-	}
+	ids := slices.Sorted(maps.Keys(cp.procs))
 	if len(ids) == 0 {
 		return nil
 	}

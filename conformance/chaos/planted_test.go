@@ -65,6 +65,13 @@ func TestBadConfigFailsBeforeStarting(t *testing.T) {
 		"max below min":    func(c *chaos.Config) { c.Duration, c.MaxDuration = time.Minute, time.Second },
 		"listed twice":     func(c *chaos.Config) { c.Faults = []chaos.Fault{chaos.Kill, chaos.Kill} },
 		"negative minimum": func(c *chaos.Config) { c.MinGrants = -1 },
+		"etcd TTL":         func(c *chaos.Config) { c.TTL = 1500 * time.Millisecond },
+		"TLS":              func(c *chaos.Config) { c.URL = "etcds://127.0.0.1:1/x" },
+		"bad guard URL":    func(c *chaos.Config) { c.Guard, c.GuardURL = chaos.GuardEtcd, "127.0.0.1:2379" },
+		"url and Sentinel": func(c *chaos.Config) {
+			c.URL, c.RedisClient, c.Sentinel = "redis://127.0.0.1:1/0", chaos.RedisClientURL, &chaos.Sentinel{Master: "m", Addr: "127.0.0.1:2"}
+		},
+		"failover, no Sentinel": func(c *chaos.Config) { c.Faults = []chaos.Fault{chaos.Failover} },
 	} {
 		t.Run(name, func(t *testing.T) {
 			cfg := ok

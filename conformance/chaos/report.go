@@ -111,7 +111,8 @@ func (s Summary) rows() []row {
 		{"longest time without a grant, during a fault or a TTL after", gaps, false},
 		{"longest time between two grants", fmt.Sprintf("%.1fs", s.LongestGapOverallSeconds), false},
 		{"workers that exited unbidden (must be 0)", d(s.UnexpectedExits), s.UnexpectedExits > 0},
-		{"linearizable as a fenced register (porcupine)", s.Linearizable, s.Linearizable == "illegal"},
+		{"faults that failed (must be 0)", d(s.FaultErrors), s.FaultErrors > 0},
+		{"linearizable as a fenced register (porcupine)", s.Linearizable, s.Linearizable != "ok"},
 	}
 	return slices.DeleteFunc(rows, func(r row) bool { return r.Value == "" })
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -49,12 +50,20 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		return nil, err
 	}
 	defer hist.Close()
+	var cp *campaign
+	defer func() { // what was recorded is kept, whatever ended the campaign
+		if cp != nil {
+			cp.mu.Lock()
+			_ = cp.hist.Flush()
+			cp.mu.Unlock()
+		}
+	}()
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	u, _ := url.Parse(c.URL)
-	cp := &campaign{
+	cp = &campaign{
 		c: c, u: u, exe: exe,
 		hist:   bufio.NewWriter(hist),
 		rng:    mrand.New(mrand.NewPCG(uint64(c.Seed), 0)),
@@ -94,8 +103,9 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	}
 	cp.mu.Lock()
 	evs := cp.events
+	err = cp.hist.Flush()
 	cp.mu.Unlock()
-	if err := cp.hist.Flush(); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	sum, h, info := check(evs, final, c)
@@ -264,6 +274,9 @@ func (cp *campaign) startWorker() (*proc, error) {
 	case u.Scheme != "mem": // mem://name: no network
 		var hosts []string
 		for _, h := range strings.Split(u.Host, ",") {
+			if _, _, perr := net.SplitHostPort(h); perr != nil {
+				h = net.JoinHostPort(strings.Trim(h, "[]"), defaultPorts[u.Scheme])
+			}
 			var a string
 			if a, err = proxy(h); err != nil {
 				break
@@ -284,6 +297,7 @@ func (cp *campaign) startWorker() (*proc, error) {
 		return nil, err
 	}
 	p.cmd = exec.Command(cp.exe)
+	p.cmd.SysProcAttr = workerAttr() // a worker dies with the campaign
 	p.cmd.Env = append(os.Environ(), workerEnv+"="+string(spec))
 	p.cmd.Stderr = logf
 	out, err := p.cmd.StdoutPipe()
@@ -328,7 +342,10 @@ func (cp *campaign) read(p *proc, out io.Reader) {
 	}
 	err := p.cmd.Wait()
 	cp.mu.Lock()
-	unexpected := !p.killed && !cp.stopping
+	// A worker the nemesis killed dies of SIGKILL; one that died of
+	// something else first died unbidden.
+	killed := p.killed && p.cmd.ProcessState.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL
+	unexpected := !killed && !cp.stopping
 	cp.mu.Unlock()
 	e := Event{Worker: p.id, Op: opExit, Phase: phaseOK, Time: time.Now().UnixNano()}
 	if err != nil {
@@ -397,7 +414,8 @@ func lastLine(path string) string {
 }
 
 // stopAll ends every worker: continued and healed, then SIGTERM, then
-// SIGKILL after 15s; it returns when all have been waited for.
+// SIGKILL for all that are left 15s later; it returns when all have been
+// waited for.
 func (cp *campaign) stopAll() {
 	cp.mu.Lock()
 	cp.stopping, cp.running = true, false
@@ -414,13 +432,17 @@ func (cp *campaign) stopAll() {
 		_ = p.cmd.Process.Signal(syscall.SIGCONT)
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	}
+	grace := time.After(15 * time.Second)
 	for _, p := range ps {
 		select {
 		case <-p.exited:
-		case <-time.After(15 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.exited
+			continue
+		case <-grace:
 		}
+		for _, p := range ps {
+			_ = p.cmd.Process.Kill()
+		}
+		break
 	}
 	cp.readers.Wait()
 }
@@ -430,6 +452,10 @@ func randomHex(n int) string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// defaultPorts are the client ports of the schemes whose URLs may leave
+// them out.
+var defaultPorts = map[string]string{"etcd": "2379", "zk": "2181", "redis": "6379"}
 
 // exitUnexpected is the Target of the exit of a worker that nobody
 // killed or stopped.

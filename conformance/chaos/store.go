@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver, for GuardSQL
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -99,6 +101,28 @@ func openCounter(ctx context.Context, g guardSpec) (counter, error) {
 		return &sqlCounter{db: db, g: sg, res: g.Resource}, nil
 	}
 	return nil, fmt.Errorf("%w: unknown guard %q", errConfig, g.Kind)
+}
+
+// checkGuardURL checks the URL of a guard's store, without dialling.
+func checkGuardURL(g Guard, raw string) error {
+	var err error
+	switch g {
+	case GuardRedis:
+		_, err = redis.ParseURL(raw)
+	case GuardEtcd:
+		for _, e := range strings.Split(raw, ",") {
+			u, perr := url.Parse(e)
+			if perr != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return fmt.Errorf("endpoint %q is not http://host:port", e)
+			}
+		}
+	case GuardSQL:
+		_, err = pgx.ParseConfig(raw)
+	}
+	if err != nil {
+		return errors.New(strings.ReplaceAll(err.Error(), raw, "(the URL)")) // no password in the message
+	}
+	return nil
 }
 
 // parseValue reads a stored counter; nothing stored is 0.

@@ -72,11 +72,18 @@ type worker struct {
 }
 
 // emit writes one record, stamped now.
-func (w *worker) emit(e Event) {
+func (w *worker) emit(e Event) { w.emitAt(e, time.Time{}) }
+
+// emitAt writes one record, stamped now or at, whichever is earlier (a
+// zero at is now).
+func (w *worker) emitAt(e Event, at time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	e.Worker = w.spec.ID
 	e.Time = time.Now().UnixNano()
+	if !at.IsZero() {
+		e.Time = min(e.Time, at.UnixNano())
+	}
 	_ = w.out.Encode(e) // a write to a closed pipe: the campaign is over
 }
 
@@ -137,7 +144,12 @@ func openLocker(ctx context.Context, s workerSpec) (*backend.Locker, error) {
 			MasterName: sn.Master, SentinelAddrs: []string{sn.Addr},
 			Username: opt.Username, Password: opt.Password, DB: opt.DB, ContextTimeoutEnabled: true,
 			Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				if to, ok := sn.Hosts[addr]; ok {
+				to, ok := sn.Hosts[addr]
+				if !ok && addr != sn.Addr {
+					// Dialled directly, it would escape the faults.
+					return nil, fmt.Errorf("chaos: the Sentinel names %s, which the campaign's Sentinel.Hosts does not map", addr)
+				}
+				if ok {
 					addr = to
 				}
 				return d.DialContext(ctx, network, addr)
@@ -182,7 +194,10 @@ func (w *worker) round(ctx context.Context, locker *backend.Locker, store counte
 		defer released.Done()
 		<-lease.Done()
 		if cause := lease.Err(); !errors.Is(cause, backend.ErrReleased) {
-			w.emit(Event{Op: opLost, Phase: phaseOK, Token: uint64(tok), Err: cause.Error()})
+			// The signal fired at the local deadline if that ended the
+			// lease; this goroutine may run later on a busy machine.
+			e := Event{Op: opLost, Phase: phaseOK, Token: uint64(tok), Err: cause.Error()}
+			w.emitAt(e, lease.Deadline())
 		}
 	}()
 	// Steps run on a context of their own, not the lease's: a holder that

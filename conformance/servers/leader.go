@@ -38,6 +38,9 @@ func (s *Server) Leader(ctx context.Context) (*Member, error) {
 			return m, nil
 		}
 	}
+	if len(errs) == 0 {
+		return nil, fmt.Errorf("servers: Leader: no member of %s leads now", s.Kind)
+	}
 	return nil, fmt.Errorf("servers: Leader: no member of %s leads now: %w", s.Kind, errors.Join(errs...))
 }
 
