@@ -83,7 +83,6 @@ type step struct {
 	value     int64 // written (write) or read (read)
 	call, ret int64 // ret is math.MaxInt64 if it never returned
 	phase     string
-	err       string
 	answered  bool
 	holdIndex int // the hold the step belongs to, -1 for an acquire
 }
