@@ -26,6 +26,15 @@
 // together. They are never split: the token and the data are in one script.
 // Scripts are sent with EVALSHA and fall back to EVAL after a restart or
 // SCRIPT FLUSH (NOSCRIPT).
+//
+// Known defect: go-redis retries a command whose answer timed out
+// (MaxRetries, default 3). If the first run of Do's script was applied and
+// only its answer came late (the process was paused past its read
+// deadline), the retry finds the higher token that another holder admitted
+// meanwhile, and Do reports a *StaleTokenError for a write that landed
+// (found by the chaos campaign). Give the guard a client with MaxRetries
+// -1: Do then returns the timeout, and the write's outcome is unknown, as
+// it is.
 package redisfence
 
 import (
