@@ -142,25 +142,19 @@ func (cp *campaign) memberFault(ctx context.Context) {
 	// Members in turn, and kill and pause in turn over each member's
 	// visits.
 	kill := (n/len(cp.c.Members))%2 == 0
+	verb, act, undo := "kill", m.Kill, m.Restart
+	if !kill {
+		verb, act, undo = "pause", m.Pause, m.Unpause
+	}
 	undoCtx := context.WithoutCancel(ctx)
 	hold := cp.jitter(cp.c.TTL, 1, 2)
-	if kill {
-		end := cp.fault(Member, -1, "kill "+m.String())
-		if err := m.Kill(undoCtx); err != nil {
-			end(err)
-			return
-		}
-		sleepCtx(ctx, hold)
-		end(m.Restart(undoCtx))
-		return
-	}
-	end := cp.fault(Member, -1, "pause "+m.String())
-	if err := m.Pause(undoCtx); err != nil {
+	end := cp.fault(Member, -1, verb+" "+m.String())
+	if err := act(undoCtx); err != nil {
 		end(err)
 		return
 	}
 	sleepCtx(ctx, hold)
-	end(m.Unpause(undoCtx))
+	end(undo(undoCtx))
 }
 
 // sleepCtx sleeps d; it returns false if ctx ended first.

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/internal/faultproxy"
+	"github.com/fencelock/fencelock/internal/urlkit"
 )
 
 // Result is what a campaign found.
@@ -274,8 +274,8 @@ func (cp *campaign) startWorker() (*proc, error) {
 	case u.Scheme != "mem": // mem://name: no network
 		var hosts []string
 		for _, h := range strings.Split(u.Host, ",") {
-			if _, _, perr := net.SplitHostPort(h); perr != nil {
-				h = net.JoinHostPort(strings.Trim(h, "[]"), defaultPorts[u.Scheme])
+			if h, err = urlkit.HostPort(h, defaultPorts[u.Scheme]); err != nil {
+				break
 			}
 			var a string
 			if a, err = proxy(h); err != nil {
