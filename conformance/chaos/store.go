@@ -52,7 +52,16 @@ func openCounter(ctx context.Context, g guardSpec) (counter, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &fileCounter{g: fg, res: g.Resource}, nil
+		return &fencedCounter[io.Writer]{g: fg, res: g.Resource,
+			read: func(context.Context) ([]byte, error) {
+				b, _, err := fg.Read(g.Resource)
+				return b, err
+			},
+			stage: func(_ context.Context, w io.Writer, v string) error {
+				_, err := io.WriteString(w, v)
+				return err
+			},
+		}, nil
 	case GuardNone:
 		if err := os.MkdirAll(g.Dir, 0o755); err != nil {
 			return nil, err
@@ -74,7 +83,20 @@ func openCounter(ctx context.Context, g guardSpec) (counter, error) {
 			c.Close()
 			return nil, err
 		}
-		return &redisCounter{c: c, g: rg, res: g.Resource, key: "{" + g.Resource + "}:value"}, nil
+		key := "{" + g.Resource + "}:value"
+		return &fencedCounter[*redisfence.Batch]{g: rg, res: g.Resource, close: c.Close,
+			read: func(ctx context.Context) ([]byte, error) {
+				b, err := c.Get(ctx, key).Bytes()
+				if errors.Is(err, redis.Nil) {
+					return nil, nil
+				}
+				return b, err
+			},
+			stage: func(_ context.Context, b *redisfence.Batch, v string) error {
+				b.Set(key, v)
+				return nil
+			},
+		}, nil
 	case GuardEtcd:
 		c, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(g.URL, ","), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
 		if err != nil {
@@ -85,7 +107,20 @@ func openCounter(ctx context.Context, g guardSpec) (counter, error) {
 			c.Close()
 			return nil, err
 		}
-		return &etcdCounter{c: c, g: eg, res: g.Resource, key: "fencelock-chaos/" + g.Resource}, nil
+		key := "fencelock-chaos/" + g.Resource
+		return &fencedCounter[*etcdfence.Txn]{g: eg, res: g.Resource, close: c.Close,
+			read: func(ctx context.Context) ([]byte, error) {
+				resp, err := c.Get(ctx, key)
+				if err != nil || len(resp.Kvs) == 0 {
+					return nil, err
+				}
+				return resp.Kvs[0].Value, nil
+			},
+			stage: func(_ context.Context, t *etcdfence.Txn, v string) error {
+				t.Put(key, v)
+				return nil
+			},
+		}, nil
 	case GuardSQL:
 		db, err := sql.Open("pgx", g.URL)
 		if err != nil {
@@ -102,7 +137,21 @@ func openCounter(ctx context.Context, g guardSpec) (counter, error) {
 			db.Close()
 			return nil, err
 		}
-		return &sqlCounter{db: db, g: sg, res: g.Resource}, nil
+		return &fencedCounter[*sql.Tx]{g: sg, res: g.Resource, close: db.Close,
+			read: func(ctx context.Context) ([]byte, error) {
+				var b []byte
+				err := db.QueryRowContext(ctx, `SELECT value::text FROM fencelock_chaos WHERE resource = $1`, g.Resource).Scan(&b)
+				if errors.Is(err, sql.ErrNoRows) {
+					return nil, nil
+				}
+				return b, err
+			},
+			stage: func(ctx context.Context, tx *sql.Tx, v string) error {
+				_, err := tx.ExecContext(ctx, `INSERT INTO fencelock_chaos (resource, value) VALUES ($1, $2)
+					ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value`, g.Resource, v)
+				return err
+			},
+		}, nil
 	}
 	return nil, fmt.Errorf("%w: unknown guard %q", errConfig, g.Kind)
 }
@@ -138,31 +187,45 @@ func parseValue(b []byte) (int64, error) {
 	return strconv.ParseInt(s, 10, 64)
 }
 
-type fileCounter struct {
-	g   *filefence.Guard
-	res string
+// storeGuard is what every store guard of the fencing package has.
+type storeGuard[S any] interface {
+	fencing.StoreGuard[S]
+	Admit(ctx context.Context, resource string, token fencing.Token) error
 }
 
-func (f *fileCounter) Admit(ctx context.Context, t fencing.Token) error {
+// fencedCounter is the counter kept by a store guard: read returns the
+// stored value (nil if none), stage stages the new one through the
+// guard's handle, close closes the store's client (nil: nothing to close).
+type fencedCounter[S any] struct {
+	g     storeGuard[S]
+	res   string
+	read  func(ctx context.Context) ([]byte, error)
+	stage func(ctx context.Context, s S, v string) error
+	close func() error
+}
+
+func (f *fencedCounter[S]) Admit(ctx context.Context, t fencing.Token) error {
 	return f.g.Admit(ctx, f.res, t)
 }
 
-func (f *fileCounter) Read(context.Context) (int64, error) {
-	b, _, err := f.g.Read(f.res)
+func (f *fencedCounter[S]) Read(ctx context.Context) (int64, error) {
+	b, err := f.read(ctx)
 	if err != nil {
 		return 0, err
 	}
 	return parseValue(b)
 }
 
-func (f *fileCounter) Write(ctx context.Context, t fencing.Token, v int64) error {
-	return f.g.Do(ctx, f.res, t, func(_ context.Context, w io.Writer) error {
-		_, err := fmt.Fprint(w, v)
-		return err
-	})
+func (f *fencedCounter[S]) Write(ctx context.Context, t fencing.Token, v int64) error {
+	return f.g.Do(ctx, f.res, t, func(ctx context.Context, s S) error { return f.stage(ctx, s, strconv.FormatInt(v, 10)) })
 }
 
-func (f *fileCounter) Close() error { return nil }
+func (f *fencedCounter[S]) Close() error {
+	if f.close == nil {
+		return nil
+	}
+	return f.close()
+}
 
 // plainCounter is GuardNone: a file replaced by rename, no token kept.
 type plainCounter struct{ path string }
@@ -197,92 +260,3 @@ func (p *plainCounter) Write(_ context.Context, _ fencing.Token, v int64) error 
 }
 
 func (p *plainCounter) Close() error { return nil }
-
-type redisCounter struct {
-	c        *redis.Client
-	g        *redisfence.Guard
-	res, key string
-}
-
-func (r *redisCounter) Admit(ctx context.Context, t fencing.Token) error {
-	return r.g.Admit(ctx, r.res, t)
-}
-
-func (r *redisCounter) Read(ctx context.Context) (int64, error) {
-	b, err := r.c.Get(ctx, r.key).Bytes()
-	if errors.Is(err, redis.Nil) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	return parseValue(b)
-}
-
-func (r *redisCounter) Write(ctx context.Context, t fencing.Token, v int64) error {
-	return r.g.Do(ctx, r.res, t, func(_ context.Context, b *redisfence.Batch) error {
-		b.Set(r.key, strconv.FormatInt(v, 10))
-		return nil
-	})
-}
-
-func (r *redisCounter) Close() error { return r.c.Close() }
-
-type etcdCounter struct {
-	c        *clientv3.Client
-	g        *etcdfence.Guard
-	res, key string
-}
-
-func (e *etcdCounter) Admit(ctx context.Context, t fencing.Token) error {
-	return e.g.Admit(ctx, e.res, t)
-}
-
-func (e *etcdCounter) Read(ctx context.Context) (int64, error) {
-	resp, err := e.c.Get(ctx, e.key)
-	if err != nil {
-		return 0, err
-	}
-	if len(resp.Kvs) == 0 {
-		return 0, nil
-	}
-	return parseValue(resp.Kvs[0].Value)
-}
-
-func (e *etcdCounter) Write(ctx context.Context, t fencing.Token, v int64) error {
-	return e.g.Do(ctx, e.res, t, func(_ context.Context, txn *etcdfence.Txn) error {
-		txn.Put(e.key, strconv.FormatInt(v, 10))
-		return nil
-	})
-}
-
-func (e *etcdCounter) Close() error { return e.c.Close() }
-
-type sqlCounter struct {
-	db  *sql.DB
-	g   *sqlfence.Guard
-	res string
-}
-
-func (s *sqlCounter) Admit(ctx context.Context, t fencing.Token) error {
-	return s.g.Admit(ctx, s.res, t)
-}
-
-func (s *sqlCounter) Read(ctx context.Context) (int64, error) {
-	var v int64
-	err := s.db.QueryRowContext(ctx, `SELECT value FROM fencelock_chaos WHERE resource = $1`, s.res).Scan(&v)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, nil
-	}
-	return v, err
-}
-
-func (s *sqlCounter) Write(ctx context.Context, t fencing.Token, v int64) error {
-	return s.g.Do(ctx, s.res, t, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO fencelock_chaos (resource, value) VALUES ($1, $2)
-			ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value`, s.res, v)
-		return err
-	})
-}
-
-func (s *sqlCounter) Close() error { return s.db.Close() }
