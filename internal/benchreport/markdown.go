@@ -45,7 +45,8 @@ func ImplTitle(impl string) string { return title(ImplTitles, impl) }
 type RunInfo struct {
 	// Command is the command that made the files.
 	Command string
-	// Took is how long it ran ("" if unknown).
+	// Took is how long the run that wrote the report took ("" if
+	// unknown); each backend's file also says how long its own took.
 	Took string
 	// Chart is the chart's path relative to the Markdown file ("" for
 	// none).
@@ -63,7 +64,7 @@ func (rep *Report) Markdown(w io.Writer, info RunInfo) error {
 	p("the implementations in alternating rounds (`lockbench.Interleave`, ABBA), ")
 	p("pooled as `benchstat -col /impl -ignore /round` does.")
 	if info.Took != "" {
-		p(" The whole run took %s.", info.Took)
+		p(" The run that wrote this report took %s.", info.Took)
 	}
 	p("\n\n")
 	for _, b := range rep.Backends {
@@ -128,6 +129,7 @@ func (b *Backend) runLine() string {
 		{"benchtime", "`-benchtime %s`"},
 		{"commit", "commit %s"},
 		{"date", "%s"},
+		{"took", "took %s"},
 		{"pkg", "`%s`"},
 	} {
 		if v := b.Config[k.key]; v != "" {

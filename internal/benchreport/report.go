@@ -16,8 +16,8 @@
 // report, whatever it is. The round trip (RTT) of a backend is the median
 // of its BenchmarkRoundTrip, or else of an rtt-us metric; without either it
 // is not measured. The file's configuration lines (benchfmt's "key: value"
-// lines: go test's cpu, and the commit, date, rounds, nproc and benchtime
-// that scripts/bench writes) describe the run.
+// lines: go test's cpu, and the commit, date, rounds, nproc, benchtime and
+// duration that scripts/bench writes) describe the run.
 package benchreport
 
 import (

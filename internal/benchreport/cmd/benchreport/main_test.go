@@ -19,7 +19,7 @@ func TestRun(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, string(table), "![fencelock beside its anchors")
 	assert.Contains(t, string(table), "](bench.svg)")
-	assert.Contains(t, string(table), "The whole run took 3m.")
+	assert.Contains(t, string(table), "The run that wrote this report took 3m.")
 	chart, err := os.ReadFile(svg)
 	require.NoError(t, err)
 	assert.True(t, strings.Contains(string(chart), "<svg"))
