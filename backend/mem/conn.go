@@ -68,7 +68,7 @@ func (d *memDriver) NewLease(ctx context.Context, req driver.Request) (driver.Le
 	}
 	sent := time.Now()
 	dl := &driverLease{conn: d.conn, l: d.conn.srv.grant(req)}
-	go dl.watch(req.Lost)
+	context.AfterFunc(dl.l.gone, func() { dl.reportEnd(req.Lost) })
 	return dl, sent, nil
 }
 
@@ -110,16 +110,13 @@ type driverLease struct {
 	granted bool
 }
 
-// watch reports the server's end of the lease to lost, as a watch over a
-// connection would: a cut connection hears nothing. It returns when the
-// lease ends (by TTL at the latest) or the connection is cut.
-func (dl *driverLease) watch(lost func(error)) {
-	select {
-	case <-dl.l.gone:
-		if dl.conn.check() == nil {
-			lost(errors.New("mem: the server ended the lease (expired, revoked or released)"))
-		}
-	case <-dl.conn.cut:
+// reportEnd reports the server's end of the lease to lost, as a watch over
+// a connection would: a cut connection hears nothing. It runs once the
+// lease ends (by TTL at the latest), so a lease costs no goroutine while
+// it lives.
+func (dl *driverLease) reportEnd(lost func(error)) {
+	if dl.conn.check() == nil {
+		lost(errors.New("mem: the server ended the lease (expired, revoked or released)"))
 	}
 }
 

@@ -39,7 +39,8 @@ type lease struct {
 	token   fencing.Token // zero until queued
 	queued  bool
 	granted chan struct{} // closed when it reaches the head of its queue
-	gone    chan struct{} // closed when it expires, is revoked or released
+	gone    context.Context // done when it expires, is revoked or released
+	end     context.CancelFunc
 	ended   bool
 }
 
@@ -102,7 +103,8 @@ func (s *Server) grant(req driver.Request) *lease {
 	defer s.mu.Unlock()
 	s.nextID++
 	l := &lease{id: s.nextID, name: req.Name, ttl: req.TTL, holder: req.Holder, meta: req.Metadata,
-		granted: make(chan struct{}), gone: make(chan struct{})}
+		granted: make(chan struct{})}
+	l.gone, l.end = context.WithCancel(context.Background())
 	l.renewed = time.Now()
 	l.expiry = time.AfterFunc(req.TTL, func() {
 		s.mu.Lock()
@@ -178,7 +180,7 @@ func (s *Server) endLocked(l *lease) {
 	}
 	l.ended = true
 	l.expiry.Stop()
-	close(l.gone)
+	l.end()
 	q := s.queues[l.name]
 	for i, o := range q {
 		if o == l {
@@ -209,7 +211,7 @@ func (s *Server) wait(ctx context.Context, l *lease, cut <-chan struct{}) error 
 			return fmt.Errorf("%w: mem lease %d expired or revoked", backend.ErrLeaseLost, l.id)
 		}
 		return nil
-	case <-l.gone:
+	case <-l.gone.Done():
 		return fmt.Errorf("%w: mem lease %d expired or revoked while waiting", backend.ErrLeaseLost, l.id)
 	case <-cut:
 		return errConnCut
