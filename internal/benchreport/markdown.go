@@ -205,5 +205,5 @@ func (b *Backend) rttCell() string {
 		}
 		return "not measured"
 	}
-	return FormatValue(b.RTT.Center, unitSeconds) + " ± " + b.RTT.PctRangeString()
+	return FormatValue(b.RTT.Center, unitSeconds) // one run, often: no interval
 }

@@ -212,7 +212,7 @@ func readBackend(path string) (*Backend, error) {
 // add keeps the values of one result line, latencies in seconds, and the
 // acquire+release sum of an uncontended one.
 func (b *Backend) add(bench, impl string, res *benchfmt.Result) {
-	if impl != "" && !slices.Contains(b.Impls, impl) {
+	if impl != "" && bench != benchRoundTrip && !slices.Contains(b.Impls, impl) {
 		b.Impls = append(b.Impls, impl)
 	}
 	keep := func(unit string, v float64) {
@@ -261,13 +261,17 @@ func timeUnit(unit string) (name string, toSeconds float64, ok bool) {
 // roundTrip summarizes BenchmarkRoundTrip's time per op, or else an rtt-us
 // metric of any benchmark; nil when there is neither.
 func (b *Backend) roundTrip() *benchmath.Summary {
-	values := b.samples[sampleKey{benchRoundTrip, "", "sec/op"}]
-	if len(values) == 0 {
-		for k, v := range b.samples {
-			if k.unit == "rtt-"+unitSeconds {
-				values = append(values, v...)
-			}
+	var values, metricValues []float64
+	for k, v := range b.samples {
+		switch {
+		case k.bench == benchRoundTrip && k.unit == "sec/op":
+			values = append(values, v...)
+		case k.unit == "rtt-"+unitSeconds:
+			metricValues = append(metricValues, v...)
 		}
+	}
+	if len(values) == 0 {
+		values = metricValues
 	}
 	if len(values) == 0 {
 		return nil

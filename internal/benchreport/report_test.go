@@ -91,7 +91,7 @@ func TestMarkdown(t *testing.T) {
 	md := buf.String()
 	for _, want := range []string{
 		"| etcd | uncontended acquire+release | 1.362ms ± ∞ | concurrency.Mutex 1.322ms ± ∞ | **1.03x** (p=0.029 n=4) |  |  | not measured |",
-		"| Redis | 8-way grants/s | 3.626k ± ∞ | bsm/redislock 4.275k ± ∞ | ~ 0.85x (p=0.486 n=4) | redsync 2.449k ± ∞ | ~ 1.48x (p=0.057 n=4) | 34.02µs ± ∞ |",
+		"| Redis | 8-way grants/s | 3.626k ± ∞ | bsm/redislock 4.275k ± ∞ | ~ 0.85x (p=0.486 n=4) | redsync 2.449k ± ∞ | ~ 1.48x (p=0.057 n=4) | 34.02µs |",
 		"| Redis | 8-way handoff p99 | 511.7µs ± ∞ (15.0 RTT) |",
 		"| sync.Mutex floor | uncontended acquire+release |  | sync.Mutex ",
 		"- etcd: 4 rounds, `-benchtime 100x`, commit 9c49a4b, 2026-12-02T08:15:00Z",
@@ -121,4 +121,28 @@ func TestReadRefusesIncompleteFiles(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte("BenchmarkRoundTrip-2 \t 300 \t 34016 ns/op\n"), 0o644))
 	_, err = benchreport.Read(path)
 	assert.ErrorContains(t, err, "no BenchmarkUncontended results")
+}
+
+// Without BenchmarkRoundTrip, an rtt-us metric gives the round trip, and
+// any metric the benchmarks add is a row: a time in seconds, others as
+// they are.
+func TestRoundTripFromMetric(t *testing.T) {
+	path := t.TempDir() + "/zookeeper.txt"
+	lines := []string{
+		"BenchmarkUncontended/round=0/impl=fencelock-2 \t 100 \t 1000000 ns/op \t 500 acquire-us \t 400 release-us",
+		"BenchmarkUncontended/round=0/impl=zklock-2 \t 100 \t 1000000 ns/op \t 600 acquire-us \t 400 release-us",
+		"BenchmarkContended8/round=0/impl=fencelock-2 \t 100 \t 1000000 ns/op \t 1000 grants/s \t 1 handoff-p50-ms \t 3 handoff-p99-ms \t 200 rtt-us \t 5 handoff-p50-rtt",
+		"BenchmarkContended8/round=0/impl=zklock-2 \t 100 \t 1000000 ns/op \t 800 grants/s \t 1.2 handoff-p50-ms \t 4 handoff-p99-ms \t 100 rtt-us \t 12 handoff-p50-rtt",
+	}
+	require.NoError(t, os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644))
+	rep, err := benchreport.Read(path)
+	require.NoError(t, err)
+	require.NotNil(t, rep.Backends[0].RTT)
+	assert.InDelta(t, 150e-6, rep.Backends[0].RTT.Center, 1e-12)
+	r := row(t, rep, "zookeeper", "8-way rtt")
+	assert.Equal(t, "s", r.Unit)
+	r = row(t, rep, "zookeeper", "8-way handoff-p50-rtt")
+	assert.InDelta(t, 5.0/12, r.Ratios[0].Value, 1e-9)
+	r = row(t, rep, "zookeeper", "uncontended acquire+release")
+	assert.InDelta(t, 0.9, r.Ratios[0].Value, 1e-9)
 }
