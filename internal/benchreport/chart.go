@@ -60,7 +60,7 @@ func (rep *Report) Chart(w io.Writer) error {
 		switch {
 		case r.Latency:
 			latency = append(latency, r)
-		case r.Unit == "grants/s" && r.Label == measures[1].label:
+		case r.Label == measures[1].label:
 			grants = append(grants, r)
 		}
 	}
