@@ -46,14 +46,14 @@ func DrainQueue(ctx context.Context, lockers []*backend.Locker, name string, n i
 
 	var (
 		mu        sync.Mutex
-		granted   []string  // holder identities in grant order
+		granted   []string // holder identities in grant order
 		handoffs  []time.Duration
 		releasing time.Time // when the last release started
 		last      time.Time // the last grant
-		failed    error // the first failure: it cancels the rest
+		failed    error     // the first failure: it cancels the rest
 		wg        sync.WaitGroup
 	)
-	for i := range n {
+	start := func(i int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -84,8 +84,7 @@ func DrainQueue(ctx context.Context, lockers []*backend.Locker, name string, n i
 			}
 		}()
 	}
-
-	queue, err := waitQueued(ctx, lockers[0], name, n)
+	queue, err := enqueue(ctx, lockers[0], name, n, start)
 	if err != nil {
 		cancel()
 		wg.Wait()
@@ -114,26 +113,61 @@ func DrainQueue(ctx context.Context, lockers []*backend.Locker, name string, n i
 	return d, nil
 }
 
-// waitQueued polls Status until n waiters are listed, and returns their
-// holder identities in queue order.
-func waitQueued(ctx context.Context, l *backend.Locker, name string, n int) ([]string, error) {
+// enqueue starts the n waiters with start and returns their holder
+// identities in the order the server queued them. Where the backend's
+// Status names waiters by their holder identity, they start all at once and
+// the order is read once all are listed; where it does not (Redis keeps no
+// holder identity), each starts once the one before is listed, so the
+// order is the order they started in.
+func enqueue(ctx context.Context, l *backend.Locker, name string, n int, start func(i int)) ([]string, error) {
+	start(0)
+	st, err := waitListed(ctx, l, name, 1)
+	if err != nil {
+		return nil, err
+	}
+	if st.Waiters[0].Holder == waiterHolder(0) {
+		for i := 1; i < n; i++ {
+			start(i)
+		}
+		if st, err = waitListed(ctx, l, name, n); err != nil {
+			return nil, err
+		}
+		queue := make([]string, len(st.Waiters))
+		for i, w := range st.Waiters {
+			queue[i] = w.Holder
+		}
+		return queue, nil
+	}
+	queue := []string{waiterHolder(0)}
+	for i := 1; i < n; i++ {
+		start(i)
+		if _, err := waitListed(ctx, l, name, i+1); err != nil {
+			return nil, err
+		}
+		queue = append(queue, waiterHolder(i))
+	}
+	return queue, nil
+}
+
+// waitListed polls Status until at least n waiters are listed: at once at
+// first, then backing off to every 100ms (a Status that reads each waiter's
+// entry is not free).
+func waitListed(ctx context.Context, l *backend.Locker, name string, n int) (backend.Status, error) {
+	pause := time.Millisecond
 	for {
 		st, err := l.Status(ctx, name)
 		if err != nil {
-			return nil, fmt.Errorf("status: %w", err)
+			return st, fmt.Errorf("status: %w", err)
 		}
 		if len(st.Waiters) >= n {
-			queue := make([]string, len(st.Waiters))
-			for i, w := range st.Waiters {
-				queue[i] = w.Holder
-			}
-			return queue, nil
+			return st, nil
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%d of %d waiters queued: %w", len(st.Waiters), n, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
+			return st, fmt.Errorf("%d of %d waiters queued: %w", len(st.Waiters), n, ctx.Err())
+		case <-time.After(pause):
 		}
+		pause = min(2*pause, 100*time.Millisecond)
 	}
 }
 
