@@ -109,6 +109,7 @@ func (rep *Report) Chart(w io.Writer) error {
 	legend.Top, legend.Left = true, true
 	legend.YOffs = -vg.Points(30)
 	legend.ThumbnailWidth = vg.Points(18)
+	legend.Padding = vg.Points(3)
 	for _, impl := range impls {
 		legend.Add(ImplTitle(impl), glyphThumb(styles[impl]))
 	}
