@@ -8,6 +8,7 @@ import (
 	"math"
 	neturl "net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -18,19 +19,27 @@ import (
 
 const benchUsage = `usage: fencelock bench --url URL [flags]
 
-Measures uncontended acquire+release latency with one client, then -c
-clients contending for one lock: grants/s and the handoff time from a
-release to the next grant. The code is the one the Go benchmarks run. A
-progress bar is drawn on stderr when stderr is a terminal.
+Measures the backend's round trip (a Status of the free lock, the median of
+100), uncontended acquire+release latency with one client, then -c clients
+contending for one lock: grants/s and the handoff time from a release to
+the next grant, also in round trips. With --waiters N, N waiters then queue
+on one lock (through the -c clients' connections) and drain: the time from
+the holder's release to the last grant, the handoffs, and whether every
+grant went to the waiter the backend had queued next. The code is the one
+the Go benchmarks run. A progress bar is drawn on stderr when stderr is a
+terminal.
 
 --json prints one object; keys are snake_case, durations are seconds
 (float64, keys ending in _seconds), rates per second:
   {"url": "redis://127.0.0.1:6379",          (password redacted)
+   "round_trip_seconds": 0.0001,
    "uncontended": {"ops": 1000, "elapsed_seconds": 0.8, "mean_seconds": 0.0008,
                    "p50_seconds": 0.0007, "p99_seconds": 0.002},
    "contended": {"contenders": 8, "grants": 1000, "elapsed_seconds": 1.2,
                  "grants_per_second": 830, "handoff_p50_seconds": 0.001,
-                 "handoff_p99_seconds": 0.004, "grants_per_contender": [125, ...]}}
+                 "handoff_p99_seconds": 0.004, "grants_per_contender": [125, ...]},
+   "queue": {"waiters": 200, "drain_seconds": 0.2, "handoff_p50_seconds": 0.001,
+             "handoff_p99_seconds": 0.003, "out_of_order": 0}}   (with --waiters)
 
 Exit status: 0 (also for -h), 64 usage error, 65 invalid URL or option,
 69 backend unavailable, 77 permission denied by the backend.
@@ -40,9 +49,20 @@ flags:
 
 // benchJSON is the --json output of fencelock bench.
 type benchJSON struct {
-	URL         string          `json:"url"` // password redacted
-	Uncontended uncontendedJSON `json:"uncontended"`
-	Contended   contendedJSON   `json:"contended"`
+	URL              string          `json:"url"` // password redacted
+	RoundTripSeconds float64         `json:"round_trip_seconds"`
+	Uncontended      uncontendedJSON `json:"uncontended"`
+	Contended        contendedJSON   `json:"contended"`
+	Queue            *queueJSON      `json:"queue,omitempty"`
+}
+
+// queueJSON is --waiters N waiters queued on one lock, drained.
+type queueJSON struct {
+	Waiters           int     `json:"waiters"`
+	DrainSeconds      float64 `json:"drain_seconds"`
+	HandoffP50Seconds float64 `json:"handoff_p50_seconds"`
+	HandoffP99Seconds float64 `json:"handoff_p99_seconds"`
+	OutOfOrder        int     `json:"out_of_order"`
 }
 
 // uncontendedJSON is one client's acquire+release cycles.
@@ -71,6 +91,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	n := fs.Int("n", 1000, "acquire+release cycles uncontended, and grants contended")
 	c := fs.Int("c", 8, "contending clients")
 	name := fs.String("lock", fmt.Sprintf("fencelock-bench-%d", os.Getpid()), "lock name")
+	waiters := fs.Int("waiters", 0, "then queue this many waiters on one lock and drain them (0: off)")
 	asJSON := fs.Bool("json", false, "print JSON instead of a report (see above)")
 	connect := connectTimeoutFlag(fs)
 	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
@@ -81,16 +102,20 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return usageErr(stderr, "bench", "no backend URL: give --url or set FENCELOCK_URL")
 	case *n <= 0 || *c <= 0 || *connect <= 0:
 		return usageErr(stderr, "bench", "-n, -c and --connect-timeout must be positive")
+	case *waiters < 0:
+		return usageErr(stderr, "bench", "--waiters must not be negative")
 	case fs.NArg() != 0:
 		return usageErr(stderr, "bench", fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
 	}
 	cs := make([]lockbench.Contender, *c)
+	lockers := make([]*backend.Locker, *c)
 	for i := range cs {
 		l, err := openWithin(ctx, *url, *connect)
 		if err != nil {
 			return report(stderr, "bench", err)
 		}
 		defer l.Close()
+		lockers[i] = l
 		var lease *backend.Lease
 		cs[i] = lockbench.Contender{
 			Lock:   func(ctx context.Context) (err error) { lease, err = l.Acquire(ctx, *name); return err },
@@ -98,6 +123,10 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 	}
 
+	rtt, err := roundTrip(ctx, lockers[0], *name)
+	if err != nil {
+		return report(stderr, "bench", err)
+	}
 	draw := isTerminal(stderr)
 	bar := newProgress(stderr, "uncontended", *n, draw)
 	un, err := lockbench.RunUncontended(ctx, cs[0], 10, *n, bar.set)
@@ -112,10 +141,19 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return report(stderr, "bench", err)
 	}
 
+	var queue *lockbench.Drain
+	if *waiters > 0 {
+		d, err := lockbench.DrainQueue(ctx, lockers, *name+"-queue", *waiters)
+		if err != nil {
+			return report(stderr, "bench", err)
+		}
+		queue = &d
+	}
+
 	if *asJSON {
 		sec := time.Duration.Seconds
 		rep := benchJSON{
-			URL: redact(*url),
+			URL: redact(*url), RoundTripSeconds: sec(rtt),
 			Uncontended: uncontendedJSON{Ops: un.Ops, ElapsedSeconds: sec(un.Elapsed), MeanSeconds: sec(lockbench.Mean(un.Total)),
 				P50Seconds: sec(lockbench.Percentile(un.Total, 0.5)), P99Seconds: sec(lockbench.Percentile(un.Total, 0.99))},
 			Contended: contendedJSON{Contenders: *c, Grants: co.Grants, ElapsedSeconds: sec(co.Elapsed),
@@ -123,20 +161,61 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 				HandoffP50Seconds: sec(lockbench.Percentile(co.Handoffs, 0.5)), HandoffP99Seconds: sec(lockbench.Percentile(co.Handoffs, 0.99)),
 				GrantsPerContender: co.PerContender},
 		}
+		if queue != nil {
+			rep.Queue = &queueJSON{Waiters: queue.Waiters, DrainSeconds: sec(queue.Elapsed), OutOfOrder: queue.OutOfOrder,
+				HandoffP50Seconds: sec(lockbench.Percentile(queue.Handoffs, 0.5)), HandoffP99Seconds: sec(lockbench.Percentile(queue.Handoffs, 0.99))}
+		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(rep)
 		return exitOK
 	}
+	inRTT := func(d time.Duration) string {
+		if rtt < time.Microsecond { // in-process (mem): no network round trip to count in
+			return d.Round(time.Microsecond).String()
+		}
+		return fmt.Sprintf("%v (%.1f round trips)", d.Round(time.Microsecond), float64(d)/float64(rtt))
+	}
+	fmt.Fprintf(stdout, "round trip (a Status of the free lock, median of %d): %v\n\n", roundTrips, rtt.Round(time.Microsecond))
 	fmt.Fprintf(stdout, "uncontended acquire+release, %d ops: mean %v, p50 %v, p99 %v\n", un.Ops,
 		lockbench.Mean(un.Total).Round(time.Microsecond), lockbench.Percentile(un.Total, 0.5).Round(time.Microsecond),
 		lockbench.Percentile(un.Total, 0.99).Round(time.Microsecond))
 	histogram(stdout, un.Total)
-	fmt.Fprintf(stdout, "\ncontended, %d clients, %d grants: %.0f grants/s, handoff p50 %v, p99 %v, grants per client min %d max %d\n",
-		*c, co.Grants, co.GrantsPerSecond(), lockbench.Percentile(co.Handoffs, 0.5).Round(time.Microsecond),
-		lockbench.Percentile(co.Handoffs, 0.99).Round(time.Microsecond), minOf(co.PerContender), maxOf(co.PerContender))
+	fmt.Fprintf(stdout, "\ncontended, %d clients, %d grants: %.0f grants/s, handoff p50 %s, p99 %s, grants per client min %d max %d\n",
+		*c, co.Grants, co.GrantsPerSecond(), inRTT(lockbench.Percentile(co.Handoffs, 0.5)),
+		inRTT(lockbench.Percentile(co.Handoffs, 0.99)), minOf(co.PerContender), maxOf(co.PerContender))
 	histogram(stdout, co.Handoffs)
+	if queue != nil {
+		order := "every grant in queue order"
+		if queue.OutOfOrder > 0 {
+			order = fmt.Sprintf("%d grants OUT OF QUEUE ORDER", queue.OutOfOrder)
+		}
+		fmt.Fprintf(stdout, "\nqueue of %d waiters: drained in %v, handoff p50 %s, p99 %s; %s\n", queue.Waiters,
+			queue.Elapsed.Round(time.Microsecond), inRTT(lockbench.Percentile(queue.Handoffs, 0.5)),
+			inRTT(lockbench.Percentile(queue.Handoffs, 0.99)), order)
+		histogram(stdout, queue.Handoffs)
+	}
 	return exitOK
+}
+
+// roundTrips is how many Status calls roundTrip times.
+const roundTrips = 100
+
+// roundTrip returns the median time of a Status of the lock called name
+// (free, before the benchmark): the backend's round trip as a Locker sees
+// it (etcd: one Range; ZooKeeper: one getChildren; Redis: one script), the
+// unit a handoff is stated in.
+func roundTrip(ctx context.Context, l *backend.Locker, name string) (time.Duration, error) {
+	ds := make([]time.Duration, roundTrips)
+	for i := range ds {
+		t0 := time.Now()
+		if _, err := l.Status(ctx, name); err != nil {
+			return 0, err
+		}
+		ds[i] = time.Since(t0)
+	}
+	slices.Sort(ds)
+	return lockbench.Percentile(ds, 0.5), nil
 }
 
 // redact returns rawURL with its password replaced by "xxxxx", for output.

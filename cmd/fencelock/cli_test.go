@@ -108,6 +108,7 @@ func TestUsageErrorsAre64(t *testing.T) {
 		{"bench", "--url", "mem://", "--connect-timeout", "0"},
 		{"status", "--url", "mem://", "--timeout", "0", "x"},
 		{"bench", "--url", "mem://", "extra"},
+		{"bench", "--url", "mem://", "--waiters", "-1"},
 		{"demo", "--bogus"},
 		{"demo", "extra"},
 		{"version", "--bogus"},
@@ -254,11 +255,13 @@ func TestStatusJSONSchema(t *testing.T) {
 
 // bench --json: the same naming and units as status --json.
 func TestBenchJSONSchema(t *testing.T) {
-	r := cli("bench", "--url", "mem://bench-json", "-n", "20", "-c", "2", "--json")
+	r := cli("bench", "--url", "mem://bench-json", "-n", "20", "-c", "2", "--waiters", "10", "--json")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	var got map[string]any
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &got))
-	assert.ElementsMatch(t, []string{"url", "uncontended", "contended"}, keys(got))
+	assert.ElementsMatch(t, []string{"url", "round_trip_seconds", "uncontended", "contended", "queue"}, keys(got))
+	q := got["queue"].(map[string]any)
+	assert.ElementsMatch(t, []string{"waiters", "drain_seconds", "handoff_p50_seconds", "handoff_p99_seconds", "out_of_order"}, keys(q))
 	un := got["uncontended"].(map[string]any)
 	assert.ElementsMatch(t, []string{"ops", "elapsed_seconds", "mean_seconds", "p50_seconds", "p99_seconds"}, keys(un))
 	co := got["contended"].(map[string]any)

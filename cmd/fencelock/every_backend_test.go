@@ -201,9 +201,10 @@ func testStatusOn(t *testing.T, b testBackend, url string) {
 	assert.Equal(t, "lock \"job\" is free\n", r.stdout)
 }
 
-// testBenchOn: a short bench completes and reports in JSON.
+// testBenchOn: a short bench completes and reports in JSON, with the
+// round trip, and a queue of waiters drains in the order it was queued.
 func testBenchOn(t *testing.T, url string) {
-	r := cli("bench", "--url", url, "-n", "30", "-c", "3", "--lock", "bench", "--json")
+	r := cli("bench", "--url", url, "-n", "30", "-c", "3", "--waiters", "40", "--lock", "bench", "--json")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	var rep benchJSON
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep), r.stdout)
@@ -217,5 +218,10 @@ func testBenchOn(t *testing.T, url string) {
 	}
 	assert.Equal(t, rep.Contended.Grants, sum)
 	assert.Positive(t, rep.Contended.GrantsPerSecond)
+	assert.Positive(t, rep.RoundTripSeconds)
+	require.NotNil(t, rep.Queue)
+	assert.Equal(t, 40, rep.Queue.Waiters)
+	assert.Zero(t, rep.Queue.OutOfOrder, "grants out of queue order")
+	assert.Positive(t, rep.Queue.DrainSeconds)
 	assert.Empty(t, r.stderr)
 }
