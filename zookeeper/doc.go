@@ -126,7 +126,21 @@
 //     the acquisition first sends one exists of the prefix (1 more).
 //   - Our own node gets a data watch once it has existed for 50ms, waiting
 //     or held (1, off the latency path), which fires the loss signal when
-//     an operator deletes it.
+//     an operator deletes it. A write to our node's data fires the watch
+//     too; it is set again (1).
+//
+// # Cost of a held lease
+//
+// A held lease runs no goroutine of its own: renewals are timers (package
+// backend), and the watches on the leases' own nodes are dispatched by
+// their session: by the Conn's event callback on a Conn the Locker dialed,
+// which hands each event to its lease as it arrives, and on a caller's Conn
+// (New), whose events go to the caller, by the loop that already follows
+// the Conn's state every 25ms, which then reports a deletion within that
+// interval. go-zookeeper sets the watches again after a reconnection, and
+// a session's end loses every lease of it. Measured with 10,000 leases held
+// in one session (BenchmarkHeld10000): 0 goroutines and about 2.4 KB of
+// heap per lease.
 //
 // # Sessions and leases
 //

@@ -26,6 +26,10 @@ import (
 // start of its wait, and keeps that watch once granted.
 const ownWatchDelay = 50 * time.Millisecond
 
+// ownRewatchMax caps the backoff of a watch on our node that could not be
+// set because the connection was down.
+const ownRewatchMax = time.Second
+
 // createAttempts bounds the create retries (missing parents, a lost reply).
 const createAttempts = 8
 
@@ -62,11 +66,9 @@ type lease struct {
 	released   chan struct{} // closed when Release starts
 	cleanup    chan struct{} // closed when the release has finished
 	relErr     error
-	watching   bool
-	watchTimer *time.Timer
+	watchTimer *time.Timer // arms the watch on our node (watchOwnSoon, rewatches)
 
-	report  func(cause error) // the Request's Lost: backend keeps the first
-	stopGen func() bool
+	report func(cause error) // the Request's Lost: backend keeps the first
 }
 
 func newLease(d *zkDriver, s *session, g *generation, dir string, data []byte, report func(error)) *lease {
@@ -75,7 +77,7 @@ func newLease(d *zkDriver, s *session, g *generation, dir string, data []byte, r
 	l := &lease{d: d, s: s, g: g, dir: dir, data: data, guid: hex.EncodeToString(b[:]),
 		released: make(chan struct{}), report: report}
 	// The session ending (expired, replaced, closed) takes our node with it.
-	l.stopGen = context.AfterFunc(g.ctx, l.markLost)
+	g.join(l)
 	return l
 }
 
@@ -199,14 +201,10 @@ func (l *lease) lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 	return fencing.Token(czxid), sent, nil
 }
 
-// watchOwnSoon arranges for watchOwn to run once our node has existed for
+// watchOwnSoon arranges for our node to be watched once it has existed for
 // ownWatchDelay (unless released before).
 func (l *lease) watchOwnSoon() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.watching && l.watchTimer == nil {
-		l.watchTimer = time.AfterFunc(ownWatchDelay, func() { l.watchOwn(nil) })
-	}
+	l.armOwnAfter(ownWatchDelay, 0)
 }
 
 // waitFirst returns once our node (name, with sequence number seq) is the
@@ -321,6 +319,13 @@ func (l *lease) waitGone(ctx context.Context, watches map[string]<-chan zk.Event
 	for _, n := range []string{self, node, second} {
 		if _, ok := watches[n]; ok || n == "" {
 			continue
+		}
+		if n == self {
+			// Registered before the watch is set: the dispatcher
+			// then reports a deletion even if it comes between the
+			// grant and watchOwn. (Release, which would refuse it,
+			// comes only after Lock.)
+			l.registerOwn(nil)
 		}
 		var ch <-chan zk.Event
 		var st *zk.Stat
@@ -511,6 +516,7 @@ func (l *lease) create(ctx context.Context, plain bool) (kids []string, err erro
 	go func() {
 		defer close(read)
 		path, czxid, alone, err := l.doCreate(plain)
+		l.data = nil // written: a held lease need not keep it
 		l.mu.Lock()
 		if err == nil {
 			l.path, l.czxid, l.version = path, czxid, 0
@@ -730,77 +736,117 @@ func (l *lease) makeNode(p string) error {
 	}
 }
 
-// watchOwn watches our node (once) and reports the loss when the node is
-// deleted by anyone but our Release. armed, if not nil, is a data watch on
-// it already set; otherwise it sets one.
+// watchOwn hands armed, the data watch on our node that the wait set and
+// that is still armed, to the session's dispatcher, which reports the loss
+// when the node is deleted by anyone but our Release (ownWatchFired). No
+// goroutine waits for it.
 func (l *lease) watchOwn(armed <-chan zk.Event) {
-	l.mu.Lock()
-	if l.watching || l.path == "" {
-		l.mu.Unlock()
-		return
-	}
-	select {
-	case <-l.released:
-		l.mu.Unlock()
-		return
-	default:
-	}
-	l.watching = true
-	path := l.path
-	l.mu.Unlock()
-	go func() {
-		for ch := armed; ; ch = nil {
-			if ch == nil {
-				if ch = l.rewatchOwn(path); ch == nil {
-					return
-				}
-			}
-			select {
-			case <-l.released:
-				return
-			case <-l.d.closing:
-				return
-			case ev := <-ch:
-				switch ev.Type {
-				case zk.EventNodeDeleted:
-					select {
-					case <-l.released:
-					default:
-						l.markLost()
-					}
-					return
-				case zk.EventNotWatching:
-					if l.g.ended() || sessionGone(ev.Err) {
-						l.markLost()
-					}
-					return
-				}
-			}
-		}
-	}()
+	l.registerOwn(armed)
 }
 
-// rewatchOwn sets a data watch on our node for watchOwn; nil if watchOwn is
-// to stop: released meanwhile, the node gone (a loss), or the request
-// failed (the renewal finds out).
-func (l *lease) rewatchOwn(path string) <-chan zk.Event {
-	_, _, ch, err := l.s.conn.GetW(path)
+// registerOwn registers the watch on our node with the session (ch, its
+// channel, if it is set already) and reports whether it did: not once
+// Release has started.
+func (l *lease) registerOwn(ch <-chan zk.Event) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.path == "" || l.releasedLocked() {
+		return false
+	}
+	l.s.addOwn(l.path, l, ch)
+	return true
+}
+
+func (l *lease) releasedLocked() bool {
 	select {
 	case <-l.released:
-		return nil
+		return true
 	default:
+		return false
 	}
-	switch {
-	case errors.Is(err, zk.ErrNoNode):
-		l.markLost()
-		return nil
-	case err != nil:
-		if sessionGone(err) {
-			l.markLost()
+}
+
+// armOwnAfter sets a data watch on our node after delay (armOwn, on a
+// timer's goroutine), unless released before; retry counts the attempts
+// that found the connection down.
+func (l *lease) armOwnAfter(delay time.Duration, retry int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.releasedLocked() {
+		return
+	}
+	var t *time.Timer
+	t = time.AfterFunc(delay, func() {
+		l.mu.Lock()
+		if l.watchTimer == t {
+			l.watchTimer = nil // fired: a held lease need not keep it
 		}
-		return nil
+		l.mu.Unlock()
+		l.armOwn(retry)
+	})
+	l.watchTimer = t
+}
+
+// armOwn sets a data watch on our node and registers it with the session's
+// dispatcher (before the request, so that no event of it arrives
+// unregistered). A deletion found now is a loss; a connection that is
+// down is tried again later (armOwnAfter, with a backoff), while the
+// session lives; any other failure leaves the renewal to find a loss.
+func (l *lease) armOwn(retry int) {
+	if !l.registerOwn(nil) {
+		return
 	}
-	return ch
+	l.mu.Lock()
+	path := l.path
+	l.mu.Unlock()
+	_, _, ch, err := l.s.conn.GetW(path)
+	switch {
+	case err == nil:
+		l.registerOwn(ch)
+	case errors.Is(err, zk.ErrNoNode):
+		l.ownGone("deleted")
+	case sessionGone(err):
+		l.ownGone("the session ended")
+	case connDown(err) && !l.g.ended():
+		l.armOwnAfter(min(ownWatchDelay<<retry, ownRewatchMax), min(retry+1, 8))
+	}
+}
+
+// ownWatchFired handles an event of the data watch on our node: a deletion
+// by anyone but our Release (whose own delete is not reported: Release
+// unregisters first) or the session's end is a loss; a data change (someone
+// wrote our node) fired the watch, which is set again. It runs on the
+// Conn's receive goroutine or the session's poll loop, so it sends no
+// request itself.
+func (l *lease) ownWatchFired(ev zk.Event) {
+	switch ev.Type {
+	case zk.EventNodeDeleted:
+		l.ownGone("deleted")
+	case zk.EventNotWatching:
+		l.mu.Lock()
+		l.s.dropOwn(l.path, l)
+		l.mu.Unlock()
+		if l.g.ended() || sessionGone(ev.Err) {
+			l.ownGone("the session ended")
+		}
+	case zk.EventNodeDataChanged:
+		l.armOwnAfter(0, 0)
+	}
+}
+
+// ownGone reports our node found gone, unless Release has started, and
+// unregisters its watch.
+func (l *lease) ownGone(why string) {
+	l.mu.Lock()
+	released := l.releasedLocked()
+	if l.st == stWaiting {
+		why += " while waiting"
+	}
+	l.s.dropOwn(l.path, l)
+	l.mu.Unlock()
+	if !released {
+		_ = l.markLostWhy(why)
+	}
 }
 
 // KeepAlive implements driver.Lease with one Exists of our node (of
@@ -861,6 +907,9 @@ func (l *lease) Release(ctx context.Context) error {
 		if l.watchTimer != nil {
 			l.watchTimer.Stop()
 		}
+		if l.path != "" {
+			l.s.dropOwn(l.path, l)
+		}
 		go l.runCleanup()
 	}
 	done := l.cleanup
@@ -881,7 +930,7 @@ func (l *lease) Release(ctx context.Context) error {
 
 func (l *lease) runCleanup() {
 	err := l.cleanupNode()
-	l.stopGen()
+	l.g.leave(l)
 	l.mu.Lock()
 	l.relErr = err
 	close(l.cleanup)

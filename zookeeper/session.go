@@ -24,6 +24,22 @@ type session struct {
 	changed   chan struct{} // closed and replaced when suspended changes
 	closed    bool
 	stopPoll  chan struct{}
+
+	// own holds, by path, the lock nodes of this Conn's leases that watch
+	// their own node, so that one dispatcher serves every such watch: the
+	// Conn's event callback on a Conn the driver dialed (owned), the poll
+	// loop on a caller's Conn (see dispatchOwn and pollOwn).
+	ownMu sync.Mutex
+	own   map[string]ownWatch
+}
+
+// ownWatch is a lease's data watch on its own node, as the session
+// dispatches it.
+type ownWatch struct {
+	l *lease
+	// ch is the watch's channel, for the poll loop of a caller's Conn
+	// (nil on a Conn whose events reach the callback, and until set).
+	ch <-chan zk.Event
 }
 
 // generation is one ZooKeeper session of a Conn. Every node created in it is
@@ -34,12 +50,118 @@ type generation struct {
 	ctx     context.Context // ended with the session; its cause says how
 	end     context.CancelCauseFunc
 
-	mu    sync.Mutex
-	proof time.Time // send time of the last request answered in this session
+	mu     sync.Mutex
+	proof  time.Time           // send time of the last request answered in this session
+	leases map[*lease]struct{} // not yet released: its end loses them (join)
+}
+
+// newGeneration returns the generation of session id, whose end loses
+// every lease that joined it.
+func newGeneration(id int64, timeout time.Duration) *generation {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	g := &generation{id: id, timeout: timeout, ctx: ctx, end: cancel, leases: make(map[*lease]struct{})}
+	context.AfterFunc(ctx, g.loseAll)
+	return g
+}
+
+// join makes the end of g report the loss of l (at once if g has ended).
+// One callback per generation rather than one per lease keeps a held lease
+// small.
+func (g *generation) join(l *lease) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.leases == nil { // ended
+		go l.markLost()
+		return
+	}
+	g.leases[l] = struct{}{}
+}
+
+// leave stops g's end from reporting l (released).
+func (g *generation) leave(l *lease) {
+	g.mu.Lock()
+	delete(g.leases, l)
+	g.mu.Unlock()
+}
+
+// loseAll reports the loss of every lease of g, which has ended.
+func (g *generation) loseAll() {
+	g.mu.Lock()
+	leases := g.leases
+	g.leases = nil
+	g.mu.Unlock()
+	for l := range leases {
+		l.markLost()
+	}
 }
 
 func newSession(owned bool) *session {
-	return &session{owned: owned, changed: make(chan struct{}), suspended: true}
+	return &session{owned: owned, changed: make(chan struct{}), suspended: true,
+		own: make(map[string]ownWatch)}
+}
+
+// addOwn registers l's watch on its node at path, whose channel is ch if
+// the watch is set and the session polls it (nil otherwise). On a Conn
+// whose events reach the callback, register before the watch is set, so
+// that no event of it arrives unregistered.
+func (s *session) addOwn(path string, l *lease, ch <-chan zk.Event) {
+	if s.owned {
+		ch = nil // the callback dispatches; the channel is not read
+	}
+	s.ownMu.Lock()
+	s.own[path] = ownWatch{l: l, ch: ch}
+	s.ownMu.Unlock()
+}
+
+// dropOwn unregisters the watch on path, if l registered it.
+func (s *session) dropOwn(path string, l *lease) {
+	s.ownMu.Lock()
+	if w, ok := s.own[path]; ok && w.l == l {
+		delete(s.own, path)
+	}
+	s.ownMu.Unlock()
+}
+
+// ownOf returns the lease whose own node is path, if it watches it.
+func (s *session) ownOf(path string) *lease {
+	s.ownMu.Lock()
+	defer s.ownMu.Unlock()
+	return s.own[path].l
+}
+
+// dispatchOwn hands ev, a watch event of the Conn, to the lease whose own
+// node it concerns, if any. It runs on the Conn's receive goroutine (the
+// event callback), before the event reaches the watch's channel.
+func (s *session) dispatchOwn(ev zk.Event) {
+	if l := s.ownOf(ev.Path); l != nil {
+		l.ownWatchFired(ev)
+	}
+}
+
+// pollOwn hands the events that arrived on the polled watch channels to
+// their leases (a caller's Conn, whose events go to the caller).
+func (s *session) pollOwn() {
+	type fired struct {
+		l  *lease
+		ev zk.Event
+	}
+	var got []fired
+	s.ownMu.Lock()
+	for path, w := range s.own {
+		if w.ch == nil {
+			continue
+		}
+		select {
+		case ev := <-w.ch:
+			got = append(got, fired{w.l, ev})
+			s.own[path] = ownWatch{l: w.l} // a watch fires once
+		default:
+		}
+	}
+	s.ownMu.Unlock()
+	for _, f := range got {
+		f.l.ownWatchFired(f.ev)
+	}
 }
 
 // noteAlive records that a request sent at sent was answered in g.
@@ -59,14 +181,20 @@ func (g *generation) lastProof() time.Time {
 
 func (g *generation) ended() bool { return g.ctx.Err() != nil }
 
-// onEvent is the Conn's event callback (owned sessions). It runs on the
-// Conn's own goroutine: for StateHasSession right after the Conn stored the
-// negotiated timeout, so reading it here does not race.
+// onEvent is the Conn's event callback (owned sessions): session events
+// update the session, watch events on the leases' own nodes go to them. It
+// runs on the Conn's own goroutines: for StateHasSession right after the
+// Conn stored the negotiated timeout, so reading it here does not race; for
+// a watch event before the event reaches the watch's channel; for the
+// watches a session's end invalidates with the Conn's watcher lock held, so
+// it must not send requests.
 func (s *session) onEvent(ev zk.Event) {
-	if ev.Type != zk.EventSession {
-		return
+	switch {
+	case ev.Type == zk.EventSession:
+		s.observe(ev.State)
+	case ev.Path != "":
+		s.dispatchOwn(ev)
 	}
-	s.observe(ev.State)
 }
 
 // observe updates the session from the Conn's state.
@@ -88,8 +216,7 @@ func (s *session) observe(st zk.State) {
 				s.gen.end(fmt.Errorf("session %#x was replaced by session %#x", s.gen.id, id))
 			}
 			timeout, _ := negotiatedTimeout(conn)
-			ctx, cancel := context.WithCancelCause(context.Background())
-			s.gen = &generation{id: id, timeout: timeout, ctx: ctx, end: cancel}
+			s.gen = newGeneration(id, timeout)
 		}
 		s.setSuspendedLocked(false)
 	case zk.StateExpired:
@@ -143,7 +270,8 @@ func (s *session) current(ctx context.Context) (*generation, error) {
 }
 
 // poll follows the state of a Conn whose events go to its owner (New):
-// every pollInterval it compares the state and session id.
+// every pollInterval it compares the state and session id, and hands the
+// events of the leases' watches on their own nodes to them (pollOwn).
 func (s *session) poll(interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -162,6 +290,7 @@ func (s *session) poll(interval time.Duration) {
 				}
 			}
 			s.observe(st)
+			s.pollOwn()
 		}
 	}
 }
