@@ -3,7 +3,8 @@
 // history checker, TryAcquire, waiting and cancelled waits, crashed holders
 // and waiters, renewal, lease loss and its signal, the local deadline,
 // Release and Close semantics, stale holders fenced off, name handling and
-// input validation, and FIFO hand-over where the backend promises it.
+// input validation, and FIFO hand-over where the backend promises it (a few
+// waiters, then a queue of 100 over four Lockers).
 //
 // An adapter runs it from its tests over a real server, and a user can run
 // it against their own cluster. Implement Harness and call Run:

@@ -38,6 +38,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("BadInput", s.testBadInput)
 	t.Run("Close", s.testClose)
 	t.Run("FIFO", s.testFIFO)
+	t.Run("LongQueueFIFO", s.testLongQueueFIFO)
 	if p, ok := h.(Partitioner); ok {
 		t.Run("Partitioned", func(t *testing.T) { s.testPartitioned(t, p) })
 		t.Run("Unavailable", func(t *testing.T) { s.testUnavailable(t, p) })
