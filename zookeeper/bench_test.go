@@ -3,6 +3,7 @@ package zookeeper
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -96,9 +97,11 @@ func BenchmarkUncontended(b *testing.B) {
 // BenchmarkContended8 runs 8 contenders, each with its own connection, that
 // acquire and release one lock in a loop. One op is one grant. It reports
 // grants/s and the handoff time (from the moment a holder starts releasing
-// to the next grant), p50 and p99, and what each grant cost the server:
-// requests received and watch events sent (counted with mntr, so they
-// include the few pings of idle sessions).
+// to the next grant), p50 and p99, in ms and in round trips of the same
+// run (handoff-p50-rtt, handoff-p99-rtt: see serverTimes, whose rtt-us and
+// commit-us it reports too), and what each grant cost the server: requests
+// received and watch events sent (counted with mntr, so they include the
+// few pings of idle sessions).
 func BenchmarkContended8(b *testing.B) { benchContended(b, 0) }
 
 func benchContended(b *testing.B, hold time.Duration) {
@@ -110,12 +113,76 @@ func benchContended(b *testing.B, hold time.Duration) {
 		for i := range cs {
 			cs[i].Lock, cs[i].Unlock = impl.new(b, prefix, "contended")
 		}
+		times := measureServerTimes(b)
 		count := packetCounter(b)
 		r := lockbench.BenchContended(b, cs, hold)
 		requests, events := count(r.Grants)
 		b.ReportMetric(requests, "server-requests/grant")
 		b.ReportMetric(events, "server-events/grant")
+		times.report(b, r.Handoffs)
 	})
+}
+
+// serverTimes are the server's round trip and write commit, measured in
+// the run they are the units of: the medians of serverTimeSamples
+// requests on a connection of their own.
+type serverTimes struct {
+	rtt    time.Duration // an exists of an existing node: a read's round trip
+	commit time.Duration // a setData: a write's round trip, logged and committed
+}
+
+// serverTimeSamples is how many requests of each kind measureServerTimes
+// sends.
+const serverTimeSamples = 300
+
+// measureServerTimes measures the round trip and the write commit on the
+// server, on an ephemeral node of its own.
+func measureServerTimes(b testing.TB) serverTimes {
+	b.Helper()
+	conn := zktest.ConnectTo(b, srv.Addr(), benchSessionTimeout)
+	node, err := conn.Create("/fencelock-bench-commit-", nil, zk.FlagEphemeralSequential, zk.WorldACL(zk.PermAll))
+	if err != nil {
+		b.Fatal(err)
+	}
+	median := func(req func() error) time.Duration {
+		ds := make([]time.Duration, serverTimeSamples)
+		for i := range ds {
+			start := time.Now()
+			if err := req(); err != nil {
+				b.Fatal(err)
+			}
+			ds[i] = time.Since(start)
+		}
+		slices.Sort(ds)
+		return lockbench.Percentile(ds, 0.5)
+	}
+	return serverTimes{
+		rtt:    median(func() error { _, _, err := conn.Exists(node); return err }),
+		commit: median(func() error { _, err := conn.Set(node, nil, -1); return err }),
+	}
+}
+
+// report reports the round trip and commit in µs (rtt-us, commit-us), and
+// the handoff p50 and p99 in round trips (handoff-p50-rtt,
+// handoff-p99-rtt); handoffs are sorted.
+func (t serverTimes) report(b *testing.B, handoffs []time.Duration) {
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	b.ReportMetric(us(t.rtt), "rtt-us")
+	b.ReportMetric(us(t.commit), "commit-us")
+	b.ReportMetric(float64(lockbench.Percentile(handoffs, 0.5))/float64(t.rtt), "handoff-p50-rtt")
+	b.ReportMetric(float64(lockbench.Percentile(handoffs, 0.99))/float64(t.rtt), "handoff-p99-rtt")
+}
+
+// BenchmarkRoundTrip is one exists on the same server: the unit of the
+// handoff figures (handoff p50 within one write commit and one event
+// delivery).
+func BenchmarkRoundTrip(b *testing.B) {
+	conn := zktest.ConnectTo(b, srv.Addr(), benchSessionTimeout)
+	for b.Loop() {
+		if _, _, err := conn.Exists("/"); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 // interleave runs run for each impl in alternating rounds.
