@@ -126,6 +126,8 @@ func NewWithConfig(client Client, cfg Config, opts ...backend.Option) (*backend.
 }
 
 var (
+	//go:embed scripts/token.lua
+	tokenLua string
 	//go:embed scripts/queue.lua
 	queueLua string
 	//go:embed scripts/acquire.lua
@@ -135,13 +137,28 @@ var (
 	//go:embed scripts/release.lua
 	releaseLua string
 
-	// acquireSrc is the acquire script as sent: every script that touches
-	// the queue starts with the queue's functions.
-	acquireSrc    = queueLua + acquireLua
+	// The acquire and release scripts as sent (see withQueue).
+	acquireSrc    = withQueue(acquireLua)
 	acquireScript = goredis.NewScript(acquireSrc)
-	refreshScript = goredis.NewScript(queueLua + refreshLua)
-	releaseScript = goredis.NewScript(queueLua + releaseLua)
+	refreshScript = goredis.NewScript(withQueue(refreshLua))
+	releaseSrc    = withQueue(releaseLua)
+	releaseScript = goredis.NewScript(releaseSrc)
 )
+
+// queueMark is the line of a script where the queue's functions go: after
+// what the script does without them, since defining them costs every call
+// (the uncontended acquire and release return before, at half the server
+// time).
+const queueMark = "--#queue.lua\n"
+
+// withQueue returns script as sent: the token function first, the queue's
+// functions at its queueMark.
+func withQueue(script string) string {
+	if strings.Count(script, queueMark) != 1 {
+		panic("redis: a script needs one line " + strings.TrimSpace(queueMark))
+	}
+	return tokenLua + strings.Replace(script, queueMark, queueLua, 1)
+}
 
 // redisDriver implements driver.Driver over one go-redis client.
 type redisDriver struct {
@@ -152,8 +169,17 @@ type redisDriver struct {
 	// heedsCtx: the client bounds requests by their context (see
 	// heedsContext); else bounded does.
 	heedsCtx bool
-	seq      atomic.Uint64
-	hub      *hub
+	// do sends the acquire and release scripts, if the client can send
+	// any command (see doer); nil: through Scripter.
+	do  doer
+	seq atomic.Uint64
+	hub *hub
+	// wakePrefix is the scripts' argument for the wake channels' prefix.
+	wakePrefix any
+	// lastLock is the lock the last acquisition named, with its keys
+	// boxed for the scripts' argument lists: a process that takes one
+	// lock again and again builds them once.
+	lastLock atomic.Pointer[lockKeys]
 
 	// Counters for tests and benchmarks.
 	attempts atomic.Int64 // acquire script calls
@@ -180,7 +206,9 @@ func newDriver(client Client, cfg Config, owned io.Closer) (*redisDriver, error)
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	d := &redisDriver{c: client, owned: owned, cfg: cfg, id: hex.EncodeToString(b[:]), heedsCtx: heedsContext(client)}
+	d := &redisDriver{c: client, owned: owned, cfg: cfg, id: hex.EncodeToString(b[:]), heedsCtx: heedsContext(client),
+		wakePrefix: wakeChannel(cfg.Prefix, "")}
+	d.do, _ = client.(doer)
 	d.hub = newHub(client, wakeChannel(cfg.Prefix, d.id), &d.wakeups)
 	return d, nil
 }
@@ -213,8 +241,23 @@ func (d *redisDriver) NewLease(ctx context.Context, req driver.Request) (driver.
 	// to this acquisition while it waits.
 	owner := d.id + "." + strconv.FormatUint(d.seq.Add(1), 36) + "." + strconv.FormatInt(req.TTL.Milliseconds(), 10)
 	started := time.Now()
-	return &lease{d: d, k: keysOf(d.cfg.Prefix, req.Name), owner: owner,
-		ttlMs: req.TTL.Milliseconds()}, started, nil
+	lk := d.lockKeys(req.Name)
+	l := &lease{d: d, k: &lk.keys, owner: owner, ttlMs: req.TTL.Milliseconds()}
+	copy(l.args[:4], lk.boxed[:])
+	l.args[4], l.args[5], l.args[6] = lk.ended+owner, owner, l.ttlMs
+	return l, started, nil
+}
+
+// lockKeys returns the keys of lock name, built anew unless the last
+// acquisition named the same lock.
+func (d *redisDriver) lockKeys(name string) *lockKeys {
+	if lk := d.lastLock.Load(); lk != nil && lk.name == name {
+		return lk
+	}
+	k := keysOf(d.cfg.Prefix, name)
+	lk := &lockKeys{name: name, keys: k, boxed: [4]any{k.lock, k.counter, k.queue, k.expiry}}
+	d.lastLock.Store(lk)
+	return lk
 }
 
 // Shutdown implements driver.Driver: it stops the shared subscription and
@@ -242,6 +285,14 @@ func (d *redisDriver) Shutdown(context.Context) error {
 type keys struct {
 	lock, counter, queue, expiry string
 	ended                        string // + owner: an acquisition's end mark
+}
+
+// lockKeys are the keys of the lock called name, and the first four
+// (lock, counter, queue, expiry) boxed as script arguments.
+type lockKeys struct {
+	name string
+	keys
+	boxed [4]any
 }
 
 func keysOf(prefix, name string) keys {
@@ -331,26 +382,86 @@ const (
 // acquire runs the acquire script once (and WAIT after it if configured),
 // bounded by ctx.
 func (d *redisDriver) acquire(ctx context.Context, l *lease, mode queueMode) (acquireResult, error) {
+	if d.unbounded(ctx) {
+		return d.acquireOnce(ctx, l, mode)
+	}
 	return bounded(ctx, d, func() (acquireResult, error) { return d.acquireOnce(ctx, l, mode) })
+}
+
+// arg is m as a script argument (a constant: boxing it allocates nothing).
+func (m queueMode) arg() any {
+	switch m {
+	case queueJoin:
+		return string(queueJoin)
+	case queueStay:
+		return string(queueStay)
+	}
+	return string(queueNo)
+}
+
+// flag is b as a script argument, "1" or "0" (constants: boxing them
+// allocates nothing).
+func flag(b bool) any {
+	if b {
+		return "1"
+	}
+	return "0"
 }
 
 func (d *redisDriver) acquireOnce(ctx context.Context, l *lease, mode queueMode) (acquireResult, error) {
 	d.attempts.Add(1)
-	k := []string{l.k.lock, l.k.counter, l.k.queue, l.k.expiry, l.k.ended + l.owner}
-	args := []any{l.owner, l.ttlMs, string(mode), flag(!d.cfg.NoClockFloor), wakeChannel(d.cfg.Prefix, ""), flag(d.direct())}
+	cmd := make([]any, 0, 14)
+	cmd = append(cmd, "evalsha", acquireHash, 5)
+	cmd = append(cmd, l.args[:]...)
+	cmd = append(cmd, mode.arg(), flag(!d.cfg.NoClockFloor), d.wakePrefix, flag(d.direct()))
 	if d.cfg.WaitReplicas == 0 {
-		res, err := acquireScript.Run(ctx, d.c, k, args...).Int64Slice()
+		res, err := d.eval(ctx, cmd, acquireScript, acquireSrc).Int64Slice()
 		return parseAcquire(res, err)
 	}
-	return d.acquireWait(ctx, k, args)
+	return d.acquireWait(ctx, l.k.lock, cmd)
 }
 
-// acquireWait sends the acquire script and WAIT in one pipeline on one
-// connection (WAIT counts the replicas that have this connection's writes).
-func (d *redisDriver) acquireWait(ctx context.Context, k []string, args []any) (acquireResult, error) {
+// doer is a client that sends any command: go-redis's *Client,
+// *ClusterClient and *Ring are. The driver sends its acquire and release
+// scripts through Do with argument lists built once per acquisition:
+// Scripter's EvalSha boxes every key and argument anew at each call.
+type doer interface {
+	Do(ctx context.Context, args ...any) *goredis.Cmd
+}
+
+// The acquire and release scripts' SHA1 digests, boxed once.
+var (
+	acquireHash any = acquireScript.Hash()
+	releaseHash any = releaseScript.Hash()
+)
+
+// eval runs cmd, an EVALSHA of script (src: its source) with its
+// arguments, and sends the source (EVAL) if the server does not have the
+// script yet. cmd is sent as it is, and changed for the EVAL.
+func (d *redisDriver) eval(ctx context.Context, cmd []any, script *goredis.Script, src string) *goredis.Cmd {
+	if d.do == nil {
+		nkeys := cmd[2].(int)
+		keys := make([]string, nkeys)
+		for i := range keys {
+			keys[i] = cmd[3+i].(string)
+		}
+		return script.Run(ctx, d.c, keys, cmd[3+nkeys:]...)
+	}
+	r := d.do.Do(ctx, cmd...)
+	if isNoScript(r.Err()) {
+		cmd[0], cmd[1] = "eval", src
+		r = d.do.Do(ctx, cmd...)
+	}
+	return r
+}
+
+// acquireWait sends cmd, the acquire script, and WAIT in one pipeline on
+// one connection (WAIT counts the replicas that have this connection's
+// writes); lock is the lock key.
+func (d *redisDriver) acquireWait(ctx context.Context, lock string, cmd []any) (acquireResult, error) {
 	var p goredis.Pipeliner
 	if c, ok := d.c.(masterForKey); ok {
-		node, err := c.MasterForKey(ctx, k[0])
+		node, err := c.MasterForKey(ctx, lock)
 		if err != nil {
 			return acquireResult{}, mapErr(err)
 		}
@@ -359,12 +470,10 @@ func (d *redisDriver) acquireWait(ctx context.Context, k []string, args []any) (
 		p = d.c.(pipeliner).Pipeline()
 	}
 	for attempt := 0; ; attempt++ {
-		var script *goredis.Cmd
-		if attempt == 0 {
-			script = p.EvalSha(ctx, acquireScript.Hash(), k, args...)
-		} else {
-			script = p.Eval(ctx, acquireSrc, k, args...)
+		if attempt > 0 {
+			cmd[0], cmd[1] = "eval", acquireSrc
 		}
+		script := p.Do(ctx, cmd...)
 		wait := p.Do(ctx, "WAIT", d.cfg.WaitReplicas, d.cfg.WaitTimeout.Milliseconds())
 		_, _ = p.Exec(ctx)
 		if attempt == 0 && isNoScript(script.Err()) {
@@ -403,11 +512,4 @@ func parseAcquire(res []int64, err error) (acquireResult, error) {
 		return acquireResult{}, fmt.Errorf("%w: redis: queue entry lapsed or was removed, or the acquisition had ended", backend.ErrLeaseLost)
 	}
 	return acquireResult{}, fmt.Errorf("redis: acquire script returned %v", res)
-}
-
-func flag(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
 }

@@ -76,13 +76,20 @@ func heedsContext(client Client) bool {
 	return false
 }
 
+// unbounded reports whether a call under ctx needs no bounding (see
+// bounded): the client heeds contexts, or ctx never ends. Hot paths check
+// it before they make the closure bounded takes.
+func (d *redisDriver) unbounded(ctx context.Context) bool {
+	return d.heedsCtx || ctx.Done() == nil
+}
+
 // bounded runs f, a go-redis call under ctx, and returns its result, or
 // ctx's error as soon as ctx ends if the client does not heed contexts (see
 // heedsContext): f then goes on in the background until the client's own
 // timeouts end it, and its result is dropped. Whether a request abandoned
 // so reached the server is unknown, as for one whose context ended.
 func bounded[T any](ctx context.Context, d *redisDriver, f func() (T, error)) (T, error) {
-	if d.heedsCtx || ctx.Done() == nil {
+	if d.unbounded(ctx) {
 		return f()
 	}
 	if err := ctx.Err(); err != nil {

@@ -57,9 +57,13 @@ const (
 // while it waits, owner is its entry in the lock's queue.
 type lease struct {
 	d     *redisDriver
-	k     keys
+	k     *keys
 	owner string
 	ttlMs int64
+	// args are what the acquire and release scripts take of this
+	// acquisition, boxed once: the five keys (lock, counter, queue,
+	// expiry, end mark), then owner and ttlMs.
+	args [7]any
 
 	mu      sync.Mutex
 	st      state
@@ -372,10 +376,15 @@ func (l *lease) Release(ctx context.Context) error {
 		// mark the acquisition ended, so that it takes nothing if it lands.
 		endMark = max(endMarkTTLs*l.ttlMs, endMarkMin.Milliseconds())
 	}
-	n, err := bounded(ctx, l.d, func() (int64, error) {
-		return releaseScript.Run(ctx, l.d.c, []string{l.k.lock, l.k.counter, l.k.queue, l.k.expiry, l.k.ended + l.owner}, l.owner,
-			wakeChannel(l.d.cfg.Prefix, ""), flag(!l.d.cfg.NoClockFloor), flag(l.d.direct()), endMark).Int64()
-	})
+	var (
+		n   int64
+		err error
+	)
+	if l.d.unbounded(ctx) {
+		n, err = l.release(ctx, endMark)
+	} else {
+		n, err = bounded(ctx, l.d, func() (int64, error) { return l.release(ctx, endMark) })
+	}
 	if err != nil {
 		return fmt.Errorf("redis: release script: %w", mapErr(err))
 	}
@@ -385,4 +394,14 @@ func (l *lease) Release(ctx context.Context) error {
 		return fmt.Errorf("%w: redis: lock key %q was already gone or someone else's", backend.ErrLeaseLost, l.k.lock)
 	}
 	return nil
+}
+
+// release runs the release script once; endMark is how long in ms to keep
+// the acquisition's end mark (0: none).
+func (l *lease) release(ctx context.Context, endMark int64) (int64, error) {
+	cmd := make([]any, 0, 13)
+	cmd = append(cmd, "evalsha", releaseHash, 5)
+	cmd = append(cmd, l.args[:6]...) // the keys and owner
+	cmd = append(cmd, l.d.wakePrefix, flag(!l.d.cfg.NoClockFloor), flag(l.d.direct()), endMark)
+	return l.d.eval(ctx, cmd, releaseScript, releaseSrc).Int64()
 }

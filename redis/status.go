@@ -19,8 +19,8 @@ var (
 	//go:embed scripts/revoke.lua
 	revokeLua string
 
-	inspectScript = goredis.NewScript(queueLua + inspectLua)
-	revokeScript  = goredis.NewScript(queueLua + revokeLua)
+	inspectScript = goredis.NewScript(withQueue(inspectLua))
+	revokeScript  = goredis.NewScript(withQueue(revokeLua))
 )
 
 // Inspect implements driver.Driver with one script call: the holder's

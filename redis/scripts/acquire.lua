@@ -22,9 +22,10 @@ end
 local v = redis.call('GET', KEYS[1])
 -- Fast path: a free lock and an empty queue (so no entry to purge, and
 -- none of ours to drop) is granted at once.
-if not v and ARGV[3] ~= '2' and not head(KEYS[3]) then
+if not v and ARGV[3] ~= '2' and not redis.call('ZRANGE', KEYS[3], 0, 0)[1] then
   return {1, issue(KEYS[1], KEYS[2], owner, ttl, ARGV[4])}
 end
+--#queue.lua
 local now = now_ms()
 purge(KEYS[3], KEYS[4], now)
 local mine = token_of(v, owner)

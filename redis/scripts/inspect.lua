@@ -2,6 +2,7 @@
 -- KEYS[1] lock key, KEYS[2] queue, KEYS[3] queue expiries.
 -- Returns {value or false, PTTL in ms, {owner, ms left, owner, ms left, ...}
 -- in the order of grants}.
+--#queue.lua
 local now = now_ms()
 local waiters = {}
 for _, owner in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do

@@ -1,5 +1,7 @@
 -- fencelock waiting queue: functions the acquire, refresh, release, revoke
--- and inspect scripts share (this file is prepended to each of them).
+-- and inspect scripts share (each of them has this file inserted at its
+-- line "--#queue.lua", after what it can do without them: defining them
+-- is a cost of every call). issue (token.lua) comes before.
 -- A lock's queue is two sorted sets under its hash tag: Q maps each waiting
 -- acquisition's owner id to its arrival number (the order of grants), E to
 -- the server time in ms at which the entry lapses unless renewed (a waiter
@@ -89,23 +91,6 @@ end
 -- followed by the Locker id, the owner id up to its first '.').
 local function wake(wake_prefix, owner, msg)
   redis.call('PUBLISH', wake_prefix .. string.match(owner, '^[^.]*'), msg)
-end
-
--- issue sets the lock key to owner with a new token and returns the token:
--- the counter's next value, or with floor == '1' at least the server's
--- clock in microseconds (the counter raised to it).
-local function issue(lock, counter, owner, ms, floor)
-  local t = redis.call('INCR', counter)
-  if floor == '1' then
-    local tm = redis.call('TIME')
-    local us = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
-    if t < us then
-      t = us
-      redis.call('SET', counter, string.format('%d', us))
-    end
-  end
-  redis.call('SET', lock, owner .. ':' .. string.format('%d', t), 'PX', ms)
-  return t
 end
 
 -- hand_over gives the free lock to the next waiter, if any: with direct ==

@@ -7,6 +7,7 @@
 -- free (it should try now), 0 if it is neither: the lock key is gone or
 -- someone else's and no entry of it waits. It never re-creates a vanished
 -- key.
+--#queue.lua
 local owner, ttl = ARGV[1], tonumber(ARGV[2])
 local v = redis.call('GET', KEYS[1])
 if token_of(v, owner) then

@@ -14,15 +14,18 @@ if tonumber(ARGV[5]) > 0 then
 end
 local v = redis.call('GET', KEYS[1])
 local deleted = 0
-if token_of(v, owner) then
+-- This acquisition's value is "<owner>:<token>" (token_of in queue.lua).
+if v and string.sub(v, 1, #owner + 1) == owner .. ':' then
   redis.call('DEL', KEYS[1])
   deleted = 1
 end
 -- An empty queue holds no entry of ours, none to purge and nobody to
--- hand over to.
-if not head(KEYS[3]) then
+-- hand over to: done, before the queue's functions are defined (a cost of
+-- every call).
+if not redis.call('ZRANGE', KEYS[3], 0, 0)[1] then
   return deleted
 end
+--#queue.lua
 dequeue(KEYS[3], KEYS[4], owner)
 if deleted == 1 or not v then
   purge(KEYS[3], KEYS[4], now_ms())

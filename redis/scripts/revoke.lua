@@ -10,6 +10,7 @@
 -- library wrote); ARGV[3] the wake channels' prefix, ARGV[4] "1" for the
 -- clock floor, ARGV[5] "1" to grant directly (see hand_over).
 -- Returns 1 if revoked, 0 if no such acquisition holds or waits.
+--#queue.lua
 local by, who = ARGV[1], ARGV[2]
 purge(KEYS[3], KEYS[4], now_ms())
 local v = redis.call('GET', KEYS[1])
