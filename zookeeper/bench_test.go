@@ -124,20 +124,22 @@ func benchContended(b *testing.B, hold time.Duration) {
 }
 
 // serverTimes are the server's round trip and write commit, measured in
-// the run they are the units of: the medians of serverTimeSamples
-// requests on a connection of their own.
+// the run they are the units of: the medians of a few hundred requests on
+// a connection of their own.
 type serverTimes struct {
 	rtt    time.Duration // an exists of an existing node: a read's round trip
 	commit time.Duration // a setData: a write's round trip, logged and committed
 }
 
-// serverTimeSamples is how many requests of each kind measureServerTimes
-// sends.
-const serverTimeSamples = 300
-
 // measureServerTimes measures the round trip and the write commit on the
-// server, on an ephemeral node of its own.
-func measureServerTimes(b testing.TB) serverTimes {
+// server, on an ephemeral node of its own, back to back (300 of each), as
+// the requests of a contended run follow each other.
+func measureServerTimes(b testing.TB) serverTimes { return measureServerTimesAfter(b, 300, 0) }
+
+// measureServerTimesAfter measures the round trip and the write commit with
+// samples requests of each kind, each sent after a pause, as the requests
+// of a handoff that follows a pause are.
+func measureServerTimesAfter(b testing.TB, samples int, pause time.Duration) serverTimes {
 	b.Helper()
 	conn := zktest.ConnectTo(b, srv.Addr(), benchSessionTimeout)
 	node, err := conn.Create("/fencelock-bench-commit-", nil, zk.FlagEphemeralSequential, zk.WorldACL(zk.PermAll))
@@ -145,8 +147,11 @@ func measureServerTimes(b testing.TB) serverTimes {
 		b.Fatal(err)
 	}
 	median := func(req func() error) time.Duration {
-		ds := make([]time.Duration, serverTimeSamples)
+		ds := make([]time.Duration, samples)
 		for i := range ds {
+			if pause > 0 {
+				time.Sleep(pause)
+			}
 			start := time.Now()
 			if err := req(); err != nil {
 				b.Fatal(err)
@@ -171,6 +176,80 @@ func (t serverTimes) report(b *testing.B, handoffs []time.Duration) {
 	b.ReportMetric(us(t.commit), "commit-us")
 	b.ReportMetric(float64(lockbench.Percentile(handoffs, 0.5))/float64(t.rtt), "handoff-p50-rtt")
 	b.ReportMetric(float64(lockbench.Percentile(handoffs, 0.99))/float64(t.rtt), "handoff-p99-rtt")
+}
+
+// BenchmarkHandoff measures one handoff at a time, with nothing else going
+// on: a holder releases while one waiter, queued and watching, waits; it
+// reports the handoff (from the release's start to the waiter's grant),
+// p50 and p99, in ms and in round trips, beside the round trip and a write
+// commit of the same run (rtt-us, commit-us), each request of which is
+// sent after the same pause as a handoff (a server and client at rest
+// answer slower than in a loop). The physical limit is one commit (the
+// release's delete) and one event delivery (the watch event the delete
+// sends the waiter). One op is one handoff.
+func BenchmarkHandoff(b *testing.B) {
+	interleave(b, func(b *testing.B, impl lockImpl) {
+		warmServer(b)
+		prefix := fmt.Sprintf("/bench/%d", benchSeq.Add(1))
+		var cs [2]lockbench.Contender
+		for i := range cs {
+			cs[i].Lock, cs[i].Unlock = impl.new(b, prefix, "handoff")
+		}
+		admin := zktest.ConnectTo(b, srv.Addr(), benchSessionTimeout)
+		times := measureServerTimesAfter(b, 100, handoffPause)
+		ctx := context.Background()
+		if err := cs[0].Lock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		handoffs := make([]time.Duration, 0, b.N)
+		b.ResetTimer()
+		for i := range b.N {
+			holder, waiter := cs[i%2], cs[(i+1)%2]
+			granted := make(chan error, 1)
+			go func() { granted <- waiter.Lock(ctx) }()
+			awaitQueued(b, admin, lockDir(prefix, "handoff"))
+			start := time.Now()
+			if err := holder.Unlock(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if err := <-granted; err != nil {
+				b.Fatal(err)
+			}
+			handoffs = append(handoffs, time.Since(start))
+		}
+		b.StopTimer()
+		if err := cs[b.N%2].Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		slices.Sort(handoffs)
+		ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+		b.ReportMetric(ms(lockbench.Percentile(handoffs, 0.5)), "handoff-p50-ms")
+		b.ReportMetric(ms(lockbench.Percentile(handoffs, 0.99)), "handoff-p99-ms")
+		times.report(b, handoffs)
+	})
+}
+
+// handoffPause is how long BenchmarkHandoff lets a waiter settle once its
+// node is listed: it reads the queue and sets its watch meanwhile.
+const handoffPause = 5 * time.Millisecond
+
+// awaitQueued waits until the lock directory dir holds two nodes (the
+// holder's and the waiter's), and then handoffPause (the benchmark's timer
+// is stopped).
+func awaitQueued(b *testing.B, admin *zk.Conn, dir string) {
+	b.StopTimer()
+	defer b.StartTimer()
+	for {
+		kids, _, err := admin.Children(dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(kids) >= 2 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(handoffPause)
 }
 
 // BenchmarkRoundTrip is one exists on the same server: the unit of the
