@@ -124,10 +124,18 @@
 //   - Renewal: LeaseKeepAliveOnce every TTL/3 (scheduled by the backend
 //     package).
 //
-// Besides, a watch on the acquisition's own key (on its own gRPC stream, not
-// awaited by any operation) reports the loss (the Lease's Done fires) as soon
-// as the key is deleted, for example when an operator revokes the lease or deletes the key
-// with Locker.RevokeID.
+// Besides, a watch on the acquisition's own key, once it has been held for
+// 50 ms (not awaited by any operation), reports the loss (the Lease's Done
+// fires) as soon as the key is deleted or overwritten, for example when an
+// operator revokes the lease or deletes the key with Locker.RevokeID. The
+// watches of all of a Locker's keys share one gRPC stream and two goroutines
+// (none while no key is watched): a held lock costs no goroutine of its own.
+// Each watch is of one key, so a client receives the events of its own keys
+// only. They resume from the last revision seen when the stream fails; one
+// whose revision was compacted reads the key and watches again. The watches
+// name themselves (etcd 3.4 or later), and go through the client's
+// connection rather than its Watcher: New refuses a client whose Watcher is
+// wrapped (namespace.NewWatcher); give the namespace as the prefix instead.
 //
 // # Caveats
 //

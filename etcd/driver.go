@@ -42,6 +42,9 @@ func New(client *clientv3.Client, prefix string, opts ...backend.Option) (*backe
 	if client == nil {
 		return nil, fmt.Errorf("%w: etcd: nil client", backend.ErrInvalidOption)
 	}
+	if err := checkWatchable(client); err != nil {
+		return nil, fmt.Errorf("%w: %w", backend.ErrInvalidOption, err)
+	}
 	return backend.New(newDriver(client, prefix, false), opts...)
 }
 
@@ -54,12 +57,11 @@ type etcdDriver struct {
 	mu     sync.Mutex
 	closed bool
 	pool   map[int64][]idleLease // by TTL in seconds; most recently used last
-	bg     sync.WaitGroup        // background revokes and watches of own keys
+	bg     sync.WaitGroup        // background revokes and checks of own keys
 
-	watches     context.Context // parent of the watches on own keys
-	stopWatches context.CancelFunc
-	bgCtx       context.Context // parent of background revokes; cancelled when Shutdown's ctx ends
-	stopBg      context.CancelFunc
+	hub    *watchHub       // the watches of own keys
+	bgCtx  context.Context // parent of background revokes; cancelled when Shutdown's ctx ends
+	stopBg context.CancelFunc
 }
 
 // idleLease is a lease no acquisition uses, kept for the next one.
@@ -73,11 +75,7 @@ func newDriver(client *clientv3.Client, prefix string, owned bool) *etcdDriver {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
-	d := &etcdDriver{client: client, owned: owned, prefix: prefix, pool: make(map[int64][]idleLease)}
-	// Watches on own keys run on their own gRPC stream (the require-leader
-	// metadata makes clientv3 open a separate one), so that creating one
-	// never delays a predecessor watch.
-	d.watches, d.stopWatches = context.WithCancel(clientv3.WithRequireLeader(context.Background()))
+	d := &etcdDriver{client: client, owned: owned, prefix: prefix, pool: make(map[int64][]idleLease), hub: newWatchHub(client)}
 	d.bgCtx, d.stopBg = context.WithCancel(context.Background())
 	return d
 }
@@ -262,7 +260,7 @@ func (d *etcdDriver) Shutdown(ctx context.Context) error {
 	d.pool = nil
 	d.closed = true
 	d.mu.Unlock()
-	d.stopWatches() // Release stopped them all unless a Release was skipped
+	d.hub.close() // Release removed every watch unless a Release was skipped
 	stop := context.AfterFunc(ctx, d.stopBg)
 	defer stop()
 	defer d.stopBg()

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -51,8 +52,15 @@ type lease struct {
 	rev      int64 // create revision of key: the token
 	doubtful bool  // id must not go back to the pool
 
-	lost    func(cause error) // the Request's Lost
-	stopOwn func()            // stops the watch on our own key
+	lost func(cause error) // the Request's Lost
+
+	// The watch of our own key (see watchOwnKey).
+	ownTimer   *time.Timer        // starts the watch, or checks the key after a failure
+	own        *keyWatch          // registered on the hub; nil if not
+	ownFrom    int64              // the revision the next watch starts from
+	ownBackoff time.Duration      // pause before the next check
+	ownCheck   context.CancelFunc // cancels the check in flight
+	ownStopped bool               // released: no watch may start
 }
 
 // Suspended implements driver.Lease: the etcd client does not tell.
@@ -392,79 +400,111 @@ const ownWatchDelay = 50 * time.Millisecond
 // misconfigured tool with the same role) detaches the key from our lease,
 // so it would outlive us, and replaces our value, so status tools would
 // show a holder that is not; this acquisition never writes its key again,
-// so any put is someone else's. It runs on the driver's own-key watch
-// stream, and no operation waits for it.
+// so any put is someone else's. The watch is one of the driver's hub (no
+// goroutine of its own), and no operation waits for it.
 func (l *lease) watchOwnKey(key string, rev int64) {
-	id, _ := l.current()
-	ctx, cancel := context.WithCancel(l.d.watches)
-	timer := time.AfterFunc(ownWatchDelay, func() {
-		if ctx.Err() != nil || !l.d.track() {
-			return // released, or the driver is closed: renewal finds out
-		}
-		defer l.d.bg.Done()
-		l.watchOwnKeyFrom(ctx, key, rev, id)
-	})
 	l.mu.Lock()
-	l.stopOwn = func() { timer.Stop(); cancel() }
-	l.mu.Unlock()
+	defer l.mu.Unlock()
+	l.ownFrom, l.ownBackoff = rev+1, 0
+	l.ownTimer = time.AfterFunc(ownWatchDelay, l.startOwnWatch)
 }
 
-func (l *lease) watchOwnKeyFrom(ctx context.Context, key string, rev int64, id clientv3.LeaseID) {
-	from := rev + 1
-	backoff := 10 * time.Millisecond
-	for {
-		for wr := range l.d.client.Watch(ctx, key, clientv3.WithRev(from)) {
-			if wr.Err() != nil || wr.Canceled {
-				break
-			}
-			if len(wr.Events) > 0 {
-				// A delete, or a put: ours was the key's only write.
-				l.lost(ownKeyEvent(key, wr.Events[0]))
-				return
-			}
-			if wr.Header.Revision >= from {
-				from = wr.Header.Revision + 1
-			}
-		}
-		if ctx.Err() != nil || l.d.client.Ctx().Err() != nil {
-			return // stopped, or the client is closed: renewal reports it
-		}
-		// The watch failed (compaction, no leader): see for ourselves,
-		// then watch again from the revision read.
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		backoff = min(2*backoff, waitRetryMax)
-		resp, err := l.d.client.Get(ctx, key)
-		if err != nil {
-			continue
-		}
-		if len(resp.Kvs) == 0 {
-			l.lost(l.lostError(key))
-			return
-		}
-		if resp.Kvs[0].ModRevision != rev || resp.Kvs[0].Lease != int64(id) {
-			l.lost(fmt.Errorf("etcd: lock key %q was overwritten by another client (now at revision %d)", key, resp.Kvs[0].ModRevision))
-			return
-		}
-		from = resp.Header.Revision + 1
+// startOwnWatch registers the watch of our key on the hub, from ownFrom.
+func (l *lease) startOwnWatch() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ownStopped {
+		return
+	}
+	w := &keyWatch{key: l.key, from: l.ownFrom, owner: l}
+	if l.d.hub.add(w) {
+		l.own = w
 	}
 }
 
+// watchResponse implements watchOwner for the watch of our key: any event
+// is the loss; a cancellation by the server (its start revision compacted,
+// a refusal) has the key checked after a pause and watched again.
+func (l *lease) watchResponse(w *keyWatch, resp *pb.WatchResponse) {
+	if len(resp.Events) > 0 {
+		// A delete, or a put: ours was the key's only write.
+		l.d.hub.remove(w)
+		l.lost(ownKeyEvent(w.key, resp.Events[0]))
+		return
+	}
+	if !resp.Canceled {
+		return // created
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ownStopped || l.own != w {
+		return
+	}
+	l.own = nil
+	l.ownBackoff = min(max(2*l.ownBackoff, 10*time.Millisecond), waitRetryMax)
+	l.ownTimer = time.AfterFunc(l.ownBackoff, l.checkOwnKey)
+}
+
+// checkOwnKey reads our key after its watch failed, reports the loss if it
+// is gone or was overwritten, and otherwise watches it again from the
+// revision read.
+func (l *lease) checkOwnKey() {
+	l.mu.Lock()
+	if l.ownStopped || !l.d.track() {
+		l.mu.Unlock()
+		return // released, or the driver is closed: renewal finds out
+	}
+	defer l.d.bg.Done()
+	ctx, cancel := context.WithTimeout(l.d.hub.ctx, revokeTimeout)
+	defer cancel()
+	l.ownCheck = cancel
+	key, rev, id := l.key, l.rev, l.id
+	l.mu.Unlock()
+
+	resp, err := l.d.client.Get(ctx, key)
+	var lost error
+	switch {
+	case err != nil:
+	case len(resp.Kvs) == 0:
+		lost = l.lostError(key)
+	case resp.Kvs[0].ModRevision != rev || resp.Kvs[0].Lease != int64(id):
+		lost = fmt.Errorf("etcd: lock key %q was overwritten by another client (now at revision %d)", key, resp.Kvs[0].ModRevision)
+	}
+	if lost != nil {
+		l.lost(lost)
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ownCheck = nil
+	if l.ownStopped {
+		return
+	}
+	if err != nil {
+		l.ownBackoff = min(2*l.ownBackoff, waitRetryMax)
+		l.ownTimer = time.AfterFunc(l.ownBackoff, l.checkOwnKey)
+		return
+	}
+	l.ownFrom = resp.Header.Revision + 1
+	l.ownTimer = time.AfterFunc(0, l.startOwnWatch)
+}
+
 // stopWatchingOwnKey stops the watch of watchOwnKey, or keeps it from
-// starting. Its goroutine ends on its own, soon; Release does not wait for it
-// (the driver's Shutdown does).
+// starting, and cancels a check in flight; a check's goroutine ends on its
+// own, soon (the driver's Shutdown waits for it).
 func (l *lease) stopWatchingOwnKey() {
 	l.mu.Lock()
-	stop := l.stopOwn
-	l.stopOwn = nil
-	l.mu.Unlock()
-	if stop != nil {
-		stop()
+	defer l.mu.Unlock()
+	l.ownStopped = true
+	if l.ownTimer != nil {
+		l.ownTimer.Stop()
+	}
+	if l.own != nil {
+		l.d.hub.remove(l.own)
+		l.own = nil
+	}
+	if l.ownCheck != nil {
+		l.ownCheck()
 	}
 }
 
