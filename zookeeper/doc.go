@@ -118,6 +118,13 @@
 //     holds, grants/s about 1.3x, handoff p50 about 0.8x and p99 0.6–0.8x
 //     of zk.Lock's; with 1 ms holds, grants/s 1.5–1.7x, p50 about half
 //     and p99 0.5–0.75x (see README).
+//   - A long queue: a release wakes two waiters, however many wait (no
+//     herd): its successor, which takes the lock without a request, and
+//     the waiter behind it, which reads the children (1) while the
+//     successor holds. While a queue drains (each waiter releasing once
+//     granted), 2 requests and 2–3 watch events per release with 200 or
+//     1,000 waiters, counted at the server (TestDrainWakeupsPerRelease);
+//     1,000 waiters are granted in queue order (TestThousandWaitersFIFO).
 //   - Renewal: 1 exists of our node every TTL/3 (scheduled by the backend
 //     package): it proves the session alive (the server renews a session on
 //     every request) and our node present.
