@@ -36,15 +36,18 @@ type Lease struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	mu       sync.Mutex
-	timer    *time.Timer   // fires tick at armed; nil until first armed
-	armed    time.Time     // when timer fires; zero while it is not armed
-	renewing chan struct{} // closed when the renewal in flight returns; nil if none is
-	lastErr  error         // the last failed renewal's error, for the loss cause
-	token    fencing.Token
-	deadline time.Time // zero while no expiry clock runs
-	renewAt  time.Time
-	acquired time.Time
+	mu sync.Mutex
+	// lockCancel ends the context of the driver's Lock while it runs: a
+	// loss ends the acquisition (set by attach, cleared by lockReturned).
+	lockCancel context.CancelCauseFunc
+	timer      *time.Timer   // fires tick at armed; nil until first armed
+	armed      time.Time     // when timer fires; zero while it is not armed
+	renewing   chan struct{} // closed when the renewal in flight returns; nil if none is
+	lastErr    error         // the last failed renewal's error, for the loss cause
+	token      fencing.Token
+	deadline   time.Time // zero while no expiry clock runs
+	renewAt    time.Time
+	acquired   time.Time
 
 	opMu      sync.RWMutex // Refresh holds it shared, Release exclusively
 	releaseMu sync.Mutex   // serializes driver releases
@@ -57,12 +60,17 @@ func newLease(l *Locker, name string, s settings) *Lease {
 	return &Lease{locker: l, name: name, s: s, ctx: ctx, cancel: cancel}
 }
 
-// attach gives the lease its driver lease, about to Lock, and starts the
-// expiry clock if the driver started it.
-func (ls *Lease) attach(drv driver.Lease, started time.Time) {
+// attach gives the lease its driver lease, about to Lock under a context
+// that cancel ends, and starts the expiry clock if the driver started it.
+// From now until lockReturned a loss cancels that context with its cause
+// (at once if the lease was lost already).
+func (ls *Lease) attach(drv driver.Lease, started time.Time, cancel context.CancelCauseFunc) {
 	ls.mu.Lock() // the timer may fire at once
 	defer ls.mu.Unlock()
-	ls.drv, ls.locking = drv, true
+	ls.drv, ls.locking, ls.lockCancel = drv, true, cancel
+	if ls.ctx.Err() != nil {
+		cancel(context.Cause(ls.ctx))
+	}
 	if !started.IsZero() {
 		ls.extendLocked(started)
 	}
@@ -73,7 +81,7 @@ func (ls *Lease) attach(drv driver.Lease, started time.Time) {
 // does, once Lock has returned, as driver.Lease promises).
 func (ls *Lease) lockReturned() {
 	ls.mu.Lock()
-	ls.locking = false
+	ls.locking, ls.lockCancel = false, nil
 	ls.mu.Unlock()
 }
 
@@ -171,7 +179,7 @@ func (ls *Lease) Refresh(ctx context.Context) error {
 // it cannot tell that from a lost lease, returns an error matching
 // ErrLeaseLost. The lock is not held by this lease either way.
 func (ls *Lease) Release(ctx context.Context) error {
-	ls.end(fmt.Errorf("%w: %q", ErrReleased, ls.name))
+	ls.end(&releasedError{name: ls.name})
 	ls.opMu.Lock() // waits for a Refresh in flight
 	err := ls.releaseDriver(ctx)
 	ls.opMu.Unlock()
@@ -199,6 +207,14 @@ func (ls *Lease) Release(ctx context.Context) error {
 	}
 	return nil
 }
+
+// releasedError is the cause of a released lease's end (matching
+// ErrReleased), its message formatted only when asked for: every
+// acquisition ends so.
+type releasedError struct{ name string }
+
+func (e *releasedError) Error() string { return fmt.Sprintf("%v: %q", ErrReleased, e.name) }
+func (e *releasedError) Unwrap() error { return ErrReleased }
 
 // releaseRetries is how many times releaseDriver asks again after the
 // backend was unavailable, releaseBackoff the first pause (doubled each
@@ -295,7 +311,7 @@ func (ls *Lease) abandon() {
 	go func() {
 		defer l.pending.Done()
 		defer close(done)
-		// Not under l.closing: an Acquire that failed because the Locker
+		// Not ended by Close: an Acquire that failed because the Locker
 		// is closing must still remove its entry. Shutdown waits for it
 		// until its own context ends (l.aborted), as for the release of a
 		// held lease.
@@ -377,6 +393,9 @@ func (ls *Lease) end(cause error) {
 // with extensions: none moves the deadline once the signal fired.
 func (ls *Lease) endLocked(cause error) {
 	ls.cancel(cause)
+	if ls.lockCancel != nil {
+		ls.lockCancel(context.Cause(ls.ctx)) // the first cause, if ended before
+	}
 	if ls.timer != nil {
 		ls.timer.Stop()
 		ls.armed = time.Time{}

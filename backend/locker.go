@@ -20,11 +20,9 @@ const closeReleaseTimeout = 5 * time.Second
 // so two acquisitions of one name through one Locker exclude each other and
 // get different tokens.
 type Locker struct {
-	drv     driver.Driver
-	caps    driver.Capabilities // read once, at New
-	base    settings
-	closing context.Context // cancelled when Close or Shutdown starts
-	close   context.CancelCauseFunc
+	drv  driver.Driver
+	caps driver.Capabilities // read once, at New
+	base settings
 	// aborted is cancelled when the context of Shutdown ends (Close's
 	// after closeReleaseTimeout): background clean-ups stop then.
 	aborted context.Context
@@ -34,6 +32,9 @@ type Locker struct {
 	closed  bool
 	pending sync.WaitGroup // acquisitions in flight and background cleanups
 	held    map[*Lease]struct{}
+	// acquiring maps the acquisitions in flight to what ends their
+	// context: Close cancels them.
+	acquiring map[*Lease]context.CancelCauseFunc
 }
 
 // New returns a Locker over drv, for adapters' constructors (etcd.New,
@@ -47,10 +48,9 @@ func New(drv driver.Driver, opts ...Option) (*Locker, error) {
 	if err != nil {
 		return nil, errors.Join(err, shutdownNow(drv))
 	}
-	ctx, cancel := context.WithCancelCause(context.Background())
 	aborted, abort := context.WithCancel(context.Background())
-	return &Locker{drv: drv, caps: caps, base: base, closing: ctx, close: cancel, aborted: aborted, abort: abort,
-		held: make(map[*Lease]struct{})}, nil
+	return &Locker{drv: drv, caps: caps, base: base, aborted: aborted, abort: abort,
+		held: make(map[*Lease]struct{}), acquiring: make(map[*Lease]context.CancelCauseFunc)}, nil
 }
 
 // defaults applies opts to the default settings (with the driver's default
@@ -115,15 +115,13 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []Opt
 	if err != nil {
 		return nil, err
 	}
-	if !l.begin() {
-		return nil, fmt.Errorf("fencelock: acquire %q: %w", name, ErrClosed)
-	}
-	defer l.pending.Done()
-
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stopOnClose := context.AfterFunc(l.closing, func() { cancel(ErrClosed) })
-	defer stopOnClose()
+	ls := newLease(l, name, s)
+	if !l.beginAcquire(ls, cancel) {
+		return nil, fmt.Errorf("fencelock: acquire %q: %w", name, ErrClosed)
+	}
+	defer l.endAcquire(ls)
 	if ctx.Err() != nil {
 		// Given up before anything was asked: nothing is unknown about
 		// the backend, the caller gave up.
@@ -132,16 +130,13 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []Opt
 	// From here, an error that does not say the lock is held (a driver's
 	// ErrNotAcquired) is a backend that did not answer before ctx ended.
 
-	ls := newLease(l, name, s)
 	dl, started, err := l.drv.NewLease(ctx, driver.Request{Name: name, TTL: s.ttl, Holder: s.holder, Metadata: s.metadata, Lost: ls.driverLost})
 	if err != nil {
 		ls.end(fmt.Errorf("%w: acquisition failed", ErrReleased))
 		return nil, acquireError(ctx, name, err)
 	}
-	ls.attach(dl, started)
-	stopOnLoss := context.AfterFunc(ls.ctx, func() { cancel(context.Cause(ls.ctx)) })
+	ls.attach(dl, started, cancel) // a loss ends ctx
 	g, err := dl.Lock(ctx, wait)
-	stopOnLoss()
 	ls.lockReturned()
 	if err == nil {
 		err = ls.granted(g)
@@ -210,6 +205,27 @@ func (l *Locker) begin() bool {
 	return true
 }
 
+// beginAcquire registers the acquisition of ls in flight, whose context
+// cancel ends, for Close to cancel; false if the Locker is closed.
+func (l *Locker) beginAcquire(ls *Lease, cancel context.CancelCauseFunc) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.pending.Add(1)
+	l.acquiring[ls] = cancel
+	return true
+}
+
+// endAcquire ends what beginAcquire began.
+func (l *Locker) endAcquire(ls *Lease) {
+	l.mu.Lock()
+	delete(l.acquiring, ls)
+	l.mu.Unlock()
+	l.pending.Done()
+}
+
 func (l *Locker) forget(ls *Lease) {
 	l.mu.Lock()
 	delete(l.held, ls)
@@ -244,8 +260,10 @@ func (l *Locker) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	l.closed = true
+	for _, cancel := range l.acquiring {
+		cancel(ErrClosed)
+	}
 	l.mu.Unlock()
-	l.close(ErrClosed)
 	stop := context.AfterFunc(ctx, l.abort)
 	defer stop()
 	defer l.abort() // whatever is left in the background stops now
