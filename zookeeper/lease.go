@@ -63,8 +63,7 @@ type lease struct {
 	version    int32
 	createDone chan struct{} // closed when the create's outcome is known
 	createErr  error
-	released   chan struct{} // closed when Release starts
-	cleanup    chan struct{} // closed when the release has finished
+	cleanup    chan struct{} // made when Release starts, closed when it has finished
 	relErr     error
 	watchTimer *time.Timer // arms the watch on our node (watchOwnSoon, rewatches)
 
@@ -75,7 +74,7 @@ func newLease(d *zkDriver, s *session, g *generation, dir string, data []byte, r
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	l := &lease{d: d, s: s, g: g, dir: dir, data: data, guid: hex.EncodeToString(b[:]),
-		released: make(chan struct{}), report: report}
+		report: report}
 	// The session ending (expired, replaced, closed) takes our node with it.
 	g.join(l)
 	return l
@@ -757,14 +756,8 @@ func (l *lease) registerOwn(ch <-chan zk.Event) bool {
 	return true
 }
 
-func (l *lease) releasedLocked() bool {
-	select {
-	case <-l.released:
-		return true
-	default:
-		return false
-	}
-}
+// releasedLocked reports whether Release has started; l.mu must be held.
+func (l *lease) releasedLocked() bool { return l.cleanup != nil }
 
 // armOwnAfter sets a data watch on our node after delay (armOwn, on a
 // timer's goroutine), unless released before; retry counts the attempts
@@ -855,10 +848,11 @@ func (l *lease) ownGone(why string) {
 // still there. While the connection is down it fails at once, and Locker
 // retries until the deadline.
 func (l *lease) KeepAlive(ctx context.Context) (time.Time, error) {
-	select {
-	case <-l.released:
+	l.mu.Lock()
+	released := l.releasedLocked()
+	l.mu.Unlock()
+	if released {
 		return time.Time{}, fmt.Errorf("%w: zookeeper: keepalive after release", backend.ErrReleased)
-	default:
 	}
 	if l.g.ended() {
 		return time.Time{}, l.markLostWhy("")
@@ -903,7 +897,6 @@ func (l *lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	if l.cleanup == nil {
 		l.cleanup = make(chan struct{})
-		close(l.released)
 		if l.watchTimer != nil {
 			l.watchTimer.Stop()
 		}
