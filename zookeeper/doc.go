@@ -146,7 +146,7 @@
 // the Conn's state every 25ms, which then reports a deletion within that
 // interval. go-zookeeper sets the watches again after a reconnection, and
 // a session's end loses every lease of it. Measured with 10,000 leases held
-// in one session (BenchmarkHeld10000): 0 goroutines and about 2 KB of
+// in one session (BenchmarkHeld10000): 0 goroutines and about 1.5 KB of
 // heap per lease.
 //
 // # Sessions and leases
