@@ -140,9 +140,11 @@ func BenchmarkUncontended(b *testing.B) {
 // BenchmarkContended8: 8 contenders, each with its own client, acquire and
 // release one lock in a loop; one op is one grant. Reported: grants/s, the
 // handoff time (from a holder starting to release to the next grant) p50
-// and p99, each contender's share of the grants (min and max, in percent;
-// 12.5 is even), and for fencelock the release notices delivered to waiters
-// and the acquire scripts run, per grant.
+// and p99, also in round trips of the same run (rtt-us: the median of
+// rttPings PINGs just before it; handoff-p50-rtt, handoff-p99-rtt), each
+// contender's share of the grants (min and max, in percent; 12.5 is even),
+// and for fencelock the release notices delivered to waiters and the
+// acquire scripts run, per grant.
 func BenchmarkContended8(b *testing.B) {
 	const contenders = 8
 	s := benchServer(b)
@@ -155,7 +157,11 @@ func BenchmarkContended8(b *testing.B) {
 		for i := range cs {
 			cs[i] = impl.new(b, s, prefix, "contended")
 		}
+		rtt := pingRTT(b, s)
 		r := lockbench.BenchContended(b, cs, 0)
+		b.ReportMetric(float64(rtt)/float64(time.Microsecond), "rtt-us")
+		b.ReportMetric(float64(lockbench.Percentile(r.Handoffs, 0.50))/float64(rtt), "handoff-p50-rtt")
+		b.ReportMetric(float64(lockbench.Percentile(r.Handoffs, 0.99))/float64(rtt), "handoff-p99-rtt")
 		share := func(n int) float64 { return 100 * float64(n) / float64(r.Grants) }
 		b.ReportMetric(share(slices.Min(r.PerContender)), "min-share-%")
 		b.ReportMetric(share(slices.Max(r.PerContender)), "max-share-%")
@@ -171,6 +177,27 @@ func BenchmarkContended8(b *testing.B) {
 			b.ReportMetric(float64(attempts)/float64(r.Grants), "attempts/grant")
 		}
 	})
+}
+
+// rttPings is how many PINGs pingRTT times.
+const rttPings = 300
+
+// pingRTT returns the median time of rttPings PINGs to s, each on a client
+// as the contenders have: the round trip that handoffs are counted in.
+func pingRTT(b testing.TB, s *redistest.Server) time.Duration {
+	c := goredis.NewClient(&goredis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true})
+	defer c.Close()
+	ctx := context.Background()
+	ts := make([]time.Duration, rttPings)
+	for i := range ts {
+		t0 := time.Now()
+		if err := c.Ping(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
+		ts[i] = time.Since(t0)
+	}
+	slices.Sort(ts)
+	return ts[len(ts)/2]
 }
 
 // BenchmarkRoundTrip is one PING on the same server: the unit for the
