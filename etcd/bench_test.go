@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -118,7 +119,8 @@ func BenchmarkUncontended(b *testing.B) {
 // BenchmarkContended8 runs 8 contenders, each with its own client, that
 // acquire and release one lock in a loop. One op is one grant. It reports
 // grants/s and the handoff time (from the moment a holder starts releasing
-// to the next grant), p50 and p99.
+// to the next grant), p50 and p99, in ms and in round trips measured just
+// before (see roundTrips), with the round trip and write commit times.
 func BenchmarkContended8(b *testing.B) {
 	const contenders = 8
 	s := benchServer(b)
@@ -128,8 +130,67 @@ func BenchmarkContended8(b *testing.B) {
 		for i := range cs {
 			cs[i].Lock, cs[i].Unlock = impl.new(b, s, prefix, "contended")
 		}
-		lockbench.BenchContended(b, cs, 0)
+		base := measureRoundTrips(b, benchClient(b, s), prefix+"/rtt")
+		r := lockbench.BenchContended(b, cs, 0)
+		base.report(b, r.Handoffs)
 	})
+}
+
+// roundTrips is the time of a serializable Range (one round trip to the
+// member, served from its memory) and of a Put (one write commit: raft,
+// WAL fsync, apply) measured in the same run as a benchmark, by p50.
+type roundTrips struct {
+	rtt, commit time.Duration
+}
+
+// measureRoundTrips measures roundTrips on key with c: a few hundred
+// Ranges and a hundred Puts, after a few of each to warm the connection.
+func measureRoundTrips(b *testing.B, c *clientv3.Client, key string) roundTrips {
+	ctx := context.Background()
+	sample := func(n int, op func() error) time.Duration {
+		ds := make([]time.Duration, n)
+		for i := range ds {
+			t0 := time.Now()
+			if err := op(); err != nil {
+				b.Fatal(err)
+			}
+			ds[i] = time.Since(t0)
+		}
+		slices.Sort(ds)
+		return lockbench.Percentile(ds, 0.5)
+	}
+	put := func() error { _, err := c.Put(ctx, key, "x"); return err }
+	get := func() error { _, err := c.Get(ctx, key, clientv3.WithSerializable()); return err }
+	sample(10, put)
+	sample(10, get)
+	return roundTrips{rtt: sample(300, get), commit: sample(100, put)}
+}
+
+// report reports on b the round trip and commit times in µs (rtt-us,
+// commit-us) and the handoffs' p50 and p99 in round trips
+// (handoff-p50-rtt, handoff-p99-rtt).
+func (rt roundTrips) report(b *testing.B, handoffs []time.Duration) {
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	b.ReportMetric(us(rt.rtt), "rtt-us")
+	b.ReportMetric(us(rt.commit), "commit-us")
+	b.ReportMetric(float64(lockbench.Percentile(handoffs, 0.50))/float64(rt.rtt), "handoff-p50-rtt")
+	b.ReportMetric(float64(lockbench.Percentile(handoffs, 0.99))/float64(rt.rtt), "handoff-p99-rtt")
+}
+
+// BenchmarkRoundTrip measures one serializable Range of a key on the
+// benchmarks' server: the round trip the handoff figures are counted in.
+func BenchmarkRoundTrip(b *testing.B) {
+	c := benchClient(b, benchServer(b))
+	ctx := context.Background()
+	key := fmt.Sprintf("bench/%d/rtt", benchSeq.Add(1))
+	if _, err := c.Put(ctx, key, "x"); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := c.Get(ctx, key, clientv3.WithSerializable()); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 // BenchmarkDriverUncontended is BenchmarkUncontended on the driver alone,
