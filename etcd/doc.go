@@ -99,8 +99,8 @@
 //
 // # Round trips
 //
-//   - Uncontended acquire: 1 Txn (put our key if absent, and read the newest
-//     two keys of the name: if ours is the only one, it is granted). The
+//   - Uncontended acquire: 1 Txn (put our key if absent, and count the keys
+//     of the name: if ours is the only one, it is granted). The
 //     lease comes from a small per-Locker pool of idle leases, so no Grant
 //     is needed when a lease was released within the last TTL/3; otherwise 1
 //     LeaseGrant more.
@@ -108,9 +108,15 @@
 //     failed attempt writes nothing.
 //   - Release: 1 Txn (delete our key only if its create revision is still
 //     our token, so a stale or repeated release never deletes a newer
-//     holder's key); the lease goes back to the pool.
-//   - Waiting: 1 watch on the immediate predecessor key only (no thundering
-//     herd), created without a start revision so that etcd serves it from its
+//     holder's key); the lease goes back to the pool, or, if the pool is
+//     full, is left to expire (it holds no key; revoking it would be a
+//     second write that the next grant queues behind).
+//   - Waiting: 1 serializable read at our key's revision that finds the
+//     immediate predecessor (outside the Txn: a read sorted by create
+//     revision reads every key of the name, and inside the Txn it would hold
+//     up every write's apply: 1,000 waiters queueing at once timed out), then
+//     1 watch on the immediate predecessor key only (no thundering
+//     herd: one waiter woken per release), created without a start revision so that etcd serves it from its
 //     synced set at once rather than from the 100 ms resync loop (the cause
 //     of the Mutex's ~90 ms handoff tail), and 1 read each time the watch is
 //     confirmed or the predecessor deleted: a serializable Range at the

@@ -95,8 +95,7 @@ func (l *lease) Lock(ctx context.Context, wait bool) (driver.Grant, error) {
 		if wait {
 			resp, err = l.d.client.Txn(ctx).
 				If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-				Then(put, clientv3.OpGet(l.dir, clientv3.WithPrefix(),
-					clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))).
+				Then(put, clientv3.OpGet(l.dir, clientv3.WithPrefix(), clientv3.WithCountOnly())).
 				Else(clientv3.OpGet(key)).
 				Commit()
 		} else {
@@ -176,15 +175,15 @@ func (l *lease) locked(ctx context.Context, wait bool, key string, resp *clientv
 		return driver.Grant{Token: fencing.Token(rev), Sent: restarted}, nil
 	}
 
-	kvs := resp.Responses[1].GetResponseRange().GetKvs()
-	if len(kvs) == 0 || string(kvs[0].Key) != key || kvs[0].CreateRevision != rev {
-		return driver.Grant{}, fmt.Errorf("etcd: lock txn did not read back key %q at revision %d", key, rev)
-	}
-	if len(kvs) > 1 {
-		if err := l.waitTurn(ctx, key, rev, string(kvs[1].Key), kvs[1].CreateRevision); err != nil {
+	if resp.Responses[1].GetResponseRange().GetCount() > 1 {
+		// Queued: find the key just before ours with a serializable read
+		// at our revision, outside the Txn, whose apply every write waits
+		// for: only a read sorted by create revision finds it, and that
+		// reads every key of the name (a count reads only the index).
+		if err := l.waitTurn(ctx, key, rev); err != nil {
 			if ctx.Err() != nil && !errors.Is(err, backend.ErrLeaseLost) {
 				// Our key was queued behind an older one until ctx ended.
-				return driver.Grant{}, fmt.Errorf("%w: etcd: queued behind %q: %w", backend.ErrNotAcquired, kvs[1].Key, err)
+				return driver.Grant{}, fmt.Errorf("%w: etcd: queued: %w", backend.ErrNotAcquired, err)
 			}
 			return driver.Grant{}, err
 		}
@@ -221,15 +220,25 @@ func (l *lease) setDoubtful() {
 }
 
 // waitTurn waits until no key older than ours (create revision below rev)
-// is left under the name. It watches only the immediate predecessor (pred,
-// created at predRev), with no start revision so that the watcher is synced
-// at once (etcd serves watchers that start in the past from a resync loop
-// that runs every 100 ms), and re-reads the predecessor once the watch is
-// confirmed and after every delete.
-func (l *lease) waitTurn(ctx context.Context, key string, rev int64, pred string, predRev int64) error {
+// is left under the name. It finds the immediate predecessor with a read at
+// rev, then watches only that key, with no start revision so that the
+// watcher is synced at once (etcd serves watchers that start in the past
+// from a resync loop that runs every 100 ms), and re-reads the predecessor
+// once the watch is confirmed and after every delete.
+func (l *lease) waitTurn(ctx context.Context, key string, rev int64) error {
 	backoff := 10 * time.Millisecond
+	var (
+		pred    string // "" until found
+		predRev int64
+	)
 	for {
-		next, err := l.watchPredecessor(ctx, key, rev, pred, predRev)
+		var next *mvccpb.KeyValue
+		var err error
+		if pred == "" {
+			next, err = l.predecessorAt(ctx, key, rev, rev)
+		} else {
+			next, err = l.watchPredecessor(ctx, key, rev, pred, predRev)
+		}
 		switch {
 		case err == nil && next == nil:
 			return nil
@@ -299,6 +308,7 @@ func (l *lease) watchPredecessor(ctx context.Context, key string, rev int64, pre
 				}
 				for _, ev := range wr.Events {
 					if ev.Type == mvccpb.DELETE {
+						l.d.wakeups.Add(1)
 						// The state read at a revision at or after
 						// this one reflects it. (A deletion at or before
 						// the revision read last cannot arrive: pred
