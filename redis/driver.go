@@ -147,8 +147,7 @@ var (
 
 // queueMark is the line of a script where the queue's functions go: after
 // what the script does without them, since defining them costs every call
-// (the uncontended acquire and release return before, at half the server
-// time).
+// (the uncontended acquire and release return before them).
 const queueMark = "--#queue.lua\n"
 
 // withQueue returns script as sent: the token function first, the queue's
