@@ -9,6 +9,7 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 )
@@ -303,8 +304,9 @@ func (h *watchHub) receive(stream pb.Watch_WatchClient) error {
 	}
 }
 
-// dispatch hands resp to its watch.
-func (h *watchHub) dispatch(resp *pb.WatchResponse) error {
+// dispatch hands resp to its watch; an error ends the stream, and run opens
+// another.
+func (h *watchHub) dispatch(resp *pb.WatchResponse) (restart error) {
 	h.mu.Lock()
 	var w *keyWatch
 	switch {
@@ -319,6 +321,11 @@ func (h *watchHub) dispatch(resp *pb.WatchResponse) error {
 		if !resp.Canceled && resp.WatchId != w.id {
 			h.mu.Unlock()
 			return fmt.Errorf("etcd: watch: the server named watch %d %d (an etcd older than 3.4 ignores the watch IDs clients choose)", w.id, resp.WatchId)
+		}
+		if resp.Canceled && staleToken(resp.CancelReason) {
+			// The stream's token expired (or auth changed): the owner
+			// watches again, on a new stream, which authenticates anew.
+			restart = fmt.Errorf("etcd: watch: %s", resp.CancelReason)
 		}
 		if h.watches[w.id] != w {
 			w = nil // removed meanwhile
@@ -342,5 +349,11 @@ func (h *watchHub) dispatch(resp *pb.WatchResponse) error {
 	if w != nil {
 		w.owner.watchResponse(w, resp)
 	}
-	return nil
+	return restart
+}
+
+// staleToken reports whether a watch was refused for the stream's auth
+// token, which only a new stream renews.
+func staleToken(reason string) bool {
+	return reason == rpctypes.ErrGRPCInvalidAuthToken.Error() || reason == rpctypes.ErrGRPCAuthOldRevision.Error()
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/client/v3/namespace"
+	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/backend/driver"
@@ -214,4 +215,38 @@ func TestWrappedWatcherRefused(t *testing.T) {
 	_, err := New(c, "locks")
 	require.ErrorIs(t, err, backend.ErrInvalidOption)
 	require.ErrorIs(t, err, errWatchedThroughWrapper)
+}
+
+// A watch refused because the hub's stream carries an expired auth token
+// (simple tokens expire; a stream keeps the token it was opened with) has
+// the stream opened again, which authenticates anew: the watch of a key
+// acquired after the expiry still reports its deletion.
+func TestOwnKeyWatchAfterTokenExpiry(t *testing.T) {
+	s := etcdtest.Start(t, etcdtest.WithAuth("root-pw", appUser),
+		etcdtest.WithConfig(func(c *embed.Config) { c.AuthTokenTTL = 1 }))
+	c, err := s.ClientAs(appUser.Name, appUser.Password)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := New(c, "locks", backend.WithTTL(long))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	first, err := l.Acquire(tctx(t, 10*time.Second), "first")
+	require.NoError(t, err)
+	defer release(t, first)
+	time.Sleep(4 * ownWatchDelay)       // the hub's stream is open, with the token of now
+	time.Sleep(2500 * time.Millisecond) // the token expires (its TTL is 1s, checked every second)
+
+	ls, err := l.Acquire(tctx(t, 10*time.Second), "second")
+	require.NoError(t, err)
+	root := s.NewClient(t)
+	key := string(keyOf(t, root, "locks", ls).Key)
+	time.Sleep(4 * ownWatchDelay)
+	_, err = root.Delete(tctx(t, 10*time.Second), key)
+	require.NoError(t, err)
+	select {
+	case <-ls.Done():
+		assert.Contains(t, ls.Err().Error(), "was deleted at revision")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the deletion was not reported within 5s (renewal is 10s away and finds the lease alive)")
+	}
 }
