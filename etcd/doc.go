@@ -134,8 +134,9 @@
 // 50 ms (not awaited by any operation), reports the loss (the Lease's Done
 // fires) as soon as the key is deleted or overwritten, for example when an
 // operator revokes the lease or deletes the key with Locker.RevokeID. The
-// watches of all of a Locker's keys share one gRPC stream and two goroutines
-// (none while no key is watched): a held lock costs no goroutine of its own.
+// watches of a Locker (of its own keys and its waiters' predecessors) share
+// one gRPC stream and two goroutines (none while no key is watched): a held
+// lock costs no goroutine of its own, and a waiter none but its caller's.
 // Each watch is of one key, so a client receives the events of its own keys
 // only. They resume from the last revision seen when the stream fails; one
 // whose revision was compacted reads the key and watches again. The watches

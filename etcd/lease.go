@@ -282,9 +282,12 @@ func (l *lease) waitTurn(ctx context.Context, key string, rev int64) error {
 // whatever concurrent write is in flight. If the member cannot serve that
 // revision, it falls back to a linearizable read.
 func (l *lease) watchPredecessor(ctx context.Context, key string, rev int64, pred string, predRev int64) (*mvccpb.KeyValue, error) {
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	wch := l.d.client.Watch(wctx, pred, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+	box := &watchMailbox{ready: make(chan struct{}, 1)}
+	w := &keyWatch{key: pred, noPut: true, owner: box}
+	if !l.d.hub.add(w) {
+		return nil, fmt.Errorf("etcd: wait: %w", backend.ErrClosed)
+	}
+	defer l.d.hub.remove(w)
 	var read int64 // the revision read last
 	for {
 		// Wait for the created notice, then for pred's deletion.
@@ -293,18 +296,16 @@ func (l *lease) watchPredecessor(ctx context.Context, key string, rev int64, pre
 			select {
 			case <-ctx.Done(): // also when the lease is lost
 				return nil, ctx.Err()
-			case wr, ok := <-wch:
-				if !ok {
-					return nil, errors.New("etcd: wait: watch closed")
-				}
-				if err := wr.Err(); err != nil {
-					return nil, fmt.Errorf("etcd: wait: watch %q: %w", pred, err)
-				}
+			case <-l.d.client.Ctx().Done():
+				return nil, fmt.Errorf("etcd: wait: watch %q: %w", pred, errClientClosed)
+			case <-box.ready:
+			}
+			for _, wr := range box.take() {
 				if wr.Canceled {
-					return nil, fmt.Errorf("etcd: wait: watch %q cancelled by the server", pred)
+					return nil, fmt.Errorf("etcd: wait: watch %q: %w", pred, watchCancelError(wr))
 				}
 				if wr.Created {
-					at = wr.Header.Revision
+					at = max(at, wr.Header.Revision)
 				}
 				for _, ev := range wr.Events {
 					if ev.Type == mvccpb.DELETE {

@@ -12,13 +12,17 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
-// watchHub multiplexes the driver's watches of single keys over one gRPC
-// Watch stream of its own, with two goroutines for all of them (one sends,
-// one receives) while any watch is registered, and none otherwise.
-// clientv3's Watch would run a goroutine per watch and create watches one
-// round trip after another.
+// watchHub multiplexes the driver's watches of single keys (held keys, and
+// the predecessors of waiting ones) over one gRPC Watch stream of its own,
+// with two goroutines for all of them (one sends, one receives) while any
+// watch is registered, and none otherwise. clientv3's Watch would run a
+// goroutine per watch and create watches one round trip after another, so
+// that 1,000 waiters queueing at once waited for 1,000 round trips in turn
+// before the last one watched its predecessor.
 //
 // Each watch asks the server for one key, so that a client receives the
 // events of its own keys only: a single watch of the driver's whole prefix
@@ -356,4 +360,44 @@ func (h *watchHub) dispatch(resp *pb.WatchResponse) (restart error) {
 // token, which only a new stream renews.
 func staleToken(reason string) bool {
 	return reason == rpctypes.ErrGRPCInvalidAuthToken.Error() || reason == rpctypes.ErrGRPCAuthOldRevision.Error()
+}
+
+// watchMailbox is a watchOwner that keeps a watch's responses for the
+// goroutine that waits on them (a waiter, for its predecessor's deletion).
+type watchMailbox struct {
+	mu    sync.Mutex
+	resps []*pb.WatchResponse
+	ready chan struct{} // capacity 1: resps is not empty
+}
+
+func (m *watchMailbox) watchResponse(_ *keyWatch, resp *pb.WatchResponse) {
+	m.mu.Lock()
+	m.resps = append(m.resps, resp)
+	m.mu.Unlock()
+	select {
+	case m.ready <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the responses kept since the last take.
+func (m *watchMailbox) take() []*pb.WatchResponse {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	resps := m.resps
+	m.resps = nil
+	return resps
+}
+
+// watchCancelError is why the server cancelled a watch, as clientv3's
+// WatchResponse.Err tells it: a refusal's reason (permission denied is
+// rpctypes.ErrPermissionDenied), or ErrCompacted.
+func watchCancelError(resp *pb.WatchResponse) error {
+	switch {
+	case resp.CancelReason != "":
+		return rpctypes.Error(status.Error(codes.FailedPrecondition, resp.CancelReason))
+	case resp.CompactRevision != 0:
+		return rpctypes.ErrCompacted
+	}
+	return errors.New("watch cancelled by the server")
 }
