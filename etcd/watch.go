@@ -167,11 +167,16 @@ func (h *watchHub) close() {
 // it fails, until no watch has been left for hubLinger or the hub closes.
 func (h *watchHub) run() {
 	defer h.done.Done()
-	backoff := 10 * time.Millisecond
+	const firstBackoff = 10 * time.Millisecond
+	backoff := firstBackoff
 	for {
+		began := time.Now()
 		err := h.serve()
 		if err == nil {
 			return // idle or closed; running was reset
+		}
+		if time.Since(began) > waitRetryMax {
+			backoff = firstBackoff // the stream had served: this is a new failure
 		}
 		t := time.NewTimer(backoff)
 		select {
