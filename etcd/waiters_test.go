@@ -22,7 +22,7 @@ func newWaiterPool(t testing.TB, newClient func() *clientv3.Client, prefix strin
 	p := &waiterPool{}
 	for range 4 {
 		d := newDriver(newClient(), prefix, false)
-		l, err := backend.New(d, backend.WithTTL(heldTTL))
+		l, err := backend.New(d, backend.WithTTL(lockbench.HeldTTL))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,7 +19,7 @@ import (
 func waiterLockers(tb testing.TB, pfx string) []*backend.Locker {
 	ls := make([]*backend.Locker, 4)
 	for i := range ls {
-		ls[i] = dialLocker(tb, srv.Addr(), pfx, heldTTL)
+		ls[i] = dialLocker(tb, srv.Addr(), pfx, lockbench.HeldTTL)
 	}
 	return ls
 }

@@ -38,7 +38,7 @@ type lease struct {
 	renewed time.Time     // when the expiry clock last started
 	token   fencing.Token // zero until queued
 	queued  bool
-	granted chan struct{} // closed when it reaches the head of its queue
+	granted chan struct{}   // closed when it reaches the head of its queue
 	gone    context.Context // done when it expires, is revoked or released
 	end     context.CancelFunc
 	ended   bool

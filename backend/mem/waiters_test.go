@@ -15,7 +15,7 @@ func waiterLockers(t testing.TB) []*backend.Locker {
 	srv := mem.NewServer()
 	ls := make([]*backend.Locker, 4)
 	for i := range ls {
-		l, err := mem.New(srv.Connect(), backend.WithTTL(heldTTL))
+		l, err := mem.New(srv.Connect(), backend.WithTTL(lockbench.HeldTTL))
 		if err != nil {
 			t.Fatal(err)
 		}

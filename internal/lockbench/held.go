@@ -196,6 +196,14 @@ func (h Held) Report(b *testing.B) {
 // backend; RequireHeld fails above it.
 const MaxGoroutinesPerLease = 1.0
 
+// MaxHeapPerLease is the most heap, in bytes, a held lease may keep where an
+// adapter's test checks it (CheckHeld).
+const MaxHeapPerLease = 4096
+
+// HeldTTL is the TTL of the held-lease tests and benchmarks: long enough
+// that no renewal runs while the leases are counted.
+const HeldTTL = 30 * time.Second
+
 // RequireHeld runs MeasureHeld and fails t if it fails or a held lease
 // costs more than MaxGoroutinesPerLease goroutines. It logs the figures.
 func RequireHeld(t testing.TB, l *backend.Locker, prefix string, n int, opts ...backend.Option) Held {
@@ -209,4 +217,39 @@ func RequireHeld(t testing.TB, l *backend.Locker, prefix string, n int, opts ...
 		t.Fatalf("%.3f goroutines per held lease, want at most %v", h.GoroutinesPerLease, MaxGoroutinesPerLease)
 	}
 	return h
+}
+
+// CheckHeld is every adapter's TestHeldLeaseCost: it holds HeldLeases(2000)
+// leases through l and fails as RequireHeld does, and also if a held lease
+// costs more than maxGoroutines goroutines (below one: none of its own,
+// only what a busy client may start meanwhile) or, if checkHeap, more than
+// MaxHeapPerLease bytes of heap.
+func CheckHeld(t *testing.T, l *backend.Locker, maxGoroutines float64, checkHeap bool) {
+	t.Helper()
+	n, err := HeldLeases(2000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := RequireHeld(t, l, "held", n)
+	if h.GoroutinesPerLease > maxGoroutines {
+		t.Errorf("%.3f goroutines per held lease, want at most %v", h.GoroutinesPerLease, maxGoroutines)
+	}
+	if checkHeap && h.HeapPerLease > MaxHeapPerLease {
+		t.Errorf("%.0f B of heap per held lease, want at most %d", h.HeapPerLease, MaxHeapPerLease)
+	}
+}
+
+// BenchHeld is every adapter's BenchmarkHeld10000: it reports the heap and
+// goroutines per held lease with HeldLeases(10000) leases held through l.
+// One measurement is one op: run it with -benchtime 1x.
+func BenchHeld(b *testing.B, l *backend.Locker) {
+	n, err := HeldLeases(10000)
+	if err != nil {
+		b.Fatal(err)
+	}
+	h, err := MeasureHeld(context.Background(), l, "held", n)
+	if err != nil {
+		b.Fatal(err)
+	}
+	h.Report(b)
 }
