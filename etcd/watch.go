@@ -394,12 +394,25 @@ func (m *watchMailbox) take() []*pb.WatchResponse {
 	return resps
 }
 
+// refusals are the gRPC errors a server gives as a watch's cancel reason
+// when it refuses it for its auth.
+var refusals = []error{rpctypes.ErrGRPCPermissionDenied, rpctypes.ErrGRPCInvalidAuthToken,
+	rpctypes.ErrGRPCAuthOldRevision, rpctypes.ErrGRPCUserEmpty, rpctypes.ErrGRPCAuthNotEnabled}
+
 // watchCancelError is why the server cancelled a watch, as clientv3's
 // WatchResponse.Err tells it: a refusal's reason (permission denied is
 // rpctypes.ErrPermissionDenied), or ErrCompacted.
 func watchCancelError(resp *pb.WatchResponse) error {
 	switch {
 	case resp.CancelReason != "":
+		// etcd 3.5 and later give the whole gRPC error as the reason
+		// ("rpc error: code = PermissionDenied desc = ..."), which
+		// rpctypes.Error does not recognise inside another status.
+		for _, known := range refusals {
+			if resp.CancelReason == known.Error() {
+				return rpctypes.Error(known)
+			}
+		}
 		return rpctypes.Error(status.Error(codes.FailedPrecondition, resp.CancelReason))
 	case resp.CompactRevision != 0:
 		return rpctypes.ErrCompacted

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/v3/namespace"
 	"go.etcd.io/etcd/server/v3/embed"
 
@@ -248,5 +249,16 @@ func TestOwnKeyWatchAfterTokenExpiry(t *testing.T) {
 		assert.Contains(t, ls.Err().Error(), "was deleted at revision")
 	case <-time.After(5 * time.Second):
 		t.Fatal("the deletion was not reported within 5s (renewal is 10s away and finds the lease alive)")
+	}
+}
+
+// A watch refused for permission is ErrPermission, whether the server gives
+// the bare error text (etcd 3.4) or the whole gRPC error (3.5 and later) as
+// its reason: a waiter whose predecessor watch is refused must fail so, not
+// wait until its context ends and look like a held lock.
+func TestWatchRefusedForPermission(t *testing.T) {
+	for _, reason := range []string{"etcdserver: permission denied", rpctypes.ErrGRPCPermissionDenied.Error()} {
+		err := mapErr(watchCancelError(&pb.WatchResponse{Canceled: true, CancelReason: reason}))
+		assert.ErrorIs(t, err, backend.ErrPermission, "reason %q", reason)
 	}
 }
