@@ -175,6 +175,9 @@ func (h *watchHub) run() {
 		if err == nil {
 			return // idle or closed; running was reset
 		}
+		if errors.Is(err, errWatchedMeanwhile) {
+			continue
+		}
 		if time.Since(began) > waitRetryMax {
 			backoff = firstBackoff // the stream had served: this is a new failure
 		}
@@ -265,13 +268,30 @@ func (h *watchHub) serve() error {
 		case <-h.ctx.Done():
 		case <-linger.C:
 		}
-		if h.idleOrClosed() {
+		if h.idle() {
+			// The stream's receiver must be gone before another stream
+			// starts: a late answer to it would take that stream's next
+			// creation for its own.
 			_ = stream.CloseSend()
 			cancel()
 			<-recvErr
-			return nil
+			if h.idleOrClosed() {
+				return nil
+			}
+			return errWatchedMeanwhile
 		}
 	}
+}
+
+// errWatchedMeanwhile is serve's return when a watch was added while it
+// closed its idle stream: run opens another at once.
+var errWatchedMeanwhile = errors.New("etcd: watch added while the idle stream closed")
+
+// idle reports whether the hub has no watch left or is closed.
+func (h *watchHub) idle() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.watches) == 0 || h.ctx.Err() != nil
 }
 
 // takeRequests appends the queued requests to batch and empties the queue;
