@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -120,7 +119,7 @@ func BenchmarkUncontended(b *testing.B) {
 // acquire and release one lock in a loop. One op is one grant. It reports
 // grants/s and the handoff time (from the moment a holder starts releasing
 // to the next grant), p50 and p99, in ms and in round trips measured just
-// before (see roundTrips), with the round trip and write commit times.
+// before (see measureRoundTrips), with the round trip and write commit times.
 func BenchmarkContended8(b *testing.B) {
 	const contenders = 8
 	s := benchServer(b)
@@ -132,49 +131,29 @@ func BenchmarkContended8(b *testing.B) {
 		}
 		base := measureRoundTrips(b, benchClient(b, s), prefix+"/rtt")
 		r := lockbench.BenchContended(b, cs, 0)
-		base.report(b, r.Handoffs)
+		base.Report(b, r.Handoffs)
 	})
 }
 
-// roundTrips is the time of a serializable Range (one round trip to the
-// member, served from its memory) and of a Put (one write commit: raft,
-// WAL fsync, apply) measured in the same run as a benchmark, by p50.
-type roundTrips struct {
-	rtt, commit time.Duration
-}
-
-// measureRoundTrips measures roundTrips on key with c: a few hundred
-// Ranges and a hundred Puts, after a few of each to warm the connection.
-func measureRoundTrips(b *testing.B, c *clientv3.Client, key string) roundTrips {
+// measureRoundTrips measures, on key with c, the round trip (a serializable
+// Range: one round trip to the member, served from its memory) and a write
+// commit (a Put: raft, WAL fsync, apply) in the same run as a benchmark:
+// the medians of 300 Ranges and 100 Puts, after a few of each to warm the
+// connection.
+func measureRoundTrips(b *testing.B, c *clientv3.Client, key string) lockbench.ServerTimes {
 	ctx := context.Background()
-	sample := func(n int, op func() error) time.Duration {
-		ds := make([]time.Duration, n)
-		for i := range ds {
-			t0 := time.Now()
-			if err := op(); err != nil {
-				b.Fatal(err)
-			}
-			ds[i] = time.Since(t0)
-		}
-		slices.Sort(ds)
-		return lockbench.Percentile(ds, 0.5)
-	}
 	put := func() error { _, err := c.Put(ctx, key, "x"); return err }
 	get := func() error { _, err := c.Get(ctx, key, clientv3.WithSerializable()); return err }
-	sample(10, put)
-	sample(10, get)
-	return roundTrips{rtt: sample(300, get), commit: sample(100, put)}
-}
-
-// report reports on b the round trip and commit times in µs (rtt-us,
-// commit-us) and the handoffs' p50 and p99 in round trips
-// (handoff-p50-rtt, handoff-p99-rtt).
-func (rt roundTrips) report(b *testing.B, handoffs []time.Duration) {
-	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-	b.ReportMetric(us(rt.rtt), "rtt-us")
-	b.ReportMetric(us(rt.commit), "commit-us")
-	b.ReportMetric(float64(lockbench.Percentile(handoffs, 0.50))/float64(rt.rtt), "handoff-p50-rtt")
-	b.ReportMetric(float64(lockbench.Percentile(handoffs, 0.99))/float64(rt.rtt), "handoff-p99-rtt")
+	median := func(n int, op func() error) time.Duration {
+		d, err := lockbench.MedianOf(n, 0, op)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return d
+	}
+	median(10, put)
+	median(10, get)
+	return lockbench.ServerTimes{RTT: median(300, get), Commit: median(100, put)}
 }
 
 // BenchmarkRoundTrip measures one serializable Range of a key on the

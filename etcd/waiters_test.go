@@ -69,7 +69,7 @@ func benchDrain(b *testing.B, n int) {
 		b.Fatalf("%d grants out of queue order", d.OutOfOrder)
 	}
 	d.Report(b)
-	rt.report(b, d.Handoffs)
+	rt.Report(b, d.Handoffs)
 	b.ReportMetric(float64(p.wakeups())/float64(n), "wakeups/release")
 }
 

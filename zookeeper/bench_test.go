@@ -98,7 +98,7 @@ func BenchmarkUncontended(b *testing.B) {
 // acquire and release one lock in a loop. One op is one grant. It reports
 // grants/s and the handoff time (from the moment a holder starts releasing
 // to the next grant), p50 and p99, in ms and in round trips of the same
-// run (handoff-p50-rtt, handoff-p99-rtt: see serverTimes, whose rtt-us and
+// run (handoff-p50-rtt, handoff-p99-rtt: see measureServerTimes, whose rtt-us and
 // commit-us it reports too), and what each grant cost the server: requests
 // received and watch events sent (counted with mntr, so they include the
 // few pings of idle sessions).
@@ -119,27 +119,22 @@ func benchContended(b *testing.B, hold time.Duration) {
 		requests, events := count(r.Grants)
 		b.ReportMetric(requests, "server-requests/grant")
 		b.ReportMetric(events, "server-events/grant")
-		times.report(b, r.Handoffs)
+		times.Report(b, r.Handoffs)
 	})
 }
 
-// serverTimes are the server's round trip and write commit, measured in
-// the run they are the units of: the medians of a few hundred requests on
-// a connection of their own.
-type serverTimes struct {
-	rtt    time.Duration // an exists of an existing node: a read's round trip
-	commit time.Duration // a setData: a write's round trip, logged and committed
-}
-
-// measureServerTimes measures the round trip and the write commit on the
+// measureServerTimes measures the round trip (an exists of an existing
+// node) and the write commit (a setData: logged and committed) on the
 // server, on an ephemeral node of its own, back to back (300 of each), as
 // the requests of a contended run follow each other.
-func measureServerTimes(b testing.TB) serverTimes { return measureServerTimesAfter(b, 300, 0) }
+func measureServerTimes(b testing.TB) lockbench.ServerTimes {
+	return measureServerTimesAfter(b, 300, 0)
+}
 
 // measureServerTimesAfter measures the round trip and the write commit with
 // samples requests of each kind, each sent after a pause, as the requests
 // of a handoff that follows a pause are.
-func measureServerTimesAfter(b testing.TB, samples int, pause time.Duration) serverTimes {
+func measureServerTimesAfter(b testing.TB, samples int, pause time.Duration) lockbench.ServerTimes {
 	b.Helper()
 	conn := zktest.ConnectTo(b, srv.Addr(), benchSessionTimeout)
 	node, err := conn.Create("/fencelock-bench-commit-", nil, zk.FlagEphemeralSequential, zk.WorldACL(zk.PermAll))
@@ -147,35 +142,16 @@ func measureServerTimesAfter(b testing.TB, samples int, pause time.Duration) ser
 		b.Fatal(err)
 	}
 	median := func(req func() error) time.Duration {
-		ds := make([]time.Duration, samples)
-		for i := range ds {
-			if pause > 0 {
-				time.Sleep(pause)
-			}
-			start := time.Now()
-			if err := req(); err != nil {
-				b.Fatal(err)
-			}
-			ds[i] = time.Since(start)
+		d, err := lockbench.MedianOf(samples, pause, req)
+		if err != nil {
+			b.Fatal(err)
 		}
-		slices.Sort(ds)
-		return lockbench.Percentile(ds, 0.5)
+		return d
 	}
-	return serverTimes{
-		rtt:    median(func() error { _, _, err := conn.Exists(node); return err }),
-		commit: median(func() error { _, err := conn.Set(node, nil, -1); return err }),
+	return lockbench.ServerTimes{
+		RTT:    median(func() error { _, _, err := conn.Exists(node); return err }),
+		Commit: median(func() error { _, err := conn.Set(node, nil, -1); return err }),
 	}
-}
-
-// report reports the round trip and commit in µs (rtt-us, commit-us), and
-// the handoff p50 and p99 in round trips (handoff-p50-rtt,
-// handoff-p99-rtt); handoffs are sorted.
-func (t serverTimes) report(b *testing.B, handoffs []time.Duration) {
-	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-	b.ReportMetric(us(t.rtt), "rtt-us")
-	b.ReportMetric(us(t.commit), "commit-us")
-	b.ReportMetric(float64(lockbench.Percentile(handoffs, 0.5))/float64(t.rtt), "handoff-p50-rtt")
-	b.ReportMetric(float64(lockbench.Percentile(handoffs, 0.99))/float64(t.rtt), "handoff-p99-rtt")
 }
 
 // BenchmarkHandoff measures one handoff at a time, with nothing else going
@@ -225,7 +201,7 @@ func BenchmarkHandoff(b *testing.B) {
 		ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 		b.ReportMetric(ms(lockbench.Percentile(handoffs, 0.5)), "handoff-p50-ms")
 		b.ReportMetric(ms(lockbench.Percentile(handoffs, 0.99)), "handoff-p99-ms")
-		times.report(b, handoffs)
+		times.Report(b, handoffs)
 	})
 }
 

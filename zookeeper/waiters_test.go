@@ -49,7 +49,7 @@ func benchDrain(b *testing.B, n int) {
 		b.Fatalf("%d grants out of queue order", d.OutOfOrder)
 	}
 	d.Report(b)
-	times.report(b, d.Handoffs)
+	times.Report(b, d.Handoffs)
 }
 
 // TestDrainWakeupsPerRelease queues waiters on one lock, lets the server
