@@ -1,7 +1,6 @@
 package etcd
 
 import (
-	"context"
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -61,14 +60,7 @@ func benchDrain(b *testing.B, n int) {
 	s := benchServer(b)
 	p := newWaiterPool(b, func() *clientv3.Client { return benchClient(b, s) }, testPrefix(b))
 	rt := measureRoundTrips(b, benchClient(b, s), testPrefix(b)+"/rtt")
-	d, err := lockbench.DrainQueue(context.Background(), p.lockers, "queue", n)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if d.OutOfOrder > 0 {
-		b.Fatalf("%d grants out of queue order", d.OutOfOrder)
-	}
-	d.Report(b)
+	d := lockbench.BenchDrain(b, p.lockers, n)
 	rt.Report(b, d.Handoffs)
 	b.ReportMetric(float64(p.wakeups())/float64(n), "wakeups/release")
 }

@@ -1,7 +1,6 @@
 package zookeeper
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -41,14 +40,7 @@ func BenchmarkDrain1000(b *testing.B) { benchDrain(b, 1000) }
 
 func benchDrain(b *testing.B, n int) {
 	times := measureServerTimes(b)
-	d, err := lockbench.DrainQueue(context.Background(), waiterLockers(b, testPrefix(b)), "queue", n)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if d.OutOfOrder > 0 {
-		b.Fatalf("%d grants out of queue order", d.OutOfOrder)
-	}
-	d.Report(b)
+	d := lockbench.BenchDrain(b, waiterLockers(b, testPrefix(b)), n)
 	times.Report(b, d.Handoffs)
 }
 

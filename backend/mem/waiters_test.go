@@ -1,7 +1,6 @@
 package mem_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/fencelock/fencelock/backend"
@@ -38,13 +37,4 @@ func BenchmarkDrain200(b *testing.B) { benchDrain(b, 200) }
 
 func BenchmarkDrain1000(b *testing.B) { benchDrain(b, 1000) }
 
-func benchDrain(b *testing.B, n int) {
-	d, err := lockbench.DrainQueue(context.Background(), waiterLockers(b), "queue", n)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if d.OutOfOrder > 0 {
-		b.Fatalf("%d grants out of queue order", d.OutOfOrder)
-	}
-	d.Report(b)
-}
+func benchDrain(b *testing.B, n int) { lockbench.BenchDrain(b, waiterLockers(b), n) }

@@ -195,3 +195,19 @@ func RequireFIFO(t testing.TB, lockers []*backend.Locker, name string, n int, op
 	}
 	return d
 }
+
+// BenchDrain is every adapter's BenchmarkDrain200/1000: it drains n waiters
+// over lockers with DrainQueue, fails b if any grant went out of queue
+// order, and reports the drain on b. One drain is one op.
+func BenchDrain(b *testing.B, lockers []*backend.Locker, n int) Drain {
+	b.Helper()
+	d, err := DrainQueue(context.Background(), lockers, "queue", n)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if d.OutOfOrder > 0 {
+		b.Fatalf("%d grants out of queue order", d.OutOfOrder)
+	}
+	d.Report(b)
+	return d
+}
