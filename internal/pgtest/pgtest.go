@@ -11,6 +11,9 @@
 // initdb and postgres run as the "postgres" system user (created by the
 // Debian package; override with $PGTEST_USER), with the cluster directory
 // handed to that user.
+//
+// StartPgBouncer puts Debian's pgbouncer, in transaction pooling mode, in
+// front of a cluster.
 package pgtest
 
 import (

@@ -1,8 +1,11 @@
 package pgtest_test
 
 import (
+	"context"
+	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelock/fencelock/internal/pgtest"
@@ -17,4 +20,68 @@ func TestStartRestart(t *testing.T) {
 	var v int
 	require.NoError(t, db.QueryRow(`SELECT v FROM t`).Scan(&v), "the pool reconnects after the restart")
 	require.Equal(t, 42, v)
+}
+
+// TestPgBouncerTransactionMode shows PgBouncer pooling per transaction: two
+// clients run on one server connection in turn, a session setting made by
+// one is seen by the other, and a client in a transaction holds its server
+// connection until the transaction ends.
+func TestPgBouncerTransactionMode(t *testing.T) {
+	c := pgtest.Start(t)
+	b := pgtest.StartPgBouncer(t, c)
+	ctx := context.Background()
+	direct := c.NewDatabase(t)
+	dsn := b.Via(t, direct)
+	connect := func() *pgx.Conn {
+		cfg, err := pgx.ParseConfig(dsn)
+		require.NoError(t, err)
+		cfg.DefaultQueryExecMode = pgx.QueryExecModeExec // no named statements
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = conn.Close(context.Background()) })
+		return conn
+	}
+	pid := func(conn *pgx.Conn) (p int32) {
+		require.NoError(t, conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&p))
+		return p
+	}
+	a, bc := connect(), connect()
+	pa := pid(a)
+	require.Equal(t, pa, pid(bc), "between transactions both clients use the one idle server connection")
+
+	_, err := a.Exec(ctx, `SET statement_timeout = '4321ms'`)
+	require.NoError(t, err)
+	var v string
+	require.NoError(t, bc.QueryRow(ctx, `SHOW statement_timeout`).Scan(&v))
+	require.Equal(t, "4321ms", v, "a's session setting is on the server connection b now uses")
+
+	tx, err := a.Begin(ctx)
+	require.NoError(t, err)
+	var inTx int32
+	require.NoError(t, tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&inTx))
+	require.NotEqual(t, inTx, pid(bc), "a's open transaction keeps its server connection: b gets another")
+	require.NoError(t, tx.Commit(ctx))
+
+	// The direct DSN and the pooled one reach the same database.
+	_, err = a.Exec(ctx, `CREATE TABLE t (v int); INSERT INTO t VALUES (7)`)
+	require.NoError(t, err)
+	var n int
+	require.NoError(t, pgtest.Open(t, direct).QueryRow(`SELECT v FROM t`).Scan(&n))
+	require.Equal(t, 7, n)
+}
+
+// TestPgBouncerRoles: a role created in the cluster logs in through
+// PgBouncer too (it is not in PgBouncer's auth_file).
+func TestPgBouncerRoles(t *testing.T) {
+	c := pgtest.Start(t)
+	b := pgtest.StartPgBouncer(t, c)
+	direct := c.NewDatabase(t)
+	_, err := pgtest.Open(t, direct).Exec(`CREATE ROLE app LOGIN`)
+	require.NoError(t, err)
+	conn, err := pgx.Connect(context.Background(), strings.Replace(b.Via(t, direct), "postgres@", "app@", 1))
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	var who string
+	require.NoError(t, conn.QueryRow(context.Background(), `SELECT current_user`, pgx.QueryExecModeSimpleProtocol).Scan(&who))
+	require.Equal(t, "app", who)
 }
