@@ -1,7 +1,9 @@
 // Package pgtest runs throwaway PostgreSQL clusters for tests: initdb in a
 // new temporary directory, trust authentication, a free 127.0.0.1 port, the
-// unix socket in the same directory, fsync off, stopped and removed when the
-// test ends.
+// unix socket in the same directory, stopped and removed when the test
+// ends. Fsync is off but synchronous_commit on: a commit has reached the
+// kernel when it returns, so it survives a crash of the server (Kill), not
+// of the machine.
 //
 // The server binaries (initdb, postgres) come from $PGBIN if set, else from
 // the newest /usr/lib/postgresql/*/bin (Debian's postgresql package), else
@@ -50,10 +52,11 @@ type Cluster struct {
 	port int
 	cred *syscall.Credential // nil unless running as root
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
-	dbs  atomic.Int64
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	done   chan struct{}
+	paused bool
+	dbs    atomic.Int64
 }
 
 // Start creates and starts a cluster and stops and removes it when tb ends.
@@ -185,7 +188,7 @@ func (c *Cluster) run() error {
 	defer logf.Close()
 	cmd := c.command("postgres", "-D", c.dataDir(), "-p", strconv.Itoa(c.port),
 		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+c.dir,
-		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+		"-c", "fsync=off", "-c", "full_page_writes=off",
 		"-c", "max_connections=200", "-c", "shared_buffers=16MB")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
@@ -269,8 +272,9 @@ func Open(tb testing.TB, dsn string) *sql.DB {
 	return db
 }
 
-// Restart stops the server (a fast shutdown: open connections are cut) and
-// starts it again on the same port over the same data directory.
+// Restart stops the server if it runs (a fast shutdown: open connections
+// are cut) and starts it again on the same port over the same data
+// directory (after Stop or Kill, it only starts it).
 func (c *Cluster) Restart(tb testing.TB) {
 	tb.Helper()
 	c.stop()
@@ -279,14 +283,22 @@ func (c *Cluster) Restart(tb testing.TB) {
 	}
 }
 
-// stop shuts the server down (SIGINT, a fast shutdown; SIGKILL after 30s).
+// Stop shuts the server down (a fast shutdown: open connections are cut)
+// and waits until it exited. Its data stays: Restart starts it again.
+func (c *Cluster) Stop() { c.stop() }
+
+// stop shuts the server down (SIGINT, a fast shutdown; SIGKILL after 30s),
+// continuing it first if it is paused.
 func (c *Cluster) stop() {
 	c.mu.Lock()
-	cmd, done := c.cmd, c.done
-	c.cmd = nil
+	cmd, done, paused := c.cmd, c.done, c.paused
+	c.cmd, c.paused = nil, false
 	c.mu.Unlock()
 	if cmd == nil {
 		return
+	}
+	if paused {
+		_ = signalServer(cmd.Process.Pid, syscall.SIGCONT)
 	}
 	_ = cmd.Process.Signal(syscall.SIGINT)
 	select {

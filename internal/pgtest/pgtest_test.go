@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -84,4 +85,41 @@ func TestPgBouncerRoles(t *testing.T) {
 	var who string
 	require.NoError(t, conn.QueryRow(context.Background(), `SELECT current_user`, pgx.QueryExecModeSimpleProtocol).Scan(&who))
 	require.Equal(t, "app", who)
+}
+
+// TestKillPauseResume: a killed server comes back with every commit it
+// acknowledged, a sequence does not go back; a paused one answers nothing
+// until it is resumed; a paused one still stops.
+func TestKillPauseResume(t *testing.T) {
+	c := pgtest.Start(t)
+	db := pgtest.Open(t, c.NewDatabase(t))
+	db.SetMaxOpenConns(1)
+	_, err := db.Exec(`CREATE SEQUENCE s; CREATE TABLE t (v bigint)`)
+	require.NoError(t, err)
+	var last int64
+	for i := 0; i < 50; i++ {
+		require.NoError(t, db.QueryRow(`INSERT INTO t VALUES (nextval('s')) RETURNING v`).Scan(&last))
+	}
+	require.NoError(t, c.Kill())
+	_, err = db.Exec(`SELECT 1`)
+	require.Error(t, err, "a killed server answers")
+	c.Restart(t)
+	var n, next int64
+	require.NoError(t, db.QueryRow(`SELECT count(*) FROM t`).Scan(&n))
+	require.Equal(t, int64(50), n, "every acknowledged commit survived the kill")
+	require.NoError(t, db.QueryRow(`SELECT nextval('s')`).Scan(&next))
+	require.Greater(t, next, last)
+
+	require.NoError(t, c.Pause())
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	_, err = db.ExecContext(ctx, `SELECT 1`)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded, "a paused server answers")
+	require.NoError(t, c.Resume())
+	require.Eventually(t, func() bool { _, err := db.Exec(`SELECT 1`); return err == nil }, 30*time.Second, 50*time.Millisecond)
+
+	require.NoError(t, c.Pause())
+	c.Stop() // continues it first
+	c.Restart(t)
+	require.NoError(t, db.QueryRow(`SELECT count(*) FROM t`).Scan(&n))
 }
