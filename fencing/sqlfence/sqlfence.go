@@ -4,7 +4,7 @@
 // tested on PostgreSQL and imports no driver (register one yourself, e.g.
 // github.com/jackc/pgx/v5/stdlib).
 //
-// Two ways to fence:
+// Three ways to fence:
 //
 //   - Per row: the protected table has a fence column, and every write is ONE
 //     statement that carries the check (Table.Update, Table.Upsert):
@@ -19,6 +19,18 @@
 //     the token with an upsert that only raises it and hands the caller's
 //     write function the same transaction.
 //
+//   - Per lock, when the data lives in the database that holds the postgres
+//     adapter's locks: LeaseGuard.Do checks the token against the lock's own
+//     row in the write's transaction, with no fence table or column:
+//
+//     SELECT 1 FROM fencelock_locks WHERE name = $1 AND token = $2
+//     AND owner IS NOT NULL AND expires > clock_timestamp() FOR SHARE
+//
+//     A write commits only while its lease is the lock's live grant: FOR
+//     SHARE makes a new grant of the lock, an UPDATE of that row, wait for
+//     the commit. An expired lease is rejected even before anyone else takes
+//     the lock.
+//
 // A Guard's write gets its transaction as an argument:
 //
 //	g, err := sqlfence.New(db) // options: WithTable, WithTxOptions
@@ -30,8 +42,10 @@
 // What runs on tx commits only together with the token; the upsert's row
 // lock serializes writers of one resource until commit. What runs on db
 // instead escapes the fence: it lands even when the token is stale.
-// Guard.Gate is the same guard as a plain fencing.Guard for store-agnostic
-// code (httpfence.Middleware); its write function gets no transaction.
+// LeaseGuard.Do has the same shape, with a lock name for the resource.
+// Guard.Gate and LeaseGuard.Gate are the same guards as plain fencing.Guards
+// for store-agnostic code (httpfence.Middleware); their write functions get
+// no transaction.
 //
 // Token range: fencing tokens are uint64; BIGINT is signed, so tokens above
 // math.MaxInt64 are rejected with ErrTokenRange (which also matches
