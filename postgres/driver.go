@@ -1,0 +1,244 @@
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/driver"
+)
+
+// DefaultPrefix starts the adapter's table, sequence, function and channel
+// names when Config.Prefix is empty: fencelock_locks, fencelock_waiters, ...
+const DefaultPrefix = "fencelock"
+
+// MinTTL is the shortest TTL the adapter accepts: expiries are counted in
+// whole milliseconds, and below 100ms the renewal period (TTL/3) and the
+// drift margin leave too little room for a round trip on a busy host.
+const MinTTL = 100 * time.Millisecond
+
+// Client is what the adapter needs of a pgx client, with pgx's signatures.
+// *pgxpool.Pool satisfies it, and is what to use: a Locker sends renewals
+// from timers while other acquisitions run, so the client must be safe for
+// concurrent use, which a *pgx.Conn is not (New refuses one).
+type Client interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Config holds the adapter's own settings; the zero Config is the default.
+type Config struct {
+	// Prefix starts every table, sequence, function and notification
+	// channel name of the adapter (default DefaultPrefix): a lower-case
+	// SQL identifier of at most 40 bytes. Lockers that share a prefix (and
+	// a database) share their locks.
+	Prefix string
+	// NoMigrate: the Locker does not create or update its tables and
+	// functions on first use; run Migrate or the SQL of Schema before.
+	// Without it, the first use reads the schema's version (one round
+	// trip) and migrates only if it is not current.
+	NoMigrate bool
+	// Listen is how the Locker's listener connection (LISTEN, for the
+	// notifications that wake waiters) is opened. nil: with the client's
+	// own configuration if the client is a *pgxpool.Pool, else no
+	// listener. Point it at the server itself when the client goes
+	// through a transaction-mode pooler (PgBouncer), where LISTEN does
+	// not work; URL parameter listen_host.
+	Listen *pgx.ConnConfig
+	// NoListen turns the listener off: waiters then learn that they were
+	// granted the lock from their renewals (every TTL/3) and a timer set
+	// to the holder's remaining TTL, not at once.
+	NoListen bool
+}
+
+func (c Config) check() (Config, error) {
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	return c, checkPrefix(c.Prefix)
+}
+
+// New returns a Locker that keeps its locks in PostgreSQL through client
+// (a *pgxpool.Pool), with the default Config. opts are the Locker's
+// defaults (see backend.Option). Closing the Locker does not close client.
+func New(client Client, opts ...backend.Option) (*backend.Locker, error) {
+	return NewWithConfig(client, Config{}, opts...)
+}
+
+// NewWithConfig is New with the adapter's own settings.
+func NewWithConfig(client Client, cfg Config, opts ...backend.Option) (*backend.Locker, error) {
+	d, err := newDriver(client, cfg, nil)
+	if err != nil {
+		return nil, err
+	}
+	return backend.New(d, opts...)
+}
+
+// statements are the adapter's SQL for one prefix. Each is sent with
+// pgx.QueryExecModeExec: one round trip, an unnamed statement, no session
+// state, so a transaction-mode pooler can run it on any server connection.
+type statements struct {
+	acquire, renew, release, revoke, inspect string
+}
+
+func statementsFor(p string) statements {
+	return statements{
+		acquire: "SELECT r_status, r_token, r_wait_ms FROM " + p + "_acquire_v1($1, $2, $3, $4, $5, $6)",
+		renew:   "SELECT r_status, r_token FROM " + p + "_renew_v1($1, $2, $3)",
+		release: "SELECT " + p + "_release_v1($1, $2)",
+		revoke:  "SELECT " + p + "_revoke_v1($1, $2, $3)",
+		inspect: "SELECT r_held, r_owner, r_token, r_ttl_ms, r_holder, r_metadata FROM " + p + "_inspect_v1($1)",
+	}
+}
+
+// pgDriver implements driver.Driver over one pgx client.
+type pgDriver struct {
+	c     Client
+	owned *pgxpool.Pool // closed by Shutdown when the driver opened it
+	cfg   Config
+	id    string // this driver's random id: the first part of every owner id
+	sql   statements
+	seq   atomic.Uint64
+	hub   *hub // nil without a listener
+
+	migrateMu sync.Mutex
+	migrated  atomic.Bool
+
+	// Counters for tests and benchmarks.
+	attempts atomic.Int64 // acquire statements
+	wakeups  atomic.Int64 // grant notifications delivered to waiting acquisitions
+
+	mu     sync.Mutex
+	closed bool
+}
+
+func newDriver(client Client, cfg Config, owned *pgxpool.Pool) (*pgDriver, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: postgres: nil client", backend.ErrInvalidOption)
+	}
+	if _, ok := client.(*pgx.Conn); ok {
+		return nil, fmt.Errorf("%w: postgres: a *pgx.Conn is not safe for concurrent use, and a Locker renews leases while others acquire: use a *pgxpool.Pool", backend.ErrInvalidOption)
+	}
+	cfg, err := cfg.check()
+	if err != nil {
+		return nil, err
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	d := &pgDriver{c: client, owned: owned, cfg: cfg, id: hex.EncodeToString(b[:]), sql: statementsFor(cfg.Prefix)}
+	if listen := listenConfig(client, cfg); listen != nil {
+		d.hub = newHub(listen, channel(cfg.Prefix, d.id), &d.wakeups)
+	}
+	d.migrated.Store(cfg.NoMigrate)
+	return d, nil
+}
+
+// listenConfig returns the listener's connection configuration, or nil for
+// none.
+func listenConfig(client Client, cfg Config) *pgx.ConnConfig {
+	switch {
+	case cfg.NoListen:
+		return nil
+	case cfg.Listen != nil:
+		return cfg.Listen.Copy()
+	}
+	if p, ok := client.(*pgxpool.Pool); ok {
+		return p.Config().ConnConfig
+	}
+	return nil
+}
+
+// channel is the notification channel of the driver with id: releases
+// notify there when they grant the lock to one of its acquisitions (the
+// functions derive it from the owner id, "<driver id>.<n>").
+func channel(prefix, id string) string { return prefix + ":" + id }
+
+// ready migrates the schema on the driver's first use, unless NoMigrate; a
+// failed migration is tried again at the next use.
+func (d *pgDriver) ready(ctx context.Context) error {
+	if d.migrated.Load() {
+		return nil
+	}
+	d.migrateMu.Lock()
+	defer d.migrateMu.Unlock()
+	if d.migrated.Load() {
+		return nil
+	}
+	if err := Migrate(ctx, d.c, d.cfg.Prefix); err != nil {
+		return err
+	}
+	d.migrated.Store(true)
+	return nil
+}
+
+// Capabilities implements driver.Driver.
+func (d *pgDriver) Capabilities() driver.Capabilities {
+	return driver.Capabilities{MinTTL: MinTTL}
+}
+
+// CheckTTL implements driver.Driver: expiries are whole milliseconds.
+func (d *pgDriver) CheckTTL(ttl time.Duration) error {
+	if ttl%time.Millisecond != 0 {
+		return fmt.Errorf("postgres expiries are whole milliseconds, got %v", ttl)
+	}
+	return nil
+}
+
+// NewLease implements driver.Driver. It sends nothing but the migration on
+// the driver's first use: the lease's clock starts now, since the queue row
+// a waiter's first statement writes expires one TTL after it arrives, so a
+// waiter renews from the start.
+func (d *pgDriver) NewLease(ctx context.Context, req driver.Request) (driver.Lease, time.Time, error) {
+	d.mu.Lock()
+	closed := d.closed
+	d.mu.Unlock()
+	if closed {
+		return nil, time.Time{}, fmt.Errorf("postgres: %w", backend.ErrClosed)
+	}
+	if err := d.ready(ctx); err != nil {
+		return nil, time.Time{}, err
+	}
+	var meta any // NULL without metadata
+	if len(req.Metadata) > 0 {
+		b, err := json.Marshal(req.Metadata)
+		if err != nil {
+			return nil, time.Time{}, fmt.Errorf("%w: postgres: metadata: %w", backend.ErrInvalidOption, err)
+		}
+		meta = string(b)
+	}
+	owner := d.id + "." + strconv.FormatUint(d.seq.Add(1), 36)
+	l := &lease{d: d, name: req.Name, owner: owner, ttlMs: req.TTL.Milliseconds(), holder: req.Holder, meta: meta,
+		lost: req.Lost, notify: make(chan struct{}, 1)}
+	return l, time.Now(), nil
+}
+
+// Shutdown implements driver.Driver: it stops the listener and closes the
+// pool if the driver opened it. It asks the server for nothing.
+func (d *pgDriver) Shutdown(context.Context) error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	d.mu.Unlock()
+	if d.hub != nil {
+		d.hub.close()
+	}
+	if d.owned != nil {
+		d.owned.Close()
+	}
+	return nil
+}

@@ -1,0 +1,43 @@
+package postgres
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fencelock/fencelock/backend"
+)
+
+// mapErr wraps an error of pgx in backend.ErrPermission when the server
+// refused the request for lack of permission or credentials (SQLSTATE
+// 42501 insufficient_privilege, class 28 invalid authorization), in a
+// clear error naming Migrate when a table or function of the adapter is
+// missing (42P01, 42883), and in backend.ErrUnavailable when the request
+// got no answer that says anything about the lock: every error that is not
+// the server's (a dial, a closed or reset connection, a timeout, a closed
+// pool, a context that ended), a connection exception (class 08), a server
+// shutting down or starting (57P0x), out of connections or resources
+// (class 53), a cancelled statement (57014) or a read-only standby (25006).
+// Other server errors are returned as they are. The pgx error stays in the
+// chain.
+func mapErr(err error) error {
+	if err == nil || errors.Is(err, backend.ErrUnavailable) || errors.Is(err, backend.ErrPermission) {
+		return err
+	}
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return fmt.Errorf("%w: %w", backend.ErrUnavailable, err)
+	}
+	switch {
+	case pe.Code == "42501", strings.HasPrefix(pe.Code, "28"):
+		return fmt.Errorf("%w: %w", backend.ErrPermission, err)
+	case pe.Code == "42P01", pe.Code == "42883":
+		return fmt.Errorf("%w: %w", errNoSchema, err)
+	case strings.HasPrefix(pe.Code, "08"), strings.HasPrefix(pe.Code, "57P"), strings.HasPrefix(pe.Code, "53"),
+		pe.Code == "57014", pe.Code == "25006":
+		return fmt.Errorf("%w: %w", backend.ErrUnavailable, err)
+	}
+	return err
+}

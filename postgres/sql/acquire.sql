@@ -1,0 +1,69 @@
+-- {p}_acquire_v1 takes lock p_name for the acquisition p_owner
+-- ("<Locker id>.<n>"), or queues it. p_mode: 0 try (never queue), 1 join
+-- the queue, 2 stay in it (the acquisition's queue row must still be there,
+-- else it is lost). A grant, or finding the lock already this owner's (a
+-- promotion whose notification was missed), sets expires to now + p_ttl_ms.
+-- Returns r_status 'granted' with r_token; 'held' (mode 0); 'queued' with
+-- r_wait_ms, the ms until the holder's lease ends (the waiter's fallback
+-- timer); or 'lost' (mode 2: the queue row lapsed or was revoked).
+CREATE OR REPLACE FUNCTION {p}_acquire_v1(p_name text, p_owner text, p_ttl_ms bigint, p_mode integer,
+    p_holder text, p_metadata text, OUT r_status text, OUT r_token bigint, OUT r_wait_ms bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+  l {p}_locks%ROWTYPE;
+  t timestamptz;
+  ttl interval := p_ttl_ms * interval '1 millisecond';
+  head text;
+BEGIN
+  SELECT * INTO l FROM {p}_locks WHERE name = p_name FOR UPDATE;
+  IF NOT FOUND THEN
+    INSERT INTO {p}_locks (name) VALUES (p_name) ON CONFLICT (name) DO NOTHING;
+    SELECT * INTO l FROM {p}_locks WHERE name = p_name FOR UPDATE;
+  END IF;
+  t := clock_timestamp();
+  r_token := 0;
+  r_wait_ms := 0;
+  IF l.owner = p_owner AND l.expires > t THEN
+    UPDATE {p}_locks SET expires = t + ttl WHERE name = p_name;
+    r_status := 'granted';
+    r_token := l.token;
+    RETURN;
+  END IF;
+  IF l.owner IS NULL OR l.expires <= t THEN
+    DELETE FROM {p}_waiters WHERE name = p_name AND expires <= t;
+    SELECT owner INTO head FROM {p}_waiters WHERE name = p_name ORDER BY seq LIMIT 1;
+    IF head IS NULL AND p_mode = 2 THEN
+      r_status := 'lost';
+      RETURN;
+    END IF;
+    IF head IS NULL OR head = p_owner THEN
+      DELETE FROM {p}_waiters WHERE name = p_name AND owner = p_owner;
+      r_token := nextval('{p}_token');
+      UPDATE {p}_locks SET owner = p_owner, token = r_token, expires = t + ttl, granted = t,
+        holder = p_holder, metadata = p_metadata::jsonb
+      WHERE name = p_name;
+      r_status := 'granted';
+      RETURN;
+    END IF;
+    -- Free, but an earlier waiter is first in line: it gets the lock.
+    PERFORM {p}_promote_v1(p_name, t);
+    SELECT * INTO l FROM {p}_locks WHERE name = p_name;
+  END IF;
+  r_wait_ms := greatest(ceil(extract(epoch FROM l.expires - t) * 1000), 0);
+  IF p_mode = 0 THEN
+    r_status := 'held';
+    RETURN;
+  END IF;
+  IF p_mode = 1 THEN
+    INSERT INTO {p}_waiters (name, owner, expires, since, holder, metadata)
+    VALUES (p_name, p_owner, t + ttl, t, p_holder, p_metadata::jsonb)
+    ON CONFLICT (name, owner) DO UPDATE SET expires = EXCLUDED.expires;
+  ELSE
+    UPDATE {p}_waiters SET expires = t + ttl WHERE name = p_name AND owner = p_owner AND expires > t;
+    IF NOT FOUND THEN
+      r_status := 'lost';
+      RETURN;
+    END IF;
+  END IF;
+  r_status := 'queued';
+END $$;

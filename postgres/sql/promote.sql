@@ -1,0 +1,25 @@
+-- {p}_promote_v1 hands lock p_name, whose row the caller has locked, to the
+-- first live waiter: its queue row goes, the lock row takes its owner, a new
+-- token and the queue row's expiry, and ONE notification on the waiter's
+-- Locker's channel names it and its token (one wake-up per release). With
+-- no live waiter the lock is free. It returns the new owner, or NULL.
+CREATE OR REPLACE FUNCTION {p}_promote_v1(p_name text, p_now timestamptz) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+  w {p}_waiters%ROWTYPE;
+  tok bigint;
+BEGIN
+  DELETE FROM {p}_waiters WHERE name = p_name AND expires <= p_now;
+  SELECT * INTO w FROM {p}_waiters WHERE name = p_name ORDER BY seq LIMIT 1;
+  IF NOT FOUND THEN
+    UPDATE {p}_locks SET owner = NULL, expires = NULL, holder = NULL, metadata = NULL WHERE name = p_name;
+    RETURN NULL;
+  END IF;
+  DELETE FROM {p}_waiters WHERE name = p_name AND owner = w.owner;
+  tok := nextval('{p}_token');
+  UPDATE {p}_locks SET owner = w.owner, token = tok, expires = w.expires, granted = p_now,
+    holder = w.holder, metadata = w.metadata
+  WHERE name = p_name;
+  PERFORM pg_notify('{p}:' || split_part(w.owner, '.', 1), 'g:' || w.owner || ':' || tok);
+  RETURN w.owner;
+END $$;

@@ -1,0 +1,26 @@
+-- {p}_release_v1 ends the acquisition p_owner of lock p_name: its queue row
+-- goes, and if it holds the lock, the next live waiter is granted it. It
+-- returns 'released' (it held, unexpired), 'expired' (it held, but its
+-- lease had ended: nobody else was granted the lock meanwhile), or 'none'
+-- (it did not hold; a newer holder's row is never touched).
+CREATE OR REPLACE FUNCTION {p}_release_v1(p_name text, p_owner text) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+  l {p}_locks%ROWTYPE;
+  t timestamptz;
+BEGIN
+  SELECT * INTO l FROM {p}_locks WHERE name = p_name FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN 'none';
+  END IF;
+  t := clock_timestamp();
+  DELETE FROM {p}_waiters WHERE name = p_name AND owner = p_owner;
+  IF l.owner IS DISTINCT FROM p_owner THEN
+    RETURN 'none';
+  END IF;
+  PERFORM {p}_promote_v1(p_name, t);
+  IF l.expires > t THEN
+    RETURN 'released';
+  END IF;
+  RETURN 'expired';
+END $$;

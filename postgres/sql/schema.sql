@@ -1,0 +1,41 @@
+-- The tables and sequences of one prefix ({p}). Every statement is
+-- idempotent: the migration runs again on every Locker's first use and
+-- changes nothing when the schema is current.
+
+-- Fencing tokens: nextval at each grant. A sequence is WAL-logged ahead of
+-- the values it hands out, so tokens never go back, across restarts too.
+CREATE SEQUENCE IF NOT EXISTS {p}_token;
+
+-- The FIFO order of waiters: nextval when a waiter joins a queue.
+CREATE SEQUENCE IF NOT EXISTS {p}_queue;
+
+-- One row per lock name that was ever taken. Every change to a lock first
+-- locks its row here, so all of them are serialized by that row lock; a
+-- fencing check (sqlfence) reads it FOR SHARE in the writer's transaction.
+-- owner is NULL while the lock is free; expires is server time
+-- (clock_timestamp()), never a client's.
+CREATE TABLE IF NOT EXISTS {p}_locks (
+  name     text PRIMARY KEY,
+  owner    text,
+  token    bigint,
+  expires  timestamptz,
+  granted  timestamptz,
+  holder   text,
+  metadata jsonb
+);
+
+-- The acquisitions waiting for a lock, granted in seq order. A row lapses
+-- at expires unless its waiter renews it; a promotion hands the lock over
+-- with the row's expires (the waiter's own lease clock).
+CREATE TABLE IF NOT EXISTS {p}_waiters (
+  name     text NOT NULL,
+  owner    text NOT NULL,
+  seq      bigint NOT NULL DEFAULT nextval('{p}_queue'),
+  expires  timestamptz NOT NULL,
+  since    timestamptz NOT NULL,
+  holder   text,
+  metadata jsonb,
+  PRIMARY KEY (name, owner)
+);
+
+CREATE INDEX IF NOT EXISTS {p}_waiters_order ON {p}_waiters (name, seq);
