@@ -1,0 +1,195 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/driver"
+	"github.com/fencelock/fencelock/internal/urlkit"
+)
+
+// Params are the query parameters of postgres and postgresql URLs besides
+// the common ones of backend.Open: the adapter's own (prefix, migrate,
+// listen, listen_host) and the pgx settings handed to pgxpool.ParseConfig
+// (TLS through sslmode, sslrootcert, sslcert and sslkey; pool sizes;
+// runtime settings such as application_name and search_path). See the
+// package documentation.
+var Params = slices.Concat([]string{"prefix", "migrate", "listen", "listen_host"}, pgxParams)
+
+// pgxParams are handed to pgxpool.ParseConfig unchanged.
+var pgxParams = []string{
+	"host", "sslmode", "sslrootcert", "sslcert", "sslkey", "sslpassword", "sslsni", "sslnegotiation",
+	"connect_timeout", "target_session_attrs", "channel_binding", "application_name", "search_path", "options",
+	"pool_max_conns", "pool_min_conns", "pool_min_idle_conns", "pool_max_conn_lifetime", "pool_max_conn_idle_time",
+	"pool_health_check_period", "pool_max_conn_lifetime_jitter",
+}
+
+func init() {
+	for _, scheme := range []string{"postgres", "postgresql"} {
+		driver.Register(scheme, driver.Scheme{Params: Params, Open: open, Check: check, Suite: driver.StaticSuite(suiteProfile)})
+	}
+}
+
+// DefaultConnectTimeout bounds each connection's dial and start-up when the
+// URL does not set connect_timeout (pgx has no bound of its own): a server
+// that accepts and never answers fails Open, and later requests, in time.
+const DefaultConnectTimeout = 5 * time.Second
+
+// check is the postgres and postgresql schemes' Check: parseURL, without
+// dialling (pgx's parser reads the TLS files the URL names).
+func check(u *url.URL) error {
+	_, _, err := parseURL(u)
+	return err
+}
+
+// parseURL returns the pool configuration and Config of u. The common and
+// the adapter's own parameters are taken out of the URL before pgx parses
+// it: pgx would send them to the server as runtime settings, which it
+// refuses.
+func parseURL(u *url.URL) (*pgxpool.Config, Config, error) {
+	var cfg Config
+	q, err := urlkit.Query(u)
+	if err != nil {
+		return nil, cfg, err
+	}
+	fail := func(err error) (*pgxpool.Config, Config, error) {
+		return nil, cfg, fmt.Errorf("%w: %s: %w", backend.ErrInvalidURL, urlkit.Redact(u), err)
+	}
+	if q.Has("prefix") {
+		cfg.Prefix = q.Get("prefix")
+		if cfg.Prefix == "" {
+			return fail(fmt.Errorf("prefix is empty (leave it out for the default, %s)", DefaultPrefix))
+		}
+		if err := checkPrefix(cfg.Prefix); err != nil {
+			return nil, cfg, urlkit.ValueError("prefix", cfg.Prefix, fmt.Sprintf("not a lower-case SQL identifier ([a-z_][a-z0-9_]*) of at most %d bytes", maxPrefix))
+		}
+	}
+	for _, b := range []struct {
+		key string
+		off *bool
+	}{{"migrate", &cfg.NoMigrate}, {"listen", &cfg.NoListen}} {
+		if !q.Has(b.key) {
+			continue
+		}
+		on, err := strconv.ParseBool(q.Get(b.key))
+		if err != nil {
+			return fail(fmt.Errorf("%s=%q is not true or false", b.key, q.Get(b.key)))
+		}
+		*b.off = !on
+	}
+	if ttl, ok, err := urlkit.Duration(q, "ttl"); err == nil && ok {
+		switch {
+		case ttl > 0 && ttl < MinTTL:
+			return nil, cfg, urlkit.ValueError("ttl", q.Get("ttl"), fmt.Sprintf("under the PostgreSQL adapter's minimum of %v", MinTTL))
+		case ttl%time.Millisecond != 0:
+			return nil, cfg, urlkit.ValueError("ttl", q.Get("ttl"), "PostgreSQL expiries are whole milliseconds")
+		}
+	}
+	var listenHost, listenPort string
+	if q.Has("listen_host") {
+		if cfg.NoListen {
+			return fail(fmt.Errorf("listen_host with listen=false"))
+		}
+		hp, err := urlkit.HostPort(q.Get("listen_host"), "5432")
+		if err != nil {
+			return fail(fmt.Errorf("listen_host: %w", err))
+		}
+		listenHost, listenPort, _ = net.SplitHostPort(hp)
+	}
+
+	// What pgx gets: the URL without the parameters it must not see.
+	stripped := *u
+	pq := url.Values{}
+	for k, v := range q {
+		if slices.Contains(pgxParams, k) {
+			pq[k] = v
+		}
+	}
+	stripped.RawQuery = pq.Encode()
+	pc, err := pgxpool.ParseConfig(stripped.String())
+	if err != nil {
+		return fail(pgxError(u, err))
+	}
+	if pc.ConnConfig.ConnectTimeout == 0 {
+		pc.ConnConfig.ConnectTimeout = DefaultConnectTimeout
+	}
+	// Each statement names its mode anyway; this is for the listener's.
+	pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	if listenHost != "" {
+		lc := pc.ConnConfig.Copy()
+		lc.Host = listenHost
+		port, _ := strconv.ParseUint(listenPort, 10, 16)
+		lc.Port = uint16(port)
+		lc.Fallbacks = nil
+		cfg.Listen = lc
+	}
+	return pc, cfg, nil
+}
+
+// pgxQuoted is the URL pgx quotes at the start of its parse errors
+// (redacted, but the adapter's own redaction is already in the error).
+var pgxQuoted = regexp.MustCompile("^cannot parse `[^`]*`: ")
+
+// pgxError returns the reason of pgx's parse error, without the URL or any
+// form of its password.
+func pgxError(u *url.URL, err error) error {
+	msg := pgxQuoted.ReplaceAllString(err.Error(), "")
+	if pw, ok := u.User.Password(); ok && pw != "" {
+		msg = strings.ReplaceAll(msg, pw, "xxxxx")
+		msg = strings.ReplaceAll(msg, url.QueryEscape(pw), "xxxxx")
+		msg = strings.ReplaceAll(msg, url.PathEscape(pw), "xxxxx")
+	}
+	return fmt.Errorf("pgx: %s", msg)
+}
+
+// open opens a pool and checks, with one ping bounded by ctx and
+// connect_timeout, that the server can be reached and accepts the
+// credentials, then migrates the schema unless migrate=false: an
+// unreachable server, a wrong password or a user who may not create the
+// tables is an error of Open, not of the first acquisition.
+func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
+	pc, cfg, err := parseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %s: %w", urlkit.Redact(u), mapErr(err))
+	}
+	d, err := newDriver(pool, cfg, pool)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if err = pool.Ping(ctx); err != nil {
+		err = mapErr(err)
+		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
+		}
+		if errors.Is(err, backend.ErrUnavailable) {
+			err = fmt.Errorf("cannot reach the server within connect_timeout %v: %w", pc.ConnConfig.ConnectTimeout, err)
+		}
+	} else {
+		err = d.ready(ctx)
+	}
+	if err != nil {
+		_ = d.Shutdown(ctx)
+		return nil, fmt.Errorf("postgres: %s: %w", urlkit.Redact(u), err)
+	}
+	return d, nil
+}
