@@ -83,15 +83,15 @@ func NewLeaseGuard(db *sql.DB, opts ...LeaseOption) (*LeaseGuard, error) {
 // error, or the commit fails, everything done on tx is rolled back. A nil
 // write checks alone.
 //
-// The check reads the lock's row FOR SHARE, and every change the adapter
-// makes to that row (a grant, a promotion of a waiter, a renewal, a
-// release) is an UPDATE, which waits for that lock until the transaction
-// ends. So from the check to the commit the lock cannot be granted again:
-// what write does on tx commits only while the row still carries this
-// token. A check that meets a grant in progress waits for it and, under
-// READ COMMITTED, re-reads the committed row and rejects the old token.
-// (FOR KEY SHARE would not do: a grant does not change the key, and such
-// an UPDATE does not wait for FOR KEY SHARE.)
+// The check reads the lock's row FOR SHARE, and every operation of the
+// postgres adapter on a lock (a grant, the promotion of a waiter, a
+// renewal, a release) first locks that row FOR UPDATE and then UPDATEs it,
+// which waits for the share lock until the transaction ends. So from the
+// check to the commit the lock cannot be granted again: what write does on
+// tx commits only while the row still carries this token. A check that
+// meets a grant in progress waits for it and, under READ COMMITTED, reads
+// the committed row and rejects the old token. (FOR KEY SHARE would not
+// do: an UPDATE that keeps the key does not wait for it.)
 //
 // The price: while the transaction is open, every operation on that lock
 // waits, including the holder's own renewals and the waiters' queueing.

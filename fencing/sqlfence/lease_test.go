@@ -6,32 +6,41 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/fencing/sqlfence"
+	"github.com/fencelock/fencelock/internal/faultproxy"
 	"github.com/fencelock/fencelock/internal/pgtest"
+	"github.com/fencelock/fencelock/postgres"
 )
 
-// leaseDB is a database holding a lock table and a docs table written
-// under the lease guard.
+// leaseDB is a database holding the postgres adapter's locks and a docs
+// table written under the lease guard.
 type leaseDB struct {
-	db *sql.DB
-	g  *sqlfence.LeaseGuard
+	c      *pgtest.Cluster
+	dsn    string
+	prefix string
+	db     *sql.DB
+	g      *sqlfence.LeaseGuard
 }
 
 func openLeaseDB(t *testing.T, prefix string) *leaseDB {
-	db := pgtest.Open(t, pgtest.Start(t).NewDatabase(t))
+	c := pgtest.Start(t)
+	dsn := c.NewDatabase(t)
 	ctx := context.Background()
-	// The lock table as the postgres adapter's schema defines it.
-	_, err := db.ExecContext(ctx, `CREATE SEQUENCE `+prefix+`_token;
-CREATE TABLE `+prefix+`_locks (name text PRIMARY KEY, owner text, token bigint, expires timestamptz,
-	granted timestamptz, holder text, metadata jsonb);
-CREATE TABLE docs (id TEXT PRIMARY KEY, body TEXT NOT NULL)`)
+	pool := newPool(t, dsn)
+	require.NoError(t, postgres.Migrate(ctx, pool, prefix))
+	db := pgtest.Open(t, dsn)
+	_, err := db.ExecContext(ctx, `CREATE TABLE docs (id TEXT PRIMARY KEY, body TEXT NOT NULL)`)
 	require.NoError(t, err)
 	var opts []sqlfence.LeaseOption
 	if prefix != sqlfence.DefaultLockPrefix {
@@ -39,18 +48,45 @@ CREATE TABLE docs (id TEXT PRIMARY KEY, body TEXT NOT NULL)`)
 	}
 	g, err := sqlfence.NewLeaseGuard(db, opts...)
 	require.NoError(t, err)
-	return &leaseDB{db: db, g: g}
+	return &leaseDB{c: c, dsn: dsn, prefix: prefix, db: db, g: g}
 }
 
-// grant grants the lock to owner for ttl as the adapter does: a new token
-// from the sequence, the expiry by the database's clock.
-func (l *leaseDB) grant(t *testing.T, q sqlfence.Querier, name, owner string, ttl time.Duration) fencing.Token {
-	var tok int64
-	require.NoError(t, q.QueryRowContext(context.Background(), `INSERT INTO fencelock_locks AS l (name, owner, token, expires, granted)
-VALUES ($1, $2, nextval('fencelock_token'), clock_timestamp() + $3::bigint * interval '1 millisecond', clock_timestamp())
-ON CONFLICT (name) DO UPDATE SET owner = EXCLUDED.owner, token = EXCLUDED.token, expires = EXCLUDED.expires, granted = EXCLUDED.granted
-RETURNING token`, name, owner, ttl.Milliseconds()).Scan(&tok))
-	return fencing.Token(tok)
+func newPool(t *testing.T, dsn string) *pgxpool.Pool {
+	pool, err := pgxpool.New(context.Background(), dsn)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// locker is one client of the lock: a Locker of its own over dsn (the
+// database's, or a proxy's in front of it).
+func (l *leaseDB) locker(t *testing.T, dsn string) *backend.Locker {
+	lk, err := postgres.NewWithConfig(newPool(t, dsn), postgres.Config{Prefix: l.prefix})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lk.Close() })
+	return lk
+}
+
+// acquire takes name with ttl and no renewals: from its grant on, the
+// holder behaves as a paused process.
+func acquire(t *testing.T, lk *backend.Locker, name string, ttl time.Duration) *backend.Lease {
+	ls, err := lk.Acquire(context.Background(), name, backend.WithTTL(ttl), backend.WithAutoRenew(false))
+	require.NoError(t, err)
+	return ls
+}
+
+// waitExpired waits until the lease of name has expired by the database's
+// clock, which is the one that counts.
+func (l *leaseDB) waitExpired(t *testing.T, name string) {
+	t.Helper()
+	for {
+		var expired bool
+		require.NoError(t, l.db.QueryRow(fmt.Sprintf(`SELECT coalesce(expires <= clock_timestamp(), true) FROM %s_locks WHERE name = $1`, l.prefix), name).Scan(&expired))
+		if expired {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func put(id, body string) func(context.Context, *sql.Tx) error {
@@ -70,20 +106,21 @@ func (l *leaseDB) body(t *testing.T, id string) string {
 	return s
 }
 
-// waitBlockedBy waits until some session waits for a lock held by the
-// session whose backend pid is pid. It fails at once if finished reports
-// that what should wait has ended instead.
-func waitBlockedBy(t *testing.T, db *sql.DB, pid int, finished func() bool) {
+// waitBlockedBy waits until a session running a statement that contains
+// stmt waits for a lock held by the session whose backend pid is pid. It
+// fails at once if finished reports that what should wait has ended
+// instead.
+func waitBlockedBy(t *testing.T, db *sql.DB, pid int, stmt string, finished func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		require.False(t, finished(), "it ended instead of waiting for pid %d", pid)
 		var n int
-		require.NoError(t, db.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, pid).Scan(&n))
+		require.NoError(t, db.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid)) AND strpos(query, $2) > 0`, pid, stmt).Scan(&n))
 		if n > 0 {
 			return
 		}
-		require.True(t, time.Now().Before(deadline), "nobody waits for pid %d", pid)
+		require.True(t, time.Now().Before(deadline), "no %s waits for pid %d", stmt, pid)
 		time.Sleep(5 * time.Millisecond)
 	}
 }
@@ -91,7 +128,9 @@ func waitBlockedBy(t *testing.T, db *sql.DB, pid int, finished func() bool) {
 func TestLeaseGuardHolderWrites(t *testing.T) {
 	l := openLeaseDB(t, sqlfence.DefaultLockPrefix)
 	ctx := context.Background()
-	tok := l.grant(t, l.db, "report", "a", time.Minute)
+	lease, err := l.locker(t, l.dsn).Acquire(ctx, "report", backend.WithTTL(time.Minute))
+	require.NoError(t, err)
+	tok := lease.Token()
 	require.NoError(t, l.g.Do(ctx, "report", tok, put("d", "by a")))
 	require.NoError(t, l.g.Do(ctx, "report", tok, put("d", "by a again")), "one grant writes many times")
 	assert.Equal(t, "by a again", l.body(t, "d"))
@@ -100,14 +139,23 @@ func TestLeaseGuardHolderWrites(t *testing.T) {
 
 	// A write that fails rolls back with its transaction.
 	boom := errors.New("boom")
-	err := l.g.Do(ctx, "report", tok, func(ctx context.Context, tx *sql.Tx) error {
+	err = l.g.Do(ctx, "report", tok, func(ctx context.Context, tx *sql.Tx) error {
 		require.NoError(t, put("d", "rolled back")(ctx, tx))
 		return boom
 	})
 	require.ErrorIs(t, err, boom)
 	assert.Equal(t, "by a again", l.body(t, "d"))
+
+	// Released: the token writes no more.
+	require.NoError(t, lease.Release(ctx))
+	err = l.g.Do(ctx, "report", tok, put("d", "after release"))
+	require.ErrorIs(t, err, sqlfence.ErrLeaseEnded)
+	assert.ErrorContains(t, err, "released")
+	assert.Equal(t, "by a again", l.body(t, "d"))
 }
 
+// After a holder's lease expires its token is refused, before anyone else
+// takes the lock and after; the newer grant is named.
 func TestLeaseGuardRejects(t *testing.T) {
 	l := openLeaseDB(t, sqlfence.DefaultLockPrefix)
 	ctx := context.Background()
@@ -115,37 +163,26 @@ func TestLeaseGuardRejects(t *testing.T) {
 		t.Error("write ran under a rejected token")
 		return nil
 	}
+	a, b := l.locker(t, l.dsn), l.locker(t, l.dsn)
 
-	// Expired, nobody else granted yet.
-	old := l.grant(t, l.db, "r", "a", time.Millisecond)
-	var expired bool
-	for !expired {
-		require.NoError(t, l.db.QueryRow(`SELECT expires <= clock_timestamp() FROM fencelock_locks WHERE name = 'r'`).Scan(&expired))
-	}
+	// Expired (and freed by its Locker, which saw its deadline pass).
+	old := acquire(t, a, "r", postgres.MinTTL).Token()
+	l.waitExpired(t, "r")
 	err := l.g.Do(ctx, "r", old, mustNotRun)
 	require.ErrorIs(t, err, sqlfence.ErrLeaseEnded)
 	require.ErrorIs(t, err, fencing.ErrStaleToken)
-	assert.ErrorContains(t, err, "expired")
 
-	// Granted to someone else: the newer token is named.
-	newer := l.grant(t, l.db, "r", "b", time.Minute)
+	newer := acquire(t, b, "r", time.Minute).Token()
+	require.Greater(t, newer, old)
 	err = l.g.Do(ctx, "r", old, mustNotRun)
 	var st *fencing.StaleTokenError
 	require.ErrorAs(t, err, &st)
 	assert.Equal(t, fencing.StaleTokenError{Resource: "r", Token: old, Highest: newer}, *st)
 	require.NoError(t, l.g.Do(ctx, "r", newer, put("d", "by b")))
 
-	// Released.
-	_, err = l.db.Exec(`UPDATE fencelock_locks SET owner = NULL WHERE name = 'r'`)
-	require.NoError(t, err)
-	err = l.g.Do(ctx, "r", newer, mustNotRun)
-	require.ErrorIs(t, err, sqlfence.ErrLeaseEnded)
-	assert.ErrorContains(t, err, "released")
-
 	// A token the lock never granted, a lock never taken, bad tokens.
-	live := l.grant(t, l.db, "r", "c", time.Minute)
-	assert.ErrorIs(t, l.g.Do(ctx, "r", live+1, mustNotRun), sqlfence.ErrLeaseEnded)
-	err = l.g.Do(ctx, "never", live, mustNotRun)
+	assert.ErrorIs(t, l.g.Do(ctx, "r", newer+1, mustNotRun), sqlfence.ErrLeaseEnded)
+	err = l.g.Do(ctx, "never", newer, mustNotRun)
 	require.ErrorIs(t, err, sqlfence.ErrLeaseEnded)
 	assert.ErrorContains(t, err, "never granted")
 	assert.ErrorIs(t, l.g.Do(ctx, "r", 0, mustNotRun), fencing.ErrInvalidToken)
@@ -155,16 +192,18 @@ func TestLeaseGuardRejects(t *testing.T) {
 	assert.Equal(t, "by b", l.body(t, "d"), "no rejected write landed")
 }
 
-// While a write holds its check, a new grant of the lock waits for its
-// commit: the write lands before the newer grant, never after it.
+// A write that holds its check while the lease expires makes the next
+// grant wait for its commit: it lands before the newer grant, never after.
 func TestLeaseGuardGrantWaitsForWrite(t *testing.T) {
 	l := openLeaseDB(t, sqlfence.DefaultLockPrefix)
 	ctx := context.Background()
-	tok := l.grant(t, l.db, "r", "a", time.Minute)
+	a, b := l.locker(t, l.dsn), l.locker(t, l.dsn)
+	tok := acquire(t, a, "r", time.Second).Token()
+
 	pids, proceed := make(chan int), make(chan struct{})
-	done := make(chan error, 1)
+	wrote := make(chan error, 1)
 	go func() {
-		done <- l.g.Do(ctx, "r", tok, func(ctx context.Context, tx *sql.Tx) error {
+		wrote <- l.g.Do(ctx, "r", tok, func(ctx context.Context, tx *sql.Tx) error {
 			var pid int
 			if err := tx.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
 				return err
@@ -175,30 +214,41 @@ func TestLeaseGuardGrantWaitsForWrite(t *testing.T) {
 		})
 	}()
 	pid := <-pids
-	granted := make(chan fencing.Token, 1)
-	go func() { granted <- l.grant(t, l.db, "r", "b", time.Minute) }()
-	waitBlockedBy(t, l.db, pid, func() bool { return len(granted) > 0 })
+	l.waitExpired(t, "r") // a plain read: the share lock does not stop it
+	granted := make(chan *backend.Lease, 1)
+	go func() {
+		ls, err := b.Acquire(ctx, "r", backend.WithTTL(time.Minute))
+		assert.NoError(t, err)
+		granted <- ls
+	}()
+	waitBlockedBy(t, l.db, pid, "fencelock_acquire_v1", func() bool { return len(granted) > 0 })
 	require.Empty(t, granted, "granted while the write held its check")
 	close(proceed)
-	require.NoError(t, <-done)
-	newer := <-granted
-	assert.Greater(t, newer, tok)
+	require.NoError(t, <-wrote, "the check passed while the lease was live: the write commits")
+	leaseB := <-granted
+	require.NotNil(t, leaseB)
+	assert.Greater(t, leaseB.Token(), tok)
 	assert.Equal(t, "by a", l.body(t, "d"))
 	assert.ErrorIs(t, l.g.Do(ctx, "r", tok, put("d", "late")), fencing.ErrStaleToken)
+	require.NoError(t, l.g.Do(ctx, "r", leaseB.Token(), put("d", "by b")))
+	assert.Equal(t, "by b", l.body(t, "d"))
 }
 
 // A check that meets a grant in progress waits for it and then sees the
-// newer token.
+// newer token. (The adapter's grants commit at once; here one is held
+// open in a transaction to meet the check.)
 func TestLeaseGuardCheckWaitsForGrant(t *testing.T) {
 	l := openLeaseDB(t, sqlfence.DefaultLockPrefix)
 	ctx := context.Background()
-	tok := l.grant(t, l.db, "r", "a", time.Minute)
+	tok := acquire(t, l.locker(t, l.dsn), "r", time.Minute).Token()
 	tx, err := l.db.BeginTx(ctx, nil)
 	require.NoError(t, err)
 	defer tx.Rollback()
 	var pid int
 	require.NoError(t, tx.QueryRow(`SELECT pg_backend_pid()`).Scan(&pid))
-	newer := l.grant(t, tx, "r", "b", time.Minute)
+	var newer int64
+	require.NoError(t, tx.QueryRow(`UPDATE fencelock_locks SET owner = 'intruder', token = nextval('fencelock_token'),
+expires = clock_timestamp() + interval '1 minute' WHERE name = 'r' RETURNING token`).Scan(&newer))
 	done := make(chan error, 1)
 	go func() {
 		done <- l.g.Do(ctx, "r", tok, func(context.Context, *sql.Tx) error {
@@ -206,11 +256,55 @@ func TestLeaseGuardCheckWaitsForGrant(t *testing.T) {
 			return nil
 		})
 	}()
-	waitBlockedBy(t, l.db, pid, func() bool { return len(done) > 0 })
+	waitBlockedBy(t, l.db, pid, "FOR SHARE", func() bool { return len(done) > 0 })
 	require.NoError(t, tx.Commit())
 	var st *fencing.StaleTokenError
 	require.ErrorAs(t, <-done, &st)
-	assert.Equal(t, newer, st.Highest)
+	assert.Equal(t, fencing.Token(newer), st.Highest)
+}
+
+// The paused holder: A's process stops (here its connections to the
+// database hang, through a partitioned proxy), so its renewals stop; its
+// lease expires, B takes the lock and writes; A resumes and writes with the
+// token it still has, and is refused.
+func TestLeaseGuardPausedHolder(t *testing.T) {
+	l := openLeaseDB(t, sqlfence.DefaultLockPrefix)
+	ctx := context.Background()
+	proxy, err := faultproxy.Start(fmt.Sprintf("127.0.0.1:%d", l.c.Port()))
+	require.NoError(t, err)
+	t.Cleanup(proxy.Close)
+	viaProxy := strings.Replace(l.dsn, fmt.Sprintf(":%d/", l.c.Port()), ":"+portOf(proxy.Addr())+"/", 1)
+	dbA := pgtest.Open(t, viaProxy)
+	guardA, err := sqlfence.NewLeaseGuard(dbA)
+	require.NoError(t, err)
+
+	leaseA, err := l.locker(t, viaProxy).Acquire(ctx, "r", backend.WithTTL(time.Second)) // renewing
+	require.NoError(t, err)
+	require.NoError(t, guardA.Do(ctx, "r", leaseA.Token(), put("d", "by a")))
+
+	proxy.Partition() // A pauses: nothing it sends arrives
+	l.waitExpired(t, "r")
+	err = l.g.Do(ctx, "r", leaseA.Token(), put("d", "late by a"))
+	require.ErrorIs(t, err, sqlfence.ErrLeaseEnded, "refused as soon as the lease expired")
+	assert.ErrorContains(t, err, "expired")
+	leaseB, err := l.locker(t, l.dsn).Acquire(ctx, "r", backend.WithTTL(time.Minute))
+	require.NoError(t, err, "B is granted once A's lease expired")
+	require.Greater(t, leaseB.Token(), leaseA.Token())
+	require.NoError(t, l.g.Do(ctx, "r", leaseB.Token(), put("d", "by b")))
+
+	proxy.Heal() // A resumes, unaware, and writes
+	err = guardA.Do(ctx, "r", leaseA.Token(), put("d", "late by a"))
+	var st *fencing.StaleTokenError
+	require.ErrorAs(t, err, &st)
+	assert.Equal(t, leaseB.Token(), st.Highest)
+	assert.Equal(t, "by b", l.body(t, "d"))
+	<-leaseA.Done()
+	assert.ErrorIs(t, leaseA.Err(), backend.ErrLeaseLost, "A learns it lost the lease when it resumes")
+}
+
+func portOf(addr string) string {
+	_, port, _ := net.SplitHostPort(addr)
+	return port
 }
 
 func TestNewLeaseGuard(t *testing.T) {
@@ -219,17 +313,16 @@ func TestNewLeaseGuard(t *testing.T) {
 	assert.Error(t, err)
 	_, err = sqlfence.NewLeaseGuard(l.db, sqlfence.WithLockPrefix("x; DROP TABLE docs --"))
 	assert.ErrorContains(t, err, "not a plain SQL identifier")
+	ctx := context.Background()
+	tok := acquire(t, l.locker(t, l.dsn), "r", time.Minute).Token()
+	require.NoError(t, l.g.Do(ctx, "r", tok, put("d", "x")), "the adapter's prefix, app_locking_locks")
 	g, err := sqlfence.NewLeaseGuard(l.db, sqlfence.WithLockPrefix("public.app_locking"))
 	require.NoError(t, err)
-	ctx := context.Background()
-	var tok int64
-	require.NoError(t, l.db.QueryRow(`INSERT INTO app_locking_locks (name, owner, token, expires) VALUES ('r', 'a', 7, clock_timestamp() + interval '1 minute') RETURNING token`).Scan(&tok))
-	require.NoError(t, g.Do(ctx, "r", fencing.Token(tok), put("d", "x")))
-	require.NoError(t, l.g.Do(ctx, "r", fencing.Token(tok), put("d", "y")))
+	require.NoError(t, g.Do(ctx, "r", tok, put("d", "y")), "schema-qualified")
 	assert.Equal(t, "y", l.body(t, "d"))
 	def, err := sqlfence.NewLeaseGuard(l.db)
 	require.NoError(t, err)
-	assert.ErrorContains(t, def.Do(ctx, "r", 7, nil), "fencelock_locks", "the default prefix's table does not exist here")
+	assert.ErrorContains(t, def.Do(ctx, "r", tok, nil), "fencelock_locks", "the default prefix's table does not exist here")
 }
 
 // A write to the database that holds the postgres adapter's locks, fenced
