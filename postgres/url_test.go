@@ -99,4 +99,3 @@ func TestOpenURL(t *testing.T) {
 	require.ErrorContains(t, err, "postgres.Migrate")
 	require.NotErrorIs(t, err, backend.ErrNotAcquired)
 }
-
