@@ -16,7 +16,7 @@ import (
 func TestPausedHolderRefused(t *testing.T) {
 	dsn := pgtest.Start(t).NewDatabase(t)
 	var out bytes.Buffer
-	res, err := run(context.Background(), dsn, 500*time.Millisecond, &out)
+	res, err := run(context.Background(), dsn, 2*time.Second, &out)
 	require.NoError(t, err, out.String())
 	t.Log("\n" + out.String())
 	assert.Greater(t, res.TokenB, res.TokenA)
@@ -27,7 +27,7 @@ func TestPausedHolderRefused(t *testing.T) {
 	assert.Equal(t, []string{"A@" + res.TokenA.String(), "B@" + res.TokenB.String()}, res.Log, "the late write left nothing")
 
 	// Run again on the same database: the tokens go on rising.
-	again, err := run(context.Background(), dsn, 500*time.Millisecond, &out)
+	again, err := run(context.Background(), dsn, 2*time.Second, &out)
 	require.NoError(t, err, out.String())
 	assert.Greater(t, again.TokenA, res.TokenB)
 	assert.ErrorIs(t, again.Late, fencing.ErrStaleToken)

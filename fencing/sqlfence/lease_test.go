@@ -198,7 +198,7 @@ func TestLeaseGuardGrantWaitsForWrite(t *testing.T) {
 	l := openLeaseDB(t, sqlfence.DefaultLockPrefix)
 	ctx := context.Background()
 	a, b := l.locker(t, l.dsn), l.locker(t, l.dsn)
-	tok := acquire(t, a, "r", time.Second).Token()
+	tok := acquire(t, a, "r", 2*time.Second).Token() // long enough for the check on a busy machine
 
 	pids, proceed := make(chan int), make(chan struct{})
 	wrote := make(chan error, 1)
