@@ -11,6 +11,7 @@ import (
 
 	_ "github.com/fencelock/fencelock/backend/mem" // mem://
 	_ "github.com/fencelock/fencelock/etcd"        // etcd://, etcds://
+	_ "github.com/fencelock/fencelock/postgres"    // postgres://, postgresql://
 	_ "github.com/fencelock/fencelock/redis"       // redis://, rediss://
 	_ "github.com/fencelock/fencelock/zookeeper"   // zk://, zks://
 )
