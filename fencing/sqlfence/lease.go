@@ -31,6 +31,10 @@ var ErrLeaseEnded = fmt.Errorf("%w: the lease is not live", fencing.ErrStaleToke
 // not any token at least as high as the last one admitted, so it does not
 // take tokens of other locks or services (fencing/fencetest, which writes
 // with made-up tokens, does not apply to it).
+//
+// Each Do is one transaction and leaves no session state, so it works
+// through a transaction-mode pooler (PgBouncer) when the driver sends no
+// named prepared statements (pgx: default_query_exec_mode=exec in the DSN).
 type LeaseGuard struct {
 	db    *sql.DB
 	table string // {prefix}_locks

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -300,6 +301,42 @@ func TestLeaseGuardPausedHolder(t *testing.T) {
 	assert.Equal(t, "by b", l.body(t, "d"))
 	<-leaseA.Done()
 	assert.ErrorIs(t, leaseA.Err(), backend.ErrLeaseLost, "A learns it lost the lease when it resumes")
+}
+
+// Through a transaction-mode pooler (PgBouncer): the check and the write
+// are one transaction, so they share one server connection, and nothing of
+// the guard's outlives it. Writers of many goroutines share few server
+// connections; the stale token is refused as directly.
+func TestLeaseGuardThroughPgBouncer(t *testing.T) {
+	l := openLeaseDB(t, sqlfence.DefaultLockPrefix)
+	ctx := context.Background()
+	// No named prepared statements: they would not survive the transaction
+	// (this is the driver's setting, not the guard's).
+	db := pgtest.Open(t, pgtest.StartPgBouncer(t, l.c).Via(t, l.dsn)+"&default_query_exec_mode=exec")
+	g, err := sqlfence.NewLeaseGuard(db)
+	require.NoError(t, err)
+	a, b := l.locker(t, l.dsn), l.locker(t, l.dsn)
+
+	old := acquire(t, a, "r", time.Minute)
+	var wg sync.WaitGroup
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			assert.NoError(t, g.Do(ctx, "r", old.Token(), put(fmt.Sprint("d", i%4), "by a")))
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, "by a", l.body(t, "d3"))
+
+	require.NoError(t, old.Release(ctx))
+	newer := acquire(t, b, "r", time.Minute).Token()
+	err = g.Do(ctx, "r", old.Token(), put("d0", "late by a"))
+	var st *fencing.StaleTokenError
+	require.ErrorAs(t, err, &st)
+	assert.Equal(t, newer, st.Highest)
+	require.NoError(t, g.Do(ctx, "r", newer, put("d0", "by b")))
+	assert.Equal(t, "by b", l.body(t, "d0"))
 }
 
 func portOf(addr string) string {
