@@ -1,4 +1,159 @@
-// Package postgres is fencelock's PostgreSQL adapter: fenced locks in a
-// lease table, with tokens from a sequence. See Schema for the tables and
-// functions it uses; the full documentation follows with the adapter.
+// Package postgres is the PostgreSQL adapter of fencelock: locks are rows
+// of a lease table, their fencing tokens come from a sequence, their
+// expiries are the database's clock, and waiters queue in a table of their
+// own and are woken, one per release, by LISTEN/NOTIFY. It is built on
+// github.com/jackc/pgx/v5.
+//
+// Open a Locker over a pgx pool you already have with New (or
+// NewWithConfig for the adapter's own settings), or from a URL with
+// backend.Open after importing this package:
+//
+//	postgres://app:pw@db:5432/app?sslmode=verify-full&sslrootcert=/etc/ca.pem&ttl=10s
+//	postgresql://app@pgbouncer:6432/app?listen_host=db:5432&prefix=locks
+//
+// # Model
+//
+// Everything lives in the database, under a prefix p (Config.Prefix, URL
+// parameter prefix; default "fencelock"):
+//
+//   - p_locks: one row per lock name ever taken: name, owner (the
+//     acquisition's id, NULL while the lock is free), token, expires (server
+//     time, clock_timestamp() + TTL), granted, holder, metadata (jsonb).
+//   - p_waiters: one row per waiting acquisition, in the order of the
+//     sequence p_queue, each with an expiry its waiter renews.
+//   - p_token: the sequence the tokens come from.
+//   - plpgsql functions p_acquire_v1, p_renew_v1, p_release_v1,
+//     p_revoke_v1, p_inspect_v1 (and p_promote_v1, which they call): each
+//     operation is one statement and one round trip. Every function first
+//     locks the name's row of p_locks, so all changes to one lock are
+//     serialized by that row lock; within a function each statement sees
+//     what committed before it (READ COMMITTED).
+//
+// An acquisition takes a free lock with a new token and an expiry one TTL
+// after the server received the request; a renewal extends the row only if
+// it is still this acquisition's and has not expired (a lapsed row is never
+// revived); a release frees only this acquisition's row, and grants the
+// lock to the first live waiter in the same transaction: its queue row
+// goes, the lock row takes its owner, a new token and the queue row's
+// expiry (the waiter's own lease clock, which its renewals kept), and one
+// notification on the waiter's Locker's channel carries the token, so the
+// waiter returns without another round trip. A lock whose holder expired
+// is granted in the same way by the next acquire statement or waiter's
+// retry that finds it. Rows of free locks stay (one small row per name);
+// DELETE FROM p_locks WHERE owner IS NULL removes them safely.
+//
+// # Tokens
+//
+// A grant's token is nextval of p_token. Grants of one name are serialized
+// by the name's row lock and a sequence only grows, so each grant's token
+// is larger than every earlier grant's of that name. A sequence is
+// WAL-logged ahead of the values it hands out, so tokens do not go back
+// across a restart or a crash, provided the commits that used them were
+// durable: with fsync and synchronous_commit on (PostgreSQL's defaults). With
+// synchronous_commit=off, a crash can lose the last grants and hand their
+// tokens out again; a failover to an asynchronous standby can do the same.
+// Use synchronous replication (synchronous_standby_names with
+// synchronous_commit on or remote_apply) where a failover must keep tokens
+// growing. Tokens are never above math.MaxInt64 (a bigint).
+//
+// # Waiting: FIFO, one wake-up per release
+//
+// Waiters are granted in the order their first statement reached the
+// lock's row. Each Locker has one listener connection of its own, opened
+// when its first acquisition waits and kept until it closes, listening on
+// the channel "p:<Locker id>", where grants to its waiters and revocations
+// of its acquisitions are notified; a release notifies exactly one waiter.
+// The channel is the Locker's, not one per prefix: on a shared channel
+// every Locker's listener would receive, and discard, every grant of every
+// lock.
+// When the listener (re)connects, its waiters try again (a notification
+// may have been missed). A waiter also tries again when the holder's lease
+// would end (its fallback timer, in case a notification is lost or the
+// holder crashed), and its renewals, every TTL/3, find a grant it was not
+// told of. Without a listener (Config.NoListen, URL listen=false, or a
+// client that is not a *pgxpool.Pool without Config.Listen), waiters rely
+// on those alone: a grant reaches them within TTL/3.
+//
+// # Poolers
+//
+// Every statement is sent with pgx.QueryExecModeExec: one round trip, an
+// unnamed statement, no session state, no advisory lock held across
+// statements. So statements work through a transaction-mode pooler such as
+// PgBouncer (tested through Debian's). LISTEN does not: a pooler gives the
+// session back to its pool after each transaction. Point the listener at
+// the server itself with Config.Listen, or the URL parameter
+// listen_host=host:port (the rest of the listener's settings are the
+// URL's); without that, waiters fall back to their timers and renewals.
+// The migration is one simple-protocol message (one transaction), which a
+// pooler passes to one server connection.
+//
+// # Migration
+//
+// By default a Locker creates or updates its tables and functions on first
+// use (a Locker opened from a URL: in Open): it reads the schema version,
+// the comment of p_locks (one round trip), and runs the migration only if
+// it is not current. The migration is idempotent and takes a
+// transaction-scoped advisory lock, so processes starting at once do not
+// collide. To run it yourself, print it with Schema and apply it with psql
+// or your migration tool, then set Config.NoMigrate (URL migrate=false):
+//
+//	sql, err := postgres.Schema("fencelock")
+//	fmt.Print(sql) // psql -v ON_ERROR_STOP=1 -f schema.sql
+//
+// or call Migrate from a deployment step. A Locker that does not migrate
+// and finds the tables or functions missing fails with an error that says
+// so, never with backend.ErrNotAcquired. Functions carry a version (_v1),
+// so that a later release can add _v2 beside them during a rolling upgrade.
+//
+// # Permissions
+//
+// The migration needs CREATE on the schema the tables go in (the first of
+// the search_path). The Lockers' user needs only, for prefix p:
+//
+//	GRANT SELECT, INSERT, UPDATE, DELETE ON p_locks, p_waiters TO app;
+//	GRANT USAGE ON SEQUENCE p_token, p_queue TO app;
+//	GRANT EXECUTE ON FUNCTION p_acquire_v1, p_renew_v1, p_release_v1,
+//	  p_revoke_v1, p_inspect_v1, p_promote_v1 TO app; -- PUBLIC has it by default
+//
+// The functions run with the caller's rights (SECURITY INVOKER). A refusal
+// (SQLSTATE 42501, or an authentication failure) is an error matching
+// backend.ErrPermission. With the schema current, a Locker that migrates
+// only reads the version and needs nothing more.
+//
+// # Errors
+//
+// backend.ErrNotAcquired is returned only when the database answered that
+// the lock is held (or had queued the acquisition when its wait was given
+// up). A request that could not be sent or got no answer (a dial, a reset
+// connection, a timeout, a server shutting down or refusing connections,
+// a cancelled statement, a read-only standby) is backend.ErrUnavailable.
+//
+// # Same-database fencing
+//
+// When the data a lock protects is in the same database, a write can check
+// the token in its own transaction, so that it commits only while the
+// lease row exists with this token:
+//
+//	SELECT 1 FROM p_locks WHERE name = $1 AND token = $2 AND owner IS NOT NULL
+//	  AND expires > clock_timestamp() FOR SHARE
+//
+// FOR SHARE holds off every grant of that lock (a grant updates the row)
+// until the writer's transaction ends, so no newer token can be issued
+// between the check and the commit. Package fencing/sqlfence offers it.
+//
+// # Interoperability
+//
+// There is no other library's layout to match: PostgreSQL locks in other
+// libraries are advisory locks (pg_advisory_lock; madelson/DistributedLock),
+// which carry no token, hold a session, and do not work through a
+// transaction-mode pooler, or hand-written lease tables of their own. This
+// adapter's locks exclude only its own, and other tools see them as rows.
+//
+// # Clients
+//
+// New takes a *pgxpool.Pool (or anything with its Exec, Query and QueryRow
+// that is safe for concurrent use; a *pgx.Conn is not, and is refused).
+// Closing the Locker does not close a pool given to New; a Locker opened
+// from a URL owns its pool and closes it. A URL without connect_timeout
+// gets DefaultConnectTimeout.
 package postgres
