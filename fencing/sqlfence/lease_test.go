@@ -235,6 +235,38 @@ func TestLeaseGuardGrantWaitsForWrite(t *testing.T) {
 	assert.Equal(t, "by b", l.body(t, "d"))
 }
 
+// The price of the share lock: the holder's own renewal waits for the
+// write too. A write that outlives the lease still commits (nobody could be
+// granted meanwhile), and the renewal that waited then finds the lease
+// expired: the lease is lost.
+func TestLeaseGuardLongWriteDelaysRenewal(t *testing.T) {
+	l := openLeaseDB(t, sqlfence.DefaultLockPrefix)
+	ctx := context.Background()
+	lease, err := l.locker(t, l.dsn).Acquire(ctx, "r", backend.WithTTL(2*time.Second)) // renewing
+	require.NoError(t, err)
+	pids, proceed := make(chan int), make(chan struct{})
+	wrote := make(chan error, 1)
+	go func() {
+		wrote <- l.g.Do(ctx, "r", lease.Token(), func(ctx context.Context, tx *sql.Tx) error {
+			var pid int
+			if err := tx.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+				return err
+			}
+			pids <- pid
+			<-proceed
+			return put("d", "long write")(ctx, tx)
+		})
+	}()
+	pid := <-pids
+	waitBlockedBy(t, l.db, pid, "fencelock_renew_v1", func() bool { return len(wrote) > 0 })
+	l.waitExpired(t, "r")
+	close(proceed)
+	require.NoError(t, <-wrote)
+	assert.Equal(t, "long write", l.body(t, "d"))
+	<-lease.Done()
+	assert.ErrorIs(t, lease.Err(), backend.ErrLeaseLost)
+}
+
 // A check that meets a grant in progress waits for it and then sees the
 // newer token. (The adapter's grants commit at once; here one is held
 // open in a transaction to meet the check.)
