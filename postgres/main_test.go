@@ -80,6 +80,8 @@ func locker(t testing.TB, dsn string, cfg Config, opts ...backend.Option) *backe
 }
 
 // The helpers the adapters' tests share, under this package's names.
+type acquiredResult = locktest.Result
+
 var (
 	tctx           = locktest.Ctx
 	goAcquire      = locktest.Go
