@@ -43,9 +43,11 @@
 //     nothing is closed), until Reconnect. Besides, members have the
 //     hooks those helpers have: etcd Stop/Kill (both a stop: it runs in
 //     this process, so it cannot be killed or paused) and Restart;
-//     ZooKeeper Stop/Kill (both
-//     SIGKILL), Pause, Unpause, Restart; Redis Stop, Kill, Pause,
-//     Unpause, Restart; Postgres Restart.
+//     ZooKeeper Stop/Kill (both SIGKILL), Pause, Unpause, Restart; Redis
+//     Stop, Kill, Pause, Unpause, Restart; Postgres Stop (a fast
+//     shutdown), Kill (SIGKILL to the postmaster and every server
+//     process), Pause and Unpause (SIGSTOP and SIGCONT to them all),
+//     Restart.
 //   - auto: external if the kind's URL variable is set, else docker if the
 //     engine answers and has the image (or can pull it), else local. It
 //     logs which it took and why.
@@ -76,7 +78,8 @@
 // ZOO_* variables (ZOO_MY_ID, ZOO_SERVERS, ZOO_TICK_TIME, ZOO_INIT_LIMIT,
 // ZOO_SYNC_LIMIT, ZOO_4LW_COMMANDS_WHITELIST, ZOO_ADMINSERVER_ENABLED,
 // ZOO_STANDALONE_ENABLED, ZOO_CFG_EXTRA) and JVMFLAGS; the postgres image's
-// POSTGRES_USER, POSTGRES_PASSWORD and POSTGRES_DB. A server is ready when
+// POSTGRES_USER, POSTGRES_PASSWORD and POSTGRES_DB, and postgres's -c
+// settings as its command. A server is ready when
 // it answers its protocol: etcd a linearizable read through each member,
 // ZooKeeper srvr reporting leader, follower or standalone on each server,
 // Redis PING (and, for a cluster, the replica's link up, WAIT 1 answered,

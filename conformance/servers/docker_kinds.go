@@ -203,12 +203,15 @@ func (d *dockerServer) startRedis(cluster bool) (*Server, error) {
 	return s, nil
 }
 
-// startPostgres runs a PostgreSQL server with a random password.
+// startPostgres runs a PostgreSQL server with a random password. As etcd
+// here, a throwaway server: fsync off (its data survives a kill of the
+// container, whose page cache outlives it, not a host crash), commits
+// still synchronous (written to the kernel before they return).
 func (d *dockerServer) startPostgres() (*Server, error) {
 	pw := randomHex(12)
 	c, err := d.run(containerSpec{name: d.name(1), cport: "5432/tcp", env: []string{
 		"POSTGRES_PASSWORD=" + pw, "POSTGRES_USER=fencelock", "POSTGRES_DB=fencelock",
-	}})
+	}, cmd: []string{"postgres", "-c", "fsync=off", "-c", "full_page_writes=off", "-c", "max_connections=200"}})
 	if err != nil {
 		return nil, err
 	}

@@ -105,10 +105,10 @@ func TestDockerRedisFailover(t *testing.T) {
 func TestDockerPostgres(t *testing.T) {
 	t.Parallel()
 	s := servers.StartWith(t, servers.Docker, servers.Postgres, servers.Single)
-	ctx := hookCtx(t)
-	pgSelect(t, ctx, s.URL)
-	require.NoError(t, s.Members[0].Restart(ctx))
-	pgSelect(t, ctx, s.URL)
+	require.Equal(t, servers.Docker, s.Provider)
+	require.Len(t, s.Members, 1)
+	require.True(t, strings.HasPrefix(s.URL, "postgres://"), s.URL)
+	pgHooksWork(t, s)
 }
 
 func TestDockerSingles(t *testing.T) {

@@ -98,7 +98,17 @@ func startLocal(t testing.TB, kind Kind) (*Server, error) {
 		}
 		u.Host = p.Addr()
 		dsn := u.String()
+		direct := c.DSN()
 		m := &Member{Name: "postgres", Addr: p.Addr(), h: hooks{
+			stop:  func(context.Context) error { c.Stop(); return nil },
+			kill:  func(context.Context) error { return c.Kill() },
+			pause: func(context.Context) error { return c.Pause() },
+			unpause: func(ctx context.Context) error {
+				if err := c.Resume(); err != nil {
+					return err
+				}
+				return poll(ctx, func(ctx context.Context) error { return pgReady(ctx, direct) })
+			},
 			restart: func(context.Context) error {
 				rt := &recordTB{TB: t}
 				c.Restart(rt)

@@ -3,6 +3,7 @@ package servers_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,22 +29,16 @@ func TestLocal(t *testing.T) {
 			partitionWorks(t, s)
 		})
 	}
-	t.Run("postgres", func(t *testing.T) {
-		t.Parallel()
-		s := servers.StartWith(t, servers.Local, servers.Postgres, servers.Single)
-		ctx := hookCtx(t)
-		pgSelect(t, ctx, s.URL)
-		require.NoError(t, s.Members[0].Restart(ctx))
-		pgSelect(t, ctx, s.URL)
+}
 
-		require.NoError(t, s.Members[0].Disconnect(ctx))
-		start := time.Now()
-		err := servers.PgSelectWithin(ctx, s.URL, partitionProbe)
-		require.Error(t, err, "a query got through a partition")
-		require.GreaterOrEqual(t, time.Since(start), partitionProbe*9/10, "failed fast (%v), as on a closed connection, not by timing out", err)
-		require.NoError(t, s.Members[0].Reconnect(ctx))
-		pgSelect(t, ctx, s.URL)
-	})
+// TestLocalPostgresHooks runs every hook of a local PostgreSQL.
+func TestLocalPostgresHooks(t *testing.T) {
+	t.Parallel()
+	s := servers.StartWith(t, servers.Local, servers.Postgres, servers.Single)
+	require.Equal(t, servers.Local, s.Provider)
+	require.Len(t, s.Members, 1)
+	require.True(t, strings.HasPrefix(s.URL, "postgres://"), s.URL)
+	pgHooksWork(t, s)
 }
 
 // partitionProbe is how long an operation through a disconnected member
@@ -135,11 +130,6 @@ func lockToken(t *testing.T, u string) fencing.Token {
 	require.NoError(t, err)
 	require.NoError(t, ls.Release(ctx))
 	return ls.Token()
-}
-
-func pgSelect(t *testing.T, ctx context.Context, dsn string) {
-	t.Helper()
-	require.NoError(t, servers.PgSelectWithin(ctx, dsn, 30*time.Second))
 }
 
 // TestLocalMissingBinaryFails: a missing binary fails the test, with the

@@ -23,8 +23,10 @@ const (
 	Postgres  Kind = "postgres"
 )
 
-// Kinds are the lock backends' kinds, in the order the suite runs them
-// (Postgres holds no locks: it is here for the fencing guards).
+// Kinds are the lock backends' kinds, in the order the suite runs them.
+// Postgres is not among them until its adapter (package postgres, issue
+// 20) is registered; its Servers are started already, for the fencing
+// guards and that adapter's own tests.
 var Kinds = []Kind{Etcd, ZooKeeper, Redis}
 
 // Topology is the shape of a Server.
@@ -81,8 +83,10 @@ type Server struct {
 	// (etcd://127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3/fencelock-…,
 	// zk://…/fencelock-…?dial_timeout=30s,
 	// redis://127.0.0.1:p/0?prefix=fencelock-…; for a Redis cluster the
-	// primary's address with wait_replicas=1) or, for Postgres, a DSN. An External server's URL is the variable's value as
-	// given.
+	// primary's address with wait_replicas=1) or, for Postgres, a
+	// postgres:// DSN (postgres://user[:password]@127.0.0.1:p/db?sslmode=disable)
+	// without a prefix: every Postgres Server is a server of its own. An
+	// External server's URL is the variable's value as given.
 	URL string
 	// Members are the server's processes or containers, in order (etcd and
 	// ZooKeeper: member 1 to 3; Redis: primary, replica, sentinel). Empty

@@ -1,0 +1,103 @@
+package servers_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/conformance/servers"
+)
+
+// pgHooksWork runs every hook of a PostgreSQL server's member and checks
+// what a lock backend needs of each: a killed or stopped server refuses
+// connections at once and comes back with its data (a sequence, a fencing
+// token's source, never goes back); a paused or cut-off one answers
+// nothing, keeps its connections open, and answers again once it is back.
+func pgHooksWork(t *testing.T, s *servers.Server) {
+	t.Helper()
+	ctx := hookCtx(t)
+	m := s.Members[0]
+	_, err := pgConn(t, ctx, s.URL).Exec(ctx, `CREATE SEQUENCE servers_test_token`)
+	require.NoError(t, err)
+	last := nextval(t, ctx, s.URL)
+
+	for _, h := range []struct {
+		name string
+		down func(context.Context) error
+	}{{"kill", m.Kill}, {"stop", m.Stop}} {
+		require.NoError(t, h.down(ctx), h.name)
+		start := time.Now()
+		require.Error(t, servers.PgSelectWithin(ctx, s.URL, 10*time.Second), "a query after %s", h.name)
+		require.Less(t, time.Since(start), 5*time.Second, "after %s, refused at once, not timed out", h.name)
+		require.NoError(t, m.Restart(ctx), "restart after %s", h.name)
+		next := nextval(t, ctx, s.URL)
+		require.Greater(t, next, last, "the sequence after %s and restart", h.name)
+		last = next
+	}
+
+	for _, h := range []struct {
+		name     string
+		down, up func(context.Context) error
+	}{{"pause", m.Pause, m.Unpause}, {"disconnect", m.Disconnect, m.Reconnect}} {
+		// Docker's published port refuses new connections to a container
+		// that left the network and closes those it had: only a paused
+		// one, or a local one behind its proxy, leaves them hanging.
+		hangs := h.name == "pause" || s.Provider == servers.Local
+		before := pgConn(t, ctx, s.URL)
+		require.NoError(t, h.down(ctx), h.name)
+		start := time.Now()
+		err := servers.PgSelectWithin(ctx, s.URL, partitionProbe)
+		require.Error(t, err, "a query after %s", h.name)
+		if hangs {
+			require.GreaterOrEqual(t, time.Since(start), partitionProbe*9/10, "after %s, failed fast (%v), as on a closed connection, not by timing out", h.name, err)
+		}
+		qctx, cancel := context.WithCancel(ctx)
+		answered := make(chan error, 1)
+		go func() { _, err := before.Exec(qctx, `SELECT 1`); answered <- err }()
+		select {
+		case err := <-answered:
+			require.False(t, hangs, "a connection opened before %s answered during it: %v", h.name, err)
+			require.Error(t, err, "a connection opened before %s answered during it", h.name)
+			answered <- err
+		case <-time.After(partitionProbe):
+		}
+		require.NoError(t, h.up(ctx), "undo %s", h.name)
+		if !hangs {
+			cancel() // it answers or fails, whichever
+		}
+		select {
+		case err := <-answered:
+			if hangs {
+				require.NoError(t, err, "the query sent during %s, once it ended", h.name)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the connection opened before %s still hangs after it", h.name)
+		}
+		cancel()
+		next := nextval(t, ctx, s.URL)
+		require.Greater(t, next, last)
+		last = next
+	}
+}
+
+// pgConn connects to dsn, closed when t ends.
+func pgConn(t *testing.T, ctx context.Context, dsn string) *pgx.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return c
+}
+
+// nextval takes the next value of the test's sequence on a new connection.
+func nextval(t *testing.T, ctx context.Context, dsn string) int64 {
+	t.Helper()
+	var v int64
+	require.NoError(t, pgConn(t, ctx, dsn).QueryRow(ctx, `SELECT nextval('servers_test_token')`).Scan(&v))
+	return v
+}
