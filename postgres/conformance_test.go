@@ -2,8 +2,8 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"net"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -13,75 +13,73 @@ import (
 
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/conformance"
+	"github.com/fencelock/fencelock/internal/faultproxy"
 	"github.com/fencelock/fencelock/internal/locktest"
 )
 
 // harness runs the shared suite in one database of the shared cluster: one
-// pool per Locker; Crash cuts every connection of that Locker (its pool's
-// and its listener's), refuses new ones and closes the pool, so nothing is
-// released and its locks expire with their TTL; Revoke and RevokeWaiters
-// use a separate Locker's Revoke and RevokeID.
+// pool per Locker, through a fault proxy of its own (the listener's
+// connection too: it copies the pool's settings). Crash cuts the proxy for
+// good and closes the pool, so nothing is released and the Locker's locks
+// expire with their TTL (closing the pool alone would leave the listener
+// to hear a grant for a crashed waiter); Partition holds every byte both
+// ways until healed. Revoke and RevokeWaiters use a separate Locker's
+// Revoke and RevokeID.
 type harness struct {
 	dsn     string
 	prefix  string
 	revoker *backend.Locker
 
 	crashers locktest.Crashers
-}
-
-// conns are the connections of one Locker, and whether it crashed.
-type conns struct {
-	mu      sync.Mutex
-	open    []net.Conn
-	crashed bool
-}
-
-func (c *conns) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.crashed {
-		return nil, errors.New("crashed")
-	}
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, network, addr)
-	if err == nil {
-		c.open = append(c.open, nc)
-	}
-	return nc, err
-}
-
-func (c *conns) crash() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.crashed = true
-	for _, nc := range c.open {
-		_ = nc.Close()
-	}
+	mu       sync.Mutex
+	proxies  map[*backend.Locker]*faultproxy.Proxy
 }
 
 func (h *harness) NewLocker(t testing.TB, opts ...backend.Option) *backend.Locker {
 	t.Helper()
+	proxy, err := faultproxy.Start(net.JoinHostPort("127.0.0.1", strconv.Itoa(srv.Port())))
+	require.NoError(t, err)
+	t.Cleanup(proxy.Close)
 	pc, err := pgxpool.ParseConfig(h.dsn)
 	require.NoError(t, err)
-	cs := &conns{}
-	pc.ConnConfig.DialFunc = cs.dial // the listener's too: it copies the pool's
+	host, port, _ := net.SplitHostPort(proxy.Addr())
+	p16, _ := strconv.ParseUint(port, 10, 16)
+	pc.ConnConfig.Host, pc.ConnConfig.Port = host, uint16(p16)
 	p, err := pgxpool.NewWithConfig(context.Background(), pc)
 	require.NoError(t, err)
 	l, err := NewWithConfig(p, Config{Prefix: h.prefix}, opts...)
 	require.NoError(t, err)
+	h.mu.Lock()
+	h.proxies[l] = proxy
+	h.mu.Unlock()
 	h.crashers.Add(t, l, func() error {
-		cs.crash()
+		proxy.Cut()
 		p.Close()
 		return nil
 	})
 	t.Cleanup(func() {
 		_ = l.Close() // fails for a crashed Locker; its locks expire
 		p.Close()
+		h.mu.Lock()
+		delete(h.proxies, l)
+		h.mu.Unlock()
 	})
 	return l
 }
 
 func (h *harness) Crash(t testing.TB, l *backend.Locker) { h.crashers.Crash(t, l) }
+
+// Partition cuts l off from the server, its connections open, until heal.
+func (h *harness) Partition(t testing.TB, l *backend.Locker) (heal func()) {
+	h.mu.Lock()
+	proxy := h.proxies[l]
+	h.mu.Unlock()
+	require.NotNil(t, proxy, "Partition of a Locker this harness did not make")
+	proxy.Partition()
+	return proxy.Heal
+}
+
+var _ conformance.Partitioner = (*harness)(nil)
 
 // Revoke revokes the grant by its token with the adapter's Revoke.
 func (h *harness) Revoke(t testing.TB, ls *backend.Lease) {
@@ -107,5 +105,6 @@ func (h *harness) Capabilities() conformance.Capabilities {
 func TestConformance(t *testing.T) {
 	dsn := srv.NewDatabase(t)
 	prefix := testPrefix(t)
-	conformance.Run(t, &harness{dsn: dsn, prefix: prefix, revoker: locker(t, dsn, Config{Prefix: prefix})})
+	conformance.Run(t, &harness{dsn: dsn, prefix: prefix, revoker: locker(t, dsn, Config{Prefix: prefix}),
+		proxies: map[*backend.Locker]*faultproxy.Proxy{}})
 }

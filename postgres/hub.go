@@ -11,8 +11,10 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// closeTimeout bounds the listener connection's goodbye to the server.
-const closeTimeout = time.Second
+// closeTimeout bounds the listener connection's goodbye to the server
+// (a Terminate message, best effort), so that Shutdown returns soon even
+// when the server cannot be reached.
+const closeTimeout = 100 * time.Millisecond
 
 // hub is a driver's listener: one connection of its own (LISTEN needs a
 // session, which a pooled or transaction-mode connection does not keep),
