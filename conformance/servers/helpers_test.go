@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencelock/fencelock/backend"
 	_ "github.com/fencelock/fencelock/etcd"
+	_ "github.com/fencelock/fencelock/postgres"
 	_ "github.com/fencelock/fencelock/redis"
 	_ "github.com/fencelock/fencelock/zookeeper"
 )

@@ -13,16 +13,14 @@ import (
 
 // pgHooksWork runs every hook of a PostgreSQL server's member and checks
 // what a lock backend needs of each: a killed or stopped server refuses
-// connections at once and comes back with its data (a sequence, a fencing
-// token's source, never goes back); a paused or cut-off one answers
+// connections at once and comes back with its data (the fencing tokens of
+// the postgres adapter never go back); a paused or cut-off one answers
 // nothing, keeps its connections open, and answers again once it is back.
 func pgHooksWork(t *testing.T, s *servers.Server) {
 	t.Helper()
 	ctx := hookCtx(t)
 	m := s.Members[0]
-	_, err := pgConn(t, ctx, s.URL).Exec(ctx, `CREATE SEQUENCE servers_test_token`)
-	require.NoError(t, err)
-	last := nextval(t, ctx, s.URL)
+	last := lockToken(t, s.URL)
 
 	for _, h := range []struct {
 		name string
@@ -33,8 +31,8 @@ func pgHooksWork(t *testing.T, s *servers.Server) {
 		require.Error(t, servers.PgSelectWithin(ctx, s.URL, 10*time.Second), "a query after %s", h.name)
 		require.Less(t, time.Since(start), 5*time.Second, "after %s, refused at once, not timed out", h.name)
 		require.NoError(t, m.Restart(ctx), "restart after %s", h.name)
-		next := nextval(t, ctx, s.URL)
-		require.Greater(t, next, last, "the sequence after %s and restart", h.name)
+		next := lockToken(t, s.URL)
+		require.Greater(t, next, last, "the token after %s and restart", h.name)
 		last = next
 	}
 
@@ -77,8 +75,8 @@ func pgHooksWork(t *testing.T, s *servers.Server) {
 			t.Fatalf("the connection opened before %s still hangs after it", h.name)
 		}
 		cancel()
-		next := nextval(t, ctx, s.URL)
-		require.Greater(t, next, last)
+		next := lockToken(t, s.URL)
+		require.Greater(t, next, last, "the token after %s", h.name)
 		last = next
 	}
 }
@@ -92,12 +90,4 @@ func pgConn(t *testing.T, ctx context.Context, dsn string) *pgx.Conn {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return c
-}
-
-// nextval takes the next value of the test's sequence on a new connection.
-func nextval(t *testing.T, ctx context.Context, dsn string) int64 {
-	t.Helper()
-	var v int64
-	require.NoError(t, pgConn(t, ctx, dsn).QueryRow(ctx, `SELECT nextval('servers_test_token')`).Scan(&v))
-	return v
 }

@@ -24,9 +24,9 @@ const (
 )
 
 // Kinds are the lock backends' kinds, in the order the suite runs them.
-// Postgres is not among them until its adapter (package postgres, issue
-// 20) is registered; its Servers are started already, for the fencing
-// guards and that adapter's own tests.
+// Postgres joins them once its adapter (package postgres, issue 20) passes
+// the suite through the URL harness; its Servers are started already, for
+// the fencing guards and that adapter's own tests.
 var Kinds = []Kind{Etcd, ZooKeeper, Redis}
 
 // Topology is the shape of a Server.
