@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -133,8 +135,42 @@ func BenchmarkUncontended(b *testing.B) {
 	s := benchServer(b)
 	interleave(b, func(b *testing.B, impl lockImpl) {
 		c := impl.new(b, s, benchPrefix(), "uncontended")
-		lockbench.BenchUncontended(b, c, 20)
+		lockbench.BenchUncontended(b, c, 20, serverUsage(b, s))
 	})
+}
+
+// serverUsage is the Gauge of the server's CPU time per op, user and
+// system, in µs (server-cpu-us), as INFO reports it for the whole
+// redis-server process: the commands, the scripts and the network system
+// calls. No other client uses the benchmarks' server meanwhile.
+func serverUsage(b *testing.B, s *redistest.Server) lockbench.Gauge {
+	c := s.NewClient(b)
+	cpu := func() time.Duration {
+		info, err := c.Info(context.Background(), "cpu").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var sec float64
+		for _, line := range strings.Split(info, "\n") {
+			name, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+			if name == "used_cpu_sys" || name == "used_cpu_user" {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					b.Fatalf("INFO cpu: %s: %v", line, err)
+				}
+				sec += f
+			}
+		}
+		return time.Duration(sec * float64(time.Second))
+	}
+	return func() func(*testing.B, int) {
+		cpu0 := cpu()
+		return func(b *testing.B, ops int) {
+			if ops > 0 {
+				b.ReportMetric(float64(cpu()-cpu0)/float64(time.Microsecond)/float64(ops), "server-cpu-us")
+			}
+		}
+	}
 }
 
 // BenchmarkContended8: 8 contenders, each with its own client, acquire and

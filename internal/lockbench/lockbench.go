@@ -208,11 +208,46 @@ func (r Contended) Report(b *testing.B) {
 	b.ReportMetric(ms(Percentile(r.Handoffs, 0.99)), "handoff-p99-ms")
 }
 
+// A Gauge measures, per op, something a benchmark reports beside its
+// latency: it is called just before the timed ops, and the function it
+// returns just after them, with their number, to report on b.
+type Gauge func() (stop func(b *testing.B, ops int))
+
+// ClientUsage is the Gauge of this process's own cost per op: its CPU time,
+// user and system, in µs (client-cpu-us), and its voluntary context
+// switches (client-vcsw: a thread that blocked, as one that waits for a
+// reply longer than the scheduler spins does). On a machine whose cores
+// the server shares, both add to the latency. It reports nothing where the
+// system does not count them.
+func ClientUsage() (stop func(b *testing.B, ops int)) {
+	cpu0, vcsw0, ok := processUsage()
+	return func(b *testing.B, ops int) {
+		cpu1, vcsw1, _ := processUsage()
+		if !ok || ops == 0 {
+			return
+		}
+		b.ReportMetric(float64(cpu1-cpu0)/float64(time.Microsecond)/float64(ops), "client-cpu-us")
+		b.ReportMetric(float64(vcsw1-vcsw0)/float64(ops), "client-vcsw")
+	}
+}
+
 // BenchUncontended runs RunUncontended for b.N ops after warmup ones,
-// timed from the start, and reports the result on b.
-func BenchUncontended(b *testing.B, c Contender, warmup int) Uncontended {
+// and reports the result on b, with ClientUsage and gauges measured over
+// the b.N ops alone. The benchmark's time includes the warmup.
+func BenchUncontended(b *testing.B, c Contender, warmup int, gauges ...Gauge) Uncontended {
 	b.ResetTimer()
-	r, err := RunUncontended(context.Background(), c, warmup, b.N, nil)
+	ctx := context.Background()
+	if _, err := RunUncontended(ctx, c, warmup, 0, nil); err != nil {
+		b.Fatal(err)
+	}
+	stops := make([]func(*testing.B, int), 0, len(gauges)+1)
+	for _, g := range append([]Gauge{ClientUsage}, gauges...) {
+		stops = append(stops, g())
+	}
+	r, err := RunUncontended(ctx, c, 0, b.N, nil)
+	for _, stop := range stops {
+		stop(b, r.Ops)
+	}
 	if err != nil {
 		b.Fatal(err)
 	}
