@@ -225,8 +225,12 @@ func (d *pgDriver) NewLease(ctx context.Context, req driver.Request) (driver.Lea
 }
 
 // Shutdown implements driver.Driver: it stops the listener and closes the
-// pool if the driver opened it. It asks the server for nothing.
-func (d *pgDriver) Shutdown(context.Context) error {
+// pool if the driver opened it. It asks the server for nothing, and
+// returns once the pool is closed or ctx ends, whichever comes first: pgx
+// closes a pool's connections with a cancel request for a statement in
+// flight, which waits up to 15s on a server that cannot be reached; the
+// pool then goes on closing in the background.
+func (d *pgDriver) Shutdown(ctx context.Context) error {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
@@ -238,7 +242,16 @@ func (d *pgDriver) Shutdown(context.Context) error {
 		d.hub.close()
 	}
 	if d.owned != nil {
-		d.owned.Close()
+		closed := make(chan struct{})
+		go func() {
+			d.owned.Close()
+			close(closed)
+		}()
+		select {
+		case <-closed:
+		case <-ctx.Done():
+			return fmt.Errorf("postgres: close the pool: %w", ctx.Err())
+		}
 	}
 	return nil
 }
