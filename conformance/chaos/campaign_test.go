@@ -144,6 +144,9 @@ func (r *roleMember) Unpause(ctx context.Context) error {
 //	           follower, in turn
 //	Redis      guard redisfence on the primary; members: the replica
 //	           (wait_replicas=1: grants stop while it is down)
+//	PostgreSQL guard sqlfence on a second PostgreSQL; members: the server
+//	           itself, single (grants stop while it is down; the tokens
+//	           must grow across its kills)
 func TestCampaign(t *testing.T) {
 	providers, err := servers.ProvidersFromEnv()
 	require.NoError(t, err)
@@ -152,7 +155,7 @@ func TestCampaign(t *testing.T) {
 		kind   servers.Kind
 		client chaos.RedisClient
 	}
-	campaigns := []campaign{{kind: servers.Etcd}, {kind: servers.ZooKeeper}, {kind: servers.Redis},
+	campaigns := []campaign{{kind: servers.Etcd}, {kind: servers.ZooKeeper}, {kind: servers.Redis}, {kind: servers.Postgres},
 		// Client configurations matter as much as servers: a go-redis
 		// client built as the redis package's docs show (on a cluster, the
 		// Sentinel's failover client, with failovers of the primary), and
@@ -184,7 +187,7 @@ func TestCampaign(t *testing.T) {
 			case servers.Etcd:
 				c.Guard = chaos.GuardEtcd
 				c.GuardURL = "http://" + strings.ReplaceAll(u.Host, ",", ",http://")
-			case servers.ZooKeeper:
+			case servers.ZooKeeper, servers.Postgres:
 				c.Guard = chaos.GuardSQL
 				c.GuardURL = servers.StartWith(t, p, servers.Postgres, servers.Single).URL
 			case servers.Redis:
@@ -201,8 +204,10 @@ func TestCampaign(t *testing.T) {
 				}
 			case topo == servers.Cluster: // the leader, then a follower, in turn
 				c.Members = []chaos.ServerMember{&roleMember{s: s, leader: true}, &roleMember{s: s}}
+			case kind == servers.Postgres: // single, on any provider
+				c.Members = []chaos.ServerMember{s.Members[0]}
 			}
-			if topo == servers.Cluster {
+			if len(c.Members) > 0 {
 				c.Faults = append(slices.Clone(chaos.ClientFaults), chaos.Member)
 			}
 			if cp.client != "" {

@@ -186,10 +186,15 @@ func (c Config) withDefaults() (Config, error) {
 	} else if u.Host == "" {
 		return bad("%s names no host:port the workers' proxies could forward to", c.URL)
 	}
-	if strings.HasSuffix(u.Scheme, "s") && u.Scheme != "redis" {
-		// etcds, zks, rediss: the certificate would be checked against
-		// the proxy's 127.0.0.1, not the server's name.
+	switch u.Scheme {
+	case "etcds", "zks", "rediss":
+		// The certificate would be checked against the proxy's
+		// 127.0.0.1, not the server's name.
 		return bad("%s:// is TLS, which the workers' proxies would break (the server's certificate is checked against its host name): run the campaign over the plain scheme", u.Scheme)
+	case "postgres", "postgresql":
+		if u.Query().Get("sslmode") == "verify-full" {
+			return bad("sslmode=verify-full checks the server's certificate against its host name, which the workers' proxies would break: run the campaign with sslmode require, verify-ca or disable")
+		}
 	}
 	if c.Name == "" {
 		c.Name = "chaos"

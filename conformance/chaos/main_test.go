@@ -7,6 +7,7 @@ import (
 	_ "github.com/fencelock/fencelock/backend/mem"
 	"github.com/fencelock/fencelock/conformance/chaos"
 	_ "github.com/fencelock/fencelock/etcd"
+	_ "github.com/fencelock/fencelock/postgres"
 	_ "github.com/fencelock/fencelock/redis"
 	_ "github.com/fencelock/fencelock/zookeeper"
 )

@@ -67,6 +67,7 @@ func TestBadConfigFailsBeforeStarting(t *testing.T) {
 		"negative minimum": func(c *chaos.Config) { c.MinGrants = -1 },
 		"etcd TTL":         func(c *chaos.Config) { c.TTL = 1500 * time.Millisecond },
 		"TLS":              func(c *chaos.Config) { c.URL = "etcds://127.0.0.1:1/x" },
+		"postgres TLS":     func(c *chaos.Config) { c.URL = "postgres://u@127.0.0.1:1/d?sslmode=verify-full" },
 		"bad guard URL":    func(c *chaos.Config) { c.Guard, c.GuardURL = chaos.GuardEtcd, "127.0.0.1:2379" },
 		"url and Sentinel": func(c *chaos.Config) {
 			c.URL, c.RedisClient, c.Sentinel = "redis://127.0.0.1:1/0", chaos.RedisClientURL, &chaos.Sentinel{Master: "m", Addr: "127.0.0.1:2"}

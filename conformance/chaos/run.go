@@ -455,7 +455,7 @@ func randomHex(n int) string {
 
 // defaultPorts are the client ports of the schemes whose URLs may leave
 // them out.
-var defaultPorts = map[string]string{"etcd": "2379", "zk": "2181", "redis": "6379"}
+var defaultPorts = map[string]string{"etcd": "2379", "zk": "2181", "redis": "6379", "postgres": "5432", "postgresql": "5432"}
 
 // exitUnexpected is the Target of the exit of a worker that nobody
 // killed or stopped.
