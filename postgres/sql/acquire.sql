@@ -30,18 +30,19 @@ BEGIN
     RETURN;
   END IF;
   IF l.owner IS NULL OR l.expires <= t THEN
-    DELETE FROM {p}_waiters WHERE name = p_name AND expires <= t;
-    SELECT owner INTO head FROM {p}_waiters WHERE name = p_name ORDER BY seq LIMIT 1;
+    SELECT owner INTO head FROM {p}_waiters WHERE name = p_name AND expires > t ORDER BY seq LIMIT 1;
     IF head IS NULL AND p_mode = 2 THEN
       r_status := 'lost';
       RETURN;
     END IF;
     IF head IS NULL OR head = p_owner THEN
-      DELETE FROM {p}_waiters WHERE name = p_name AND owner = p_owner;
-      r_token := nextval('{p}_token');
-      UPDATE {p}_locks SET owner = p_owner, token = r_token, expires = t + ttl, granted = t,
+      IF head IS NOT NULL THEN
+        DELETE FROM {p}_waiters WHERE name = p_name AND owner = p_owner;
+      END IF;
+      UPDATE {p}_locks SET owner = p_owner, token = nextval('{p}_token'), expires = t + ttl, granted = t,
         holder = p_holder, metadata = p_metadata::jsonb
-      WHERE name = p_name;
+      WHERE name = p_name
+      RETURNING token INTO r_token;
       r_status := 'granted';
       RETURN;
     END IF;
@@ -55,6 +56,9 @@ BEGIN
     RETURN;
   END IF;
   IF p_mode = 1 THEN
+    -- Queue rows of waiters that stopped renewing (crashed) go when the
+    -- queue grows; until then the functions skip them.
+    DELETE FROM {p}_waiters WHERE name = p_name AND expires <= t;
     INSERT INTO {p}_waiters (name, owner, expires, since, holder, metadata)
     VALUES (p_name, p_owner, t + ttl, t, p_holder, p_metadata::jsonb)
     ON CONFLICT (name, owner) DO UPDATE SET expires = EXCLUDED.expires;

@@ -9,17 +9,16 @@ DECLARE
   w {p}_waiters%ROWTYPE;
   tok bigint;
 BEGIN
-  DELETE FROM {p}_waiters WHERE name = p_name AND expires <= p_now;
-  SELECT * INTO w FROM {p}_waiters WHERE name = p_name ORDER BY seq LIMIT 1;
+  SELECT * INTO w FROM {p}_waiters WHERE name = p_name AND expires > p_now ORDER BY seq LIMIT 1;
   IF NOT FOUND THEN
     UPDATE {p}_locks SET owner = NULL, expires = NULL, holder = NULL, metadata = NULL WHERE name = p_name;
     RETURN NULL;
   END IF;
   DELETE FROM {p}_waiters WHERE name = p_name AND owner = w.owner;
-  tok := nextval('{p}_token');
-  UPDATE {p}_locks SET owner = w.owner, token = tok, expires = w.expires, granted = p_now,
+  UPDATE {p}_locks SET owner = w.owner, token = nextval('{p}_token'), expires = w.expires, granted = p_now,
     holder = w.holder, metadata = w.metadata
-  WHERE name = p_name;
+  WHERE name = p_name
+  RETURNING token INTO tok;
   PERFORM pg_notify('{p}:' || split_part(w.owner, '.', 1), 'g:' || w.owner || ':' || tok);
   RETURN w.owner;
 END $$;

@@ -14,8 +14,9 @@ BEGIN
     RETURN 'none';
   END IF;
   t := clock_timestamp();
-  DELETE FROM {p}_waiters WHERE name = p_name AND owner = p_owner;
   IF l.owner IS DISTINCT FROM p_owner THEN
+    -- A waiter's release (a holder has no queue row: its grant took it).
+    DELETE FROM {p}_waiters WHERE name = p_name AND owner = p_owner;
     RETURN 'none';
   END IF;
   PERFORM {p}_promote_v1(p_name, t);
