@@ -39,7 +39,8 @@
 // notification on the waiter's Locker's channel carries the token, so the
 // waiter returns without another round trip. A lock whose holder expired
 // is granted in the same way by the next acquire statement or waiter's
-// retry that finds it. Rows of free locks stay (one small row per name);
+// retry that finds it. Queue rows of waiters that stopped renewing (a
+// crashed process) are skipped, and deleted when the queue next grows. Rows of free locks stay (one small row per name);
 // DELETE FROM p_locks WHERE owner IS NULL removes them safely.
 //
 // # Tokens
@@ -139,7 +140,11 @@
 //
 // FOR SHARE holds off every grant of that lock (a grant updates the row)
 // until the writer's transaction ends, so no newer token can be issued
-// between the check and the commit. Package fencing/sqlfence offers it.
+// between the check and the commit. It holds off the holder's own renewals
+// too (they update the row as well): keep such transactions well under
+// the TTL, or the lease's local deadline may pass first (its loss signal
+// then fires; the write still commits safely). Package fencing/sqlfence
+// offers the check.
 //
 // # Interoperability
 //
