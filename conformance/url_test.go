@@ -15,6 +15,7 @@ import (
 	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/conformance/servers"
 	_ "github.com/fencelock/fencelock/etcd"
+	_ "github.com/fencelock/fencelock/postgres"
 	_ "github.com/fencelock/fencelock/redis"
 	_ "github.com/fencelock/fencelock/zookeeper"
 )
@@ -45,8 +46,9 @@ func skipForUserURL(t *testing.T) {
 
 // TestURL runs the suite through the URL harness against servers it starts:
 // for each provider in $FENCELOCK_PROVIDER (comma-separated, default auto)
-// and each of etcd, ZooKeeper and Redis, against a single server and, where
-// the provider is Docker (or auto picks it), a cluster:
+// and each of etcd, ZooKeeper, Redis and PostgreSQL, against a single server
+// and, where the provider is Docker (or auto picks it), a cluster (not for
+// PostgreSQL, which has none):
 // TestURL/<provider>/<kind>/<topology>, e.g. -run
 // 'TestURL/docker/etcd/cluster'. The external provider runs the kinds whose
 // $FENCELOCK_<KIND>_URL is set. Nothing is skipped: a provider that cannot
@@ -89,7 +91,7 @@ func TestURL(t *testing.T) {
 			}
 		}
 		if ran == 0 {
-			t.Errorf("provider %s: no server to run against (set FENCELOCK_ETCD_URL, FENCELOCK_ZK_URL or FENCELOCK_REDIS_URL)", p)
+			t.Errorf("provider %s: no server to run against (set FENCELOCK_ETCD_URL, FENCELOCK_ZK_URL, FENCELOCK_REDIS_URL or FENCELOCK_POSTGRES_URL)", p)
 		}
 	}
 	wg.Wait()
@@ -106,18 +108,19 @@ func urlParallel() int {
 }
 
 // urlTopologies returns the topologies TestURL runs kind in with provider
-// p: single, and cluster too with Docker.
+// p: single, and cluster too with Docker (Postgres: single only).
 func urlTopologies(t *testing.T, p servers.Provider, kind servers.Kind) []servers.Topology {
-	switch p {
-	case servers.External:
+	switch {
+	case p == servers.External:
 		if os.Getenv(servers.URLEnv[kind]) == "" {
 			t.Logf("provider external: $%s unset, no %s run", servers.URLEnv[kind], kind)
 			return nil
 		}
 		return []servers.Topology{servers.Single}
-	case servers.Docker:
+	case kind == servers.Postgres: // single only
+	case p == servers.Docker:
 		return []servers.Topology{servers.Single, servers.Cluster}
-	case servers.Auto:
+	case p == servers.Auto:
 		if got, err := servers.Resolve(p, kind, servers.Cluster); err == nil && got == servers.Docker {
 			return []servers.Topology{servers.Single, servers.Cluster}
 		}

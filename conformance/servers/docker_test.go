@@ -158,11 +158,15 @@ func TestDockerHooksUnsupportedOnExternal(t *testing.T) {
 }
 
 // TestDockerAutoPicksDocker: with no external URL set and the engine and
-// images here, auto takes Docker, for clusters too.
+// images here, auto takes Docker, for clusters too (Postgres has none).
 func TestDockerAutoPicksDocker(t *testing.T) {
 	for _, k := range servers.Kinds {
 		t.Setenv(servers.URLEnv[k], "")
-		got, err := servers.Resolve(servers.Auto, k, servers.Cluster)
+		topo := servers.Cluster
+		if k == servers.Postgres {
+			topo = servers.Single
+		}
+		got, err := servers.Resolve(servers.Auto, k, topo)
 		require.NoError(t, err)
 		require.Equal(t, servers.Docker, got, "%s", k)
 	}

@@ -23,11 +23,10 @@ const (
 	Postgres  Kind = "postgres"
 )
 
-// Kinds are the lock backends' kinds, in the order the suite runs them.
-// Postgres joins them once its adapter (package postgres, issue 20) passes
-// the suite through the URL harness; its Servers are started already, for
-// the fencing guards and that adapter's own tests.
-var Kinds = []Kind{Etcd, ZooKeeper, Redis}
+// Kinds are the lock backends' kinds, in the order the suite runs them
+// (Postgres in the single topology only). A Postgres Server also serves
+// the SQL fencing guards.
+var Kinds = []Kind{Etcd, ZooKeeper, Redis, Postgres}
 
 // Topology is the shape of a Server.
 type Topology string
