@@ -251,7 +251,8 @@ func TestMinimalACL(t *testing.T) {
 // TryAcquire after SCRIPT FLUSH (EVALSHA, then EVAL; the fast path),
 // Refresh, a wait (the queue, SUBSCRIBE), Status, a release that hands the
 // lock over (PUBLISH), Revoke, and an acquisition that purges a lapsed
-// queue entry. It returns the first error.
+// queue entry and whose token counter is ahead of the clock (INCR). It
+// returns the first error.
 func useEverything(t *testing.T, raw, prefix string) error {
 	ctx := tctx(t, 20*time.Second)
 	admin := newClient(t, srv.Addr())
@@ -300,6 +301,9 @@ func useEverything(t *testing.T, raw, prefix string) error {
 		return err
 	}
 	k := keysOf(prefix, "m")
+	// A counter ahead of the clock (a server whose clock went back) is
+	// incremented (INCR) rather than raised to the clock.
+	require.NoError(t, admin.Set(ctx, k.counter, "9000000000000000", 0).Err())
 	require.NoError(t, admin.ZAdd(ctx, k.queue, goredis.Z{Score: 1, Member: "gone"}).Err())
 	require.NoError(t, admin.ZAdd(ctx, k.expiry, goredis.Z{Score: 1, Member: "gone"}).Err()) // lapsed long ago
 	lm, err := la.Acquire(ctx, "m")

@@ -80,7 +80,7 @@
 // reaches another name's keys or breaks the hash tag) under prefix P uses:
 //
 //	P:{N}               the lock key: "<owner>:<token>", with a PX expiry
-//	P:{N}:token         the token counter (INCR); it never expires
+//	P:{N}:token         the token counter: the last token; it never expires
 //	P:{N}:queue         the waiters in arrival order (sorted set: owner -> arrival number)
 //	P:{N}:queue:expiry  when each waiter's entry lapses (sorted set: owner -> server time in ms)
 //	P:{N}:ended:<owner> an acquisition released while its last attempt's fate was unknown (PX: 10 TTLs, 1 minute at least)
@@ -94,10 +94,11 @@
 // removes a newer holder's key.
 //
 // The acquire script: if the lock key is free and no earlier waiter is in
-// the queue, it INCRs the counter, raises it to the server's clock in
-// microseconds if it is below (TIME; the clock floor, on by default), and
-// sets the lock key with PX TTL, as one atomic step, and returns the
-// counter's value as the token. The token is thus strictly greater than
+// the queue, it takes the counter's next value as the token, at least the
+// server's clock in microseconds (TIME; the clock floor, on by default:
+// a counter below the clock, the usual case, is read and set to the clock,
+// one above it is INCRed), leaves the counter at the token and sets the
+// lock key with PX TTL, as one atomic step, and returns the token. The token is thus strictly greater than
 // every token granted before on the same data, and, with the clock floor,
 // than every token granted before the data went back: see "Failover and
 // lost counters".

@@ -414,8 +414,7 @@ func (d *redisDriver) acquireOnce(ctx context.Context, l *lease, mode queueMode)
 	cmd = append(cmd, l.args[:]...)
 	cmd = append(cmd, mode.arg(), flag(!d.cfg.NoClockFloor), d.wakePrefix, flag(d.direct()))
 	if d.cfg.WaitReplicas == 0 {
-		res, err := d.eval(ctx, cmd, acquireScript, acquireSrc).Int64Slice()
-		return parseAcquire(res, err)
+		return parseAcquire(d.eval(ctx, cmd, acquireScript, acquireSrc).Result())
 	}
 	return d.acquireWait(ctx, l.k.lock, cmd)
 }
@@ -478,7 +477,7 @@ func (d *redisDriver) acquireWait(ctx context.Context, lock string, cmd []any) (
 		if attempt == 0 && isNoScript(script.Err()) {
 			continue
 		}
-		res, err := parseAcquire(script.Int64Slice())
+		res, err := parseAcquire(script.Result())
 		if err != nil || !res.granted {
 			return res, err
 		}
@@ -498,17 +497,32 @@ func isNoScript(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
 
-func parseAcquire(res []int64, err error) (acquireResult, error) {
+// parseAcquire reads the acquire script's reply: a grant's token (a
+// string of digits), or an array of integers.
+func parseAcquire(reply any, err error) (acquireResult, error) {
 	if err != nil {
 		return acquireResult{}, fmt.Errorf("redis: acquire script: %w", mapErr(err))
 	}
+	if s, ok := reply.(string); ok {
+		if token, err := strconv.ParseInt(s, 10, 64); err == nil && token > 0 {
+			return acquireResult{granted: true, token: token}, nil
+		}
+		return acquireResult{}, fmt.Errorf("redis: acquire script returned %q", s)
+	}
+	vs, _ := reply.([]any)
+	res := make([]int64, len(vs))
+	for i, v := range vs {
+		n, ok := v.(int64)
+		if !ok {
+			return acquireResult{}, fmt.Errorf("redis: acquire script returned %v", reply)
+		}
+		res[i] = n
+	}
 	switch {
-	case len(res) == 2 && res[0] == 1 && res[1] > 0:
-		return acquireResult{granted: true, token: res[1]}, nil
 	case len(res) == 4 && res[0] == 0:
 		return acquireResult{next: res[2] == 1, wait: res[1], foreign: res[3] == 1}, nil
 	case len(res) == 1 && res[0] == -1:
 		return acquireResult{}, fmt.Errorf("%w: redis: queue entry lapsed or was removed, or the acquisition had ended", backend.ErrLeaseLost)
 	}
-	return acquireResult{}, fmt.Errorf("redis: acquire script returned %v", res)
+	return acquireResult{}, fmt.Errorf("redis: acquire script returned %v", reply)
 }

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -160,5 +161,50 @@ func TestCounterDeletedTokens(t *testing.T) {
 				require.Less(t, ls.Token(), t1, "a stale holder's token (%d) would now win", t1)
 			}
 		})
+	}
+}
+
+// TestTokenCounterAsText: with the clock floor, the script compares the
+// counter with the clock as text (digits, by length, then in order) and
+// raises it to the clock only when that proves it behind; a counter ahead
+// of the clock, or one that is not plain digits, is incremented as a
+// number. Each token is greater than the counter it found, and the counter
+// is left at the token.
+func TestTokenCounterAsText(t *testing.T) {
+	prefix := testPrefix(t)
+	l := locker(t, srv.Addr(), Config{Prefix: prefix})
+	admin := newClient(t, srv.Addr())
+	ctx := tctx(t, 20*time.Second)
+	counter := LockKey(prefix, "n") + ":token"
+	now := fencing.Token(time.Now().UnixMicro())
+	for _, c := range []struct {
+		counter string
+		want    fencing.Token // 0: the clock
+	}{
+		{"", 0},                                  // none
+		{"7", 0},                                 // shorter
+		{"1000000000000000", 0},                  // as long, lower
+		{"9000000000000000", 9000000000000001},   // as long, higher: ahead of the clock
+		{"12345678901234567", 12345678901234568}, // longer
+		{"-5", 0},                                // not digits, behind: INCR, then the clock
+		{strconv.FormatInt(int64(now)+60e6, 10), now + 60e6 + 1}, // a minute ahead
+	} {
+		if c.counter == "" {
+			require.NoError(t, admin.Del(ctx, counter).Err())
+		} else {
+			require.NoError(t, admin.Set(ctx, counter, c.counter, 0).Err())
+		}
+		ls, err := l.TryAcquire(ctx, "n")
+		require.NoError(t, err, "counter %q", c.counter)
+		release(t, ls)
+		if c.want == 0 {
+			require.GreaterOrEqual(t, ls.Token(), now, "counter %q: the clock", c.counter)
+			require.Less(t, ls.Token(), fencing.Token(time.Now().Add(time.Minute).UnixMicro()), "counter %q", c.counter)
+		} else {
+			require.Equal(t, c.want, ls.Token(), "counter %q", c.counter)
+		}
+		left, err := admin.Get(ctx, counter).Result()
+		require.NoError(t, err)
+		require.Equal(t, strconv.FormatInt(int64(ls.Token()), 10), left, "counter %q", c.counter)
 	}
 }

@@ -184,7 +184,9 @@ func TestUncontendedServerCalls(t *testing.T) {
 		calls[name] += c
 	}
 	t.Logf("server calls in %d acquire+release cycles: %v", n, calls)
-	assert.Equal(t, map[string]int{"get": 3 * n, "zrange": 2 * n, "incr": n, "time": n, "set": 2 * n, "del": n}, calls)
+	// The counter is read (GET), not incremented (INCR): it is behind the
+	// clock, and raised to it.
+	assert.Equal(t, map[string]int{"get": 4 * n, "zrange": 2 * n, "time": n, "set": 2 * n, "del": n}, calls)
 }
 
 // TestLossSignalled: a lock key deleted or expired under its holder fires the

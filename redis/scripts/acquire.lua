@@ -7,7 +7,8 @@
 -- it, "2" renew the entry an earlier attempt made; ARGV[4] "1" for the
 -- clock floor, ARGV[5] the wake channels' prefix, ARGV[6] "1" to grant a
 -- free lock to an earlier waiter directly (see hand_over).
--- Returns {1, token} when granted, {0, ms, next, foreign} when not: next
+-- Returns the token when granted (a string of digits: a bulk reply, the
+-- shortest for the server to write), {0, ms, next, foreign} when not: next
 -- is 1 if no earlier waiter is in line, ms how long the lock key will still
 -- live (-1: no expiry), and foreign 1 if the key holds a value that is not
 -- fencelock's (another tool's holder, whose release publishes nothing: the
@@ -15,7 +16,7 @@
 -- the first waiter's entry (it may have crashed); {-1} if ARGV[3] is "2" and the
 -- entry is gone (it lapsed, or an operator removed it), or if the
 -- acquisition has ended (a late copy of an attempt it gave up on).
-local owner, ttl = ARGV[1], tonumber(ARGV[2])
+local owner = ARGV[1]
 if redis.call('GET', KEYS[5]) then
   return {-1}
 end
@@ -23,18 +24,19 @@ local v = redis.call('GET', KEYS[1])
 -- Fast path: a free lock and an empty queue (so no entry to purge, and
 -- none of ours to drop) is granted at once.
 if not v and ARGV[3] ~= '2' and not redis.call('ZRANGE', KEYS[3], 0, 0)[1] then
-  return {1, issue(KEYS[1], KEYS[2], owner, ttl, ARGV[4])}
+  return issue(KEYS[1], KEYS[2], owner, ARGV[2], ARGV[4])
 end
 --#queue.lua
+local ttl = tonumber(ARGV[2])
 local now = now_ms()
 purge(KEYS[3], KEYS[4], now)
 local mine = token_of(v, owner)
 if mine then
   -- Ours already: a retry of an attempt whose reply was lost, or a grant
   -- by a release whose message this waiter has not seen.
-  redis.call('PEXPIRE', KEYS[1], ttl)
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
   dequeue(KEYS[3], KEYS[4], owner)
-  return {1, mine}
+  return string.sub(v, #owner + 2)
 end
 if ARGV[3] == '2' and not redis.call('ZSCORE', KEYS[3], owner) then
   return {-1}
@@ -43,7 +45,7 @@ if not v then
   local h = head(KEYS[3])
   if not h or h == owner then
     dequeue(KEYS[3], KEYS[4], owner)
-    return {1, issue(KEYS[1], KEYS[2], owner, ttl, ARGV[4])}
+    return issue(KEYS[1], KEYS[2], owner, ARGV[2], ARGV[4])
   end
   -- Free, but it is an earlier waiter's turn (its holder expired, or the
   -- entries ahead of it lapsed, and nobody told it).

@@ -103,12 +103,12 @@ local function hand_over(lock, counter, q, e, wake_prefix, floor, direct)
   if not h then
     return
   end
-  local ms = tonumber(string.match(h, '%.(%d+)$'))
-  if direct ~= '1' or not ms or ms <= 0 then
+  local ms = string.match(h, '%.(%d+)$')
+  if direct ~= '1' or not ms or tonumber(ms) <= 0 then
     wake(wake_prefix, h, h)
     return
   end
   dequeue(q, e, h)
   local t = issue(lock, counter, h, ms, floor)
-  wake(wake_prefix, h, h .. ':' .. string.format('%d', t))
+  wake(wake_prefix, h, h .. ':' .. t)
 end

@@ -9,7 +9,7 @@
 -- leaves one, so that the attempt, if it still arrives, takes nothing.
 -- Returns 1 if the lock key was deleted, 0 if it was gone or someone else's.
 local owner = ARGV[1]
-if tonumber(ARGV[5]) > 0 then
+if ARGV[5] ~= '0' then
   redis.call('SET', KEYS[5], '1', 'PX', ARGV[5])
 end
 local v = redis.call('GET', KEYS[1])

@@ -2,19 +2,38 @@
 -- starts with (the acquire script's fast path, before the queue's
 -- functions, needs it; see queue.lua).
 
--- issue sets the lock key to owner with a new token and returns the token:
--- the counter's next value, or with floor == '1' at least the server's
--- clock in microseconds (the counter raised to it).
+-- issue sets the lock key to owner with a new token, for ms milliseconds
+-- (a string of digits, as the scripts' arguments are), and returns the
+-- token as a string of digits: the counter's next value, or with floor ==
+-- '1' at least the server's clock in microseconds (the counter raised to
+-- it). Numbers are kept as strings where they can be: Redis turns a Lua
+-- number given to redis.call into a string with printf, and tonumber
+-- parses with strtod, together a sizeable share of a grant's server time.
 local function issue(lock, counter, owner, ms, floor)
-  local t = redis.call('INCR', counter)
+  local t
   if floor == '1' then
     local tm = redis.call('TIME')
-    local us = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
-    if t < us then
+    -- The clock in microseconds, as digits: seconds, then microseconds
+    -- padded to 6.
+    local us = tm[1] .. string.sub('00000' .. tm[2], -6)
+    local c = redis.call('GET', counter)
+    if not c or not string.find(c, '%D') and (#c < #us or #c == #us and c < us) then
+      -- The counter (digits only, so compared as numbers by length, then
+      -- as text) is behind the clock, as it is unless grants come faster
+      -- than one per microsecond: raised to it.
       t = us
-      redis.call('SET', counter, string.format('%d', us))
+      redis.call('SET', counter, t)
+    else
+      local n = redis.call('INCR', counter)
+      if n < tonumber(us) then
+        n = tonumber(us)
+        redis.call('SET', counter, us)
+      end
+      t = string.format('%d', n)
     end
+  else
+    t = string.format('%d', redis.call('INCR', counter))
   end
-  redis.call('SET', lock, owner .. ':' .. string.format('%d', t), 'PX', ms)
+  redis.call('SET', lock, owner .. ':' .. t, 'PX', ms)
   return t
 end
