@@ -66,7 +66,6 @@ type lease struct {
 	st      state
 	queued  bool  // an attempt put (or kept) a queue row of ours
 	failing error // the last attempt's error while no queue row is known
-	token   fencing.Token
 }
 
 // acquireResult is the answer of the acquire function.
@@ -253,7 +252,7 @@ func (l *lease) result(sent time.Time, res acquireResult, err error) (driver.Gra
 		return driver.Grant{}, err
 	}
 	l.mu.Lock()
-	l.st, l.token, l.queued = stHeld, fencing.Token(res.token), false
+	l.st, l.queued = stHeld, false
 	l.mu.Unlock()
 	if h := l.d.hub; h != nil {
 		h.add(l, false) // a revocation's notification reaches it
