@@ -128,6 +128,10 @@
 // up). A request that could not be sent or got no answer (a dial, a reset
 // connection, a timeout, a server shutting down or refusing connections,
 // a cancelled statement, a read-only standby) is backend.ErrUnavailable.
+// An acquisition given up while its statement had no answer is released
+// (its rows removed, if the statement had landed); should that statement
+// reach the server only after the release, it takes the lock for a holder
+// that is gone, until its TTL ends: nobody renews it.
 //
 // # Same-database fencing
 //
