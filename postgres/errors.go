@@ -3,6 +3,7 @@ package postgres
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -28,7 +29,7 @@ func mapErr(err error) error {
 	}
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) {
-		return fmt.Errorf("%w: %w", backend.ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", backend.ErrUnavailable, oneLineError{err})
 	}
 	switch {
 	case pe.Code == "42501", strings.HasPrefix(pe.Code, "28"):
@@ -41,3 +42,22 @@ func mapErr(err error) error {
 	}
 	return err
 }
+
+// oneLineError is a pgx error whose message is put on one line: pgx lists
+// each connection attempt (one per address, and a second one per address
+// when sslmode=prefer falls back to plain text) on a line of its own, which
+// would split the CLI's one-line errors and every log line. Repeated
+// attempts that failed the same way are named once.
+type oneLineError struct{ err error }
+
+func (e oneLineError) Error() string {
+	var parts []string
+	for _, line := range strings.Split(e.err.Error(), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !slices.Contains(parts, line) {
+			parts = append(parts, line)
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func (e oneLineError) Unwrap() error { return e.err }

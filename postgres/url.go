@@ -182,7 +182,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
 		}
 		if errors.Is(err, backend.ErrUnavailable) {
-			err = fmt.Errorf("cannot reach the server within connect_timeout %v: %w", pc.ConnConfig.ConnectTimeout, err)
+			err = fmt.Errorf("cannot reach the server (connect_timeout %v): %w", pc.ConnConfig.ConnectTimeout, err)
 		}
 	} else {
 		err = d.ready(ctx)

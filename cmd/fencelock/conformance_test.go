@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencelock/fencelock/internal/etcdtest"
 	"github.com/fencelock/fencelock/internal/freeport"
+	"github.com/fencelock/fencelock/internal/pgtest"
 	"github.com/fencelock/fencelock/internal/redistest"
 	"github.com/fencelock/fencelock/internal/zktest"
 )
@@ -58,6 +59,9 @@ func TestConformanceCommandServers(t *testing.T) {
 		{"redis", func(t *testing.T) string {
 			return "redis://" + redistest.Start(t).Addr() + "/0?prefix=conformance-cli"
 		}, "ttl 2s, min-ttl 100ms, max-ttl 0s, fifo true"},
+		{"postgres", func(t *testing.T) string {
+			return pgtest.Start(t).NewDatabase(t) + "&prefix=conformance_cli"
+		}, "ttl 2s, min-ttl 100ms, max-ttl 0s, fifo true"},
 		{"zookeeper", func(t *testing.T) string {
 			return "zk://" + zktest.Start(t).Addr() + "/conformance-cli"
 		}, "ttl 2s, min-ttl 400ms, max-ttl 2m0s, fifo true"},
@@ -85,7 +89,7 @@ func TestConformanceCommandUnreachable(t *testing.T) {
 	port, err := freeport.Port()
 	require.NoError(t, err)
 	host := "127.0.0.1:" + strconv.Itoa(port)
-	for _, url := range []string{"etcd://" + host + "/x", "zk://" + host + "/x", "redis://" + host + "/0"} {
+	for _, url := range []string{"etcd://" + host + "/x", "zk://" + host + "/x", "redis://" + host + "/0", "postgres://u@" + host + "/x"} {
 		t.Run(strings.Split(url, ":")[0], func(t *testing.T) {
 			code, out, errOut, took := conformanceRun(t, time.Minute, url)
 			assert.Equal(t, exitUnavailable, code, "stdout:\n%s\nstderr:\n%s", out, errOut)

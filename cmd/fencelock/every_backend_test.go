@@ -17,6 +17,7 @@ import (
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/internal/etcdtest"
 	"github.com/fencelock/fencelock/internal/freeport"
+	"github.com/fencelock/fencelock/internal/pgtest"
 	"github.com/fencelock/fencelock/internal/redistest"
 	"github.com/fencelock/fencelock/internal/zktest"
 )
@@ -61,6 +62,22 @@ var testBackends = []testBackend{
 		},
 		down:    func(port int) string { return fmt.Sprintf("redis://127.0.0.1:%d?dial_timeout=1s", port) },
 		ttlLeft: true,
+	},
+	{
+		name: "postgres",
+		start: func(t *testing.T) func(string) string {
+			dsn := pgtest.Start(t).NewDatabase(t)
+			sep := "?"
+			if strings.Contains(dsn, "?") {
+				sep = "&"
+			}
+			// A prefix is an SQL identifier: cli-run becomes cli_run.
+			return func(prefix string) string {
+				return dsn + sep + "prefix=" + strings.ReplaceAll(prefix, "-", "_") + "&ttl=6s"
+			}
+		},
+		down:        func(port int) string { return fmt.Sprintf("postgres://u@127.0.0.1:%d/x?connect_timeout=1", port) },
+		holderNames: true, ttlLeft: true,
 	},
 }
 
