@@ -23,7 +23,7 @@ end
 local v = redis.call('GET', KEYS[1])
 -- Fast path: a free lock and an empty queue (so no entry to purge, and
 -- none of ours to drop) is granted at once.
-if not v and ARGV[3] ~= '2' and not redis.call('ZRANGE', KEYS[3], 0, 0)[1] then
+if not v and ARGV[3] ~= '2' and not redis.call('ZRANGE', KEYS[3], '0', '0')[1] then
   return issue(KEYS[1], KEYS[2], owner, ARGV[2], ARGV[4])
 end
 --#queue.lua

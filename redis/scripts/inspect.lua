@@ -5,7 +5,7 @@
 --#queue.lua
 local now = now_ms()
 local waiters = {}
-for _, owner in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+for _, owner in ipairs(redis.call('ZRANGE', KEYS[2], '0', '-1')) do
   local at = redis.call('ZSCORE', KEYS[3], owner)
   if at and tonumber(at) > now then
     table.insert(waiters, owner)

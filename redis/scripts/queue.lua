@@ -6,6 +6,8 @@
 -- acquisition's owner id to its arrival number (the order of grants), E to
 -- the server time in ms at which the entry lapses unless renewed (a waiter
 -- renews it every TTL/3, so a crashed waiter's entry goes after one TTL).
+-- Constant arguments to redis.call are strings ('0', not 0): Redis turns a
+-- Lua number into a string with printf, a cost of every call.
 
 -- now_ms is the server's clock in milliseconds.
 local function now_ms()
@@ -49,7 +51,7 @@ end
 
 -- head returns the owner next in line, or nil.
 local function head(q)
-  return redis.call('ZRANGE', q, 0, 0)[1]
+  return redis.call('ZRANGE', q, '0', '0')[1]
 end
 
 -- left returns the ms left to owner's entry in expiries e.
@@ -69,7 +71,7 @@ end
 -- entry for ms.
 local function enqueue(q, e, owner, ms, now)
   if not redis.call('ZSCORE', q, owner) then
-    local last = redis.call('ZRANGE', q, -1, -1, 'WITHSCORES')
+    local last = redis.call('ZRANGE', q, '-1', '-1', 'WITHSCORES')
     local n = 1
     if last[2] then
       n = tonumber(last[2]) + 1

@@ -11,7 +11,7 @@
 local owner, ttl = ARGV[1], tonumber(ARGV[2])
 local v = redis.call('GET', KEYS[1])
 if token_of(v, owner) then
-  redis.call('PEXPIRE', KEYS[1], ttl)
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
 local now = now_ms()

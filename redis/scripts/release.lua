@@ -22,7 +22,7 @@ end
 -- An empty queue holds no entry of ours, none to purge and nobody to
 -- hand over to: done, before the queue's functions are defined (a cost of
 -- every call).
-if not redis.call('ZRANGE', KEYS[3], 0, 0)[1] then
+if not redis.call('ZRANGE', KEYS[3], '0', '0')[1] then
   return deleted
 end
 --#queue.lua
