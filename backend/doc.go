@@ -17,7 +17,7 @@
 // retries of failed renewals, cleanup after a failed or cancelled
 // acquisition, and error mapping. Adapters implement the small contract of
 // package backend/driver, which users never import; see the etcd,
-// zookeeper, redis and backend/mem packages.
+// zookeeper, redis, postgres and backend/mem packages.
 //
 // Every error about the lock itself wraps one of the package's sentinel
 // errors (ErrNotAcquired, ErrLeaseLost, with ErrMaxHold when the max hold

@@ -1,5 +1,5 @@
 // Package driver is the contract between fencelock's portable layer
-// (package backend) and a backend adapter (etcd, zookeeper, redis,
+// (package backend) and a backend adapter (etcd, zookeeper, redis, postgres,
 // backend/mem). Users never import it: they program against backend's
 // Locker and Lease. An adapter implements Driver and Lease, registers its
 // URL schemes with Register, and returns errors wrapping this package's

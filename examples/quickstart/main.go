@@ -25,6 +25,7 @@ import (
 	// The adapters, imported for the URL schemes they register.
 	_ "github.com/fencelock/fencelock/backend/mem" // mem://
 	_ "github.com/fencelock/fencelock/etcd"        // etcd://, etcds://
+	_ "github.com/fencelock/fencelock/postgres"    // postgres://, postgresql://
 	_ "github.com/fencelock/fencelock/redis"       // redis://, rediss://
 	_ "github.com/fencelock/fencelock/zookeeper"   // zk://, zks://
 )

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelock/fencelock/internal/etcdtest"
+	"github.com/fencelock/fencelock/internal/pgtest"
 	"github.com/fencelock/fencelock/internal/redistest"
 	"github.com/fencelock/fencelock/internal/zktest"
 )
@@ -32,6 +33,7 @@ func TestQuickstartOnEveryBackend(t *testing.T) {
 		}},
 		{"zk", func(t *testing.T) string { return "zk://" + zktest.Start(t).Addr() + "/quickstart" }},
 		{"redis", func(t *testing.T) string { return "redis://" + redistest.Start(t).Addr() + "?prefix=quickstart" }},
+		{"postgres", func(t *testing.T) string { return pgtest.Start(t).NewDatabase(t) + "&prefix=quickstart" }},
 	} {
 		t.Run(b.name, func(t *testing.T) {
 			var out bytes.Buffer

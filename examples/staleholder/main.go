@@ -6,7 +6,7 @@
 //	go run ./examples/staleholder -dsn "$DATABASE_URL" -dir /tmp/fenced
 //	go run ./examples/staleholder -url etcd://127.0.0.1:2379/locks -ttl 2s -dsn ...
 //
-// The backend is a URL, so every adapter (mem, etcd, zookeeper, redis) plugs
+// The backend is a URL, so every adapter (mem, etcd, zookeeper, redis, postgres) plugs
 // in by its import.
 package main
 
@@ -29,6 +29,7 @@ import (
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/fencing/filefence"
 	"github.com/fencelock/fencelock/fencing/sqlfence"
+	_ "github.com/fencelock/fencelock/postgres"
 	_ "github.com/fencelock/fencelock/redis"
 	_ "github.com/fencelock/fencelock/zookeeper"
 )

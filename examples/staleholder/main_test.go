@@ -44,3 +44,7 @@ func TestStaleHolderOnZooKeeper(t *testing.T) {
 func TestStaleHolderOnRedis(t *testing.T) {
 	check(t, "redis://"+redistest.Start(t).Addr()+"/0", 500*time.Millisecond)
 }
+
+func TestStaleHolderOnPostgres(t *testing.T) {
+	check(t, pgtest.Start(t).NewDatabase(t)+"&prefix=locks", 500*time.Millisecond)
+}
