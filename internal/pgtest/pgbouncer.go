@@ -34,7 +34,8 @@ type PgBouncer struct {
 // its own name, for any role (auth_type=trust, as the cluster's own
 // authentication), with at most 20 server connections per database and
 // role. As root it runs as the cluster's user (PgBouncer refuses root). It
-// fails tb (never skips) if PgBouncer is not installed or does not start.
+// fails tb (never skips) if PgBouncer is not installed or does not start,
+// or if c was started WithTLS (PgBouncer would reach it without TLS).
 //
 // Through a transaction-mode pooler a client keeps its server connection
 // for one transaction only: named prepared statements (pgx's default query
@@ -71,6 +72,9 @@ func startBouncer(c *Cluster) (*PgBouncer, error) {
 	bin, err := bouncerBin()
 	if err != nil {
 		return nil, err
+	}
+	if c.tls != nil {
+		return nil, errors.New("the cluster serves TLS only (WithTLS), and PgBouncer is configured to reach it without TLS")
 	}
 	dir, err := os.MkdirTemp("", "pgbouncer-")
 	if err != nil {

@@ -14,6 +14,10 @@
 // Debian package; override with $PGTEST_USER), with the cluster directory
 // handed to that user.
 //
+// With WithTLS the cluster serves TCP clients over TLS only and requires a
+// client certificate, and its DSNs carry sslmode=verify-full and the
+// certificate files.
+//
 // StartPgBouncer puts Debian's pgbouncer, in transaction pooling mode, in
 // front of a cluster.
 package pgtest
@@ -24,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -38,6 +43,8 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+
+	"github.com/fencelock/fencelock/internal/tlstest"
 )
 
 // DriverName is the database/sql driver name to open DSNs with.
@@ -51,6 +58,7 @@ type Cluster struct {
 	dir  string // cluster root: data/, the socket, the log
 	port int
 	cred *syscall.Credential // nil unless running as root
+	tls  *tlstest.Files      // WithTLS's, or nil
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -59,11 +67,26 @@ type Cluster struct {
 	dbs    atomic.Int64
 }
 
+// Option configures Start.
+type Option func(*Cluster)
+
+// WithTLS serves TCP clients over TLS only, with f's server certificate
+// (which names 127.0.0.1), and requires a client certificate signed by f's
+// CA: every TCP connection authenticates with its certificate (pg_hba.conf
+// method cert), and f's client certificate (CN fencelock-test-client) logs
+// in as the postgres role only. A connection without TLS, or over TLS
+// without a client certificate, is refused. DSN and NewDatabase return
+// URLs with sslmode=verify-full, sslrootcert=f.CA, sslcert=f.ClientCert and
+// sslkey=f.ClientKey. The server reads copies of f's files, owned by the
+// user it runs as (PostgreSQL refuses a key file others can read).
+// StartPgBouncer does not support such a cluster.
+func WithTLS(f *tlstest.Files) Option { return func(c *Cluster) { c.tls = f } }
+
 // Start creates and starts a cluster and stops and removes it when tb ends.
 // It fails tb (never skips) if PostgreSQL is not installed or does not start.
-func Start(tb testing.TB) *Cluster {
+func Start(tb testing.TB, opts ...Option) *Cluster {
 	tb.Helper()
-	c, err := start()
+	c, err := start(opts)
 	if err != nil {
 		tb.Fatalf("pgtest: %v", err)
 	}
@@ -105,7 +128,7 @@ func checkBin(d string) error {
 	return nil
 }
 
-func start() (*Cluster, error) {
+func start(opts []Option) (*Cluster, error) {
 	bin, err := binDir()
 	if err != nil {
 		return nil, err
@@ -115,6 +138,9 @@ func start() (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{bin: bin, dir: dir}
+	for _, o := range opts {
+		o(c)
+	}
 	ok := false
 	defer func() {
 		if !ok {
@@ -143,6 +169,11 @@ func start() (*Cluster, error) {
 	out, err := c.command("initdb", "-D", c.dataDir(), "-U", "postgres", "--auth=trust", "--no-sync", "--encoding=UTF8", "--locale=C").CombinedOutput()
 	if err != nil {
 		return nil, fmt.Errorf("initdb: %w\n%s", err, out)
+	}
+	if c.tls != nil {
+		if err := c.writeTLSFiles(); err != nil {
+			return nil, fmt.Errorf("TLS files: %w", err)
+		}
 	}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
@@ -190,6 +221,14 @@ func (c *Cluster) run() error {
 		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+c.dir,
 		"-c", "fsync=off", "-c", "full_page_writes=off",
 		"-c", "max_connections=200", "-c", "shared_buffers=16MB")
+	if c.tls != nil {
+		for _, set := range []string{
+			"ssl=on", "ssl_cert_file=" + c.tlsFile(serverCert), "ssl_key_file=" + c.tlsFile(serverKey),
+			"ssl_ca_file=" + c.tlsFile(caCert), "hba_file=" + c.tlsFile(hbaConf), "ident_file=" + c.tlsFile(identConf),
+		} {
+			cmd.Args = append(cmd.Args, "-c", set)
+		}
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start postgres: %w", err)
@@ -238,11 +277,17 @@ func (c *Cluster) logTail() string {
 func (c *Cluster) Port() int { return c.port }
 
 // DSN returns the URL of the cluster's "postgres" database, for
-// sql.Open(DriverName, dsn).
+// sql.Open(DriverName, dsn): sslmode=disable, or with WithTLS
+// sslmode=verify-full and the CA, client certificate and key files.
 func (c *Cluster) DSN() string { return c.dsn("postgres") }
 
 func (c *Cluster) dsn(db string) string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.port, db)
+	q := "sslmode=disable"
+	if c.tls != nil {
+		q = url.Values{"sslmode": {"verify-full"}, "sslrootcert": {c.tls.CA},
+			"sslcert": {c.tls.ClientCert}, "sslkey": {c.tls.ClientKey}}.Encode()
+	}
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?%s", c.port, db, q)
 }
 
 // NewDatabase creates an empty database for one test and returns its DSN.
