@@ -92,10 +92,8 @@ func WithMetadata(kv map[string]string) Option {
 // modified.
 func resolve(base settings, drv driver.Driver, caps driver.Capabilities, opts []Option) (settings, error) {
 	s := base
-	for _, o := range opts {
-		if o != nil {
-			o(&s)
-		}
+	if len(opts) > 0 {
+		s = apply(base, opts) // s itself does not escape: no allocation without options
 	}
 	if s.ttl <= 0 {
 		return s, fmt.Errorf("%w: TTL must be positive, got %v", ErrInvalidOption, s.ttl)
@@ -116,4 +114,14 @@ func resolve(base settings, drv driver.Driver, caps driver.Capabilities, opts []
 		return s, fmt.Errorf("%w: max hold must not be negative, got %v", ErrInvalidOption, s.maxHold)
 	}
 	return s, nil
+}
+
+// apply returns s with opts applied.
+func apply(s settings, opts []Option) settings {
+	for _, o := range opts {
+		if o != nil {
+			o(&s)
+		}
+	}
+	return s
 }

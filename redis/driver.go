@@ -236,14 +236,25 @@ func (d *redisDriver) NewLease(ctx context.Context, req driver.Request) (driver.
 	if closed {
 		return nil, time.Time{}, fmt.Errorf("redis: %w", backend.ErrClosed)
 	}
-	// The owner id carries the TTL, so that a release can grant the lock
-	// to this acquisition while it waits.
-	owner := d.id + "." + strconv.FormatUint(d.seq.Add(1), 36) + "." + strconv.FormatInt(req.TTL.Milliseconds(), 10)
 	started := time.Now()
 	lk := d.lockKeys(req.Name)
-	l := &lease{d: d, k: &lk.keys, owner: owner, ttlMs: req.TTL.Milliseconds()}
+	ttlMs := req.TTL.Milliseconds()
+	// The end mark's key is the lock's end mark prefix and the owner id:
+	// built as one string, whose tail is the owner id. The owner id
+	// carries the TTL, so that a release can grant the lock to this
+	// acquisition while it waits.
+	var buf [128]byte
+	b := append(buf[:0], lk.ended...)
+	b = append(b, d.id...)
+	b = append(b, '.')
+	b = strconv.AppendUint(b, d.seq.Add(1), 36)
+	b = append(b, '.')
+	b = strconv.AppendInt(b, ttlMs, 10)
+	endMark := string(b)
+	owner := endMark[len(lk.ended):]
+	l := &lease{d: d, k: &lk.keys, owner: owner, ttlMs: ttlMs}
 	copy(l.args[:4], lk.boxed[:])
-	l.args[4], l.args[5], l.args[6] = lk.ended+owner, owner, l.ttlMs
+	l.args[4], l.args[5], l.args[6] = endMark, owner, ttlMs
 	return l, started, nil
 }
 
