@@ -18,7 +18,8 @@
 //
 //   - p_locks: one row per lock name ever taken: name, owner (the
 //     acquisition's id, NULL while the lock is free), token, expires (server
-//     time, clock_timestamp() + TTL), granted, holder, metadata (jsonb).
+//     time, clock_timestamp() + TTL), granted, holder, metadata (jsonb),
+//     and queued, false only while the lock's queue is known to be empty.
 //   - p_waiters: one row per waiting acquisition, in the order of the
 //     sequence p_queue, each with an expiry its waiter renews.
 //   - p_token: the sequence the tokens come from.
@@ -27,7 +28,11 @@
 //     operation is one statement and one round trip. Every function first
 //     locks the name's row of p_locks, so all changes to one lock are
 //     serialized by that row lock; within a function each statement sees
-//     what committed before it (READ COMMITTED).
+//     what committed before it (READ COMMITTED). The acquire and release
+//     of a lock nobody waits for are one UPDATE of its row each, whose
+//     conditions (free, queued false) are all on that row, so that a
+//     concurrent grant or waiter that changed it makes PostgreSQL check
+//     them again on its newest version.
 //
 // An acquisition takes a free lock with a new token and an expiry one TTL
 // after the server received the request; a renewal extends the row only if

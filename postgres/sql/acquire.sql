@@ -15,14 +15,31 @@ DECLARE
   ttl interval := p_ttl_ms * interval '1 millisecond';
   head text;
 BEGIN
+  r_wait_ms := 0;
+  IF p_mode <> 2 THEN
+    -- A free or lapsed lock with an empty queue: granted by this one
+    -- UPDATE. Its conditions are all on the lock's row, which it locks; if
+    -- a concurrent grant or waiter changed the row meanwhile, PostgreSQL
+    -- checks them again on the row's newest version (a subquery on the
+    -- queue would see only this statement's snapshot, and could let a
+    -- waiter that queued meanwhile be overtaken).
+    t := clock_timestamp();
+    UPDATE {p}_locks SET owner = p_owner, token = nextval('{p}_token'), expires = t + ttl, granted = t,
+      holder = p_holder, metadata = p_metadata::jsonb
+    WHERE name = p_name AND NOT queued AND (owner IS NULL OR expires <= t)
+    RETURNING token INTO r_token;
+    IF FOUND THEN
+      r_status := 'granted';
+      RETURN;
+    END IF;
+  END IF;
+  r_token := 0;
   SELECT * INTO l FROM {p}_locks WHERE name = p_name FOR UPDATE;
   IF NOT FOUND THEN
     INSERT INTO {p}_locks (name) VALUES (p_name) ON CONFLICT (name) DO NOTHING;
     SELECT * INTO l FROM {p}_locks WHERE name = p_name FOR UPDATE;
   END IF;
   t := clock_timestamp();
-  r_token := 0;
-  r_wait_ms := 0;
   IF l.owner = p_owner AND l.expires > t THEN
     UPDATE {p}_locks SET expires = t + ttl WHERE name = p_name;
     r_status := 'granted';
@@ -39,8 +56,10 @@ BEGIN
       IF head IS NOT NULL THEN
         DELETE FROM {p}_waiters WHERE name = p_name AND owner = p_owner;
       END IF;
+      -- With no live waiter the queue is empty now (queued false); with
+      -- this one at its head, others may wait behind it.
       UPDATE {p}_locks SET owner = p_owner, token = nextval('{p}_token'), expires = t + ttl, granted = t,
-        holder = p_holder, metadata = p_metadata::jsonb
+        holder = p_holder, metadata = p_metadata::jsonb, queued = queued AND head IS NOT NULL
       WHERE name = p_name
       RETURNING token INTO r_token;
       r_status := 'granted';
@@ -62,6 +81,9 @@ BEGIN
     INSERT INTO {p}_waiters (name, owner, expires, since, holder, metadata)
     VALUES (p_name, p_owner, t + ttl, t, p_holder, p_metadata::jsonb)
     ON CONFLICT (name, owner) DO UPDATE SET expires = EXCLUDED.expires;
+    IF NOT l.queued THEN
+      UPDATE {p}_locks SET queued = true WHERE name = p_name;
+    END IF;
   ELSE
     UPDATE {p}_waiters SET expires = t + ttl WHERE name = p_name AND owner = p_owner AND expires > t;
     IF NOT FOUND THEN

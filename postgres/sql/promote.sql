@@ -2,7 +2,8 @@
 -- first live waiter: its queue row goes, the lock row takes its owner, a new
 -- token and the queue row's expiry, and ONE notification on the waiter's
 -- Locker's channel names it and its token (one wake-up per release). With
--- no live waiter the lock is free. It returns the new owner, or NULL.
+-- no live waiter the lock is free, and its queue known to be empty
+-- (queued false). It returns the new owner, or NULL.
 CREATE OR REPLACE FUNCTION {p}_promote_v1(p_name text, p_now timestamptz) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -11,7 +12,7 @@ DECLARE
 BEGIN
   SELECT * INTO w FROM {p}_waiters WHERE name = p_name AND expires > p_now ORDER BY seq LIMIT 1;
   IF NOT FOUND THEN
-    UPDATE {p}_locks SET owner = NULL, expires = NULL, holder = NULL, metadata = NULL WHERE name = p_name;
+    UPDATE {p}_locks SET owner = NULL, expires = NULL, holder = NULL, metadata = NULL, queued = false WHERE name = p_name;
     RETURN NULL;
   END IF;
   DELETE FROM {p}_waiters WHERE name = p_name AND owner = w.owner;

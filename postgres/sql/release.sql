@@ -8,7 +8,16 @@ LANGUAGE plpgsql AS $$
 DECLARE
   l {p}_locks%ROWTYPE;
   t timestamptz;
+  live boolean;
 BEGIN
+  -- The holder of a lock nobody waits for: one UPDATE frees it (expires
+  -- stays, to tell 'released' from 'expired'; owner NULL is free).
+  UPDATE {p}_locks SET owner = NULL, holder = NULL, metadata = NULL
+  WHERE name = p_name AND owner = p_owner AND NOT queued
+  RETURNING expires > clock_timestamp() INTO live;
+  IF FOUND THEN
+    RETURN CASE WHEN live THEN 'released' ELSE 'expired' END;
+  END IF;
   SELECT * INTO l FROM {p}_locks WHERE name = p_name FOR UPDATE;
   IF NOT FOUND THEN
     RETURN 'none';

@@ -24,6 +24,14 @@ CREATE TABLE IF NOT EXISTS {p}_locks (
   metadata jsonb
 );
 
+-- queued is false only when the lock has no live queue row: a waiter's
+-- insert sets it (under the row lock), and only a grant or release that
+-- found no live waiter, holding the row lock, clears it. It lets the
+-- acquire and release of a lock nobody waits for be one UPDATE of this
+-- row, without looking at the queue. Rows start true (unknown) until a
+-- grant or release finds the queue empty.
+ALTER TABLE {p}_locks ADD COLUMN IF NOT EXISTS queued boolean NOT NULL DEFAULT true;
+
 -- The acquisitions waiting for a lock, granted in seq order. A row lapses
 -- at expires unless its waiter renews it; a promotion hands the lock over
 -- with the row's expires (the waiter's own lease clock).
