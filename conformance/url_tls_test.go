@@ -2,6 +2,8 @@ package conformance_test
 
 import (
 	"context"
+	"io"
+	"net"
 	"net/url"
 	"strings"
 	"testing"
@@ -31,8 +33,8 @@ import (
 // proxies pass TLS through on 127.0.0.1, which the server certificate
 // names, so verify-full's check of the host name holds through them.
 // TestURLTLS/postgres/refused checks that a wrong CA, a missing or foreign
-// client certificate or no TLS fails Open. It never skips: a server that
-// cannot start fails it.
+// client certificate, no TLS or a host the certificate does not name fails
+// Open. It never skips: a server that cannot start fails it.
 func TestURLTLS(t *testing.T) {
 	skipForUserURL(t)
 	f := tlstest.New(t)
@@ -68,16 +70,17 @@ func TestURLTLS(t *testing.T) {
 }
 
 // pgTLSRefused opens URLs that differ from dsn, a verify-full URL of a
-// pgtest.WithTLS cluster, by one TLS setting: each fails Open at once
+// pgtest.WithTLS cluster, by one TLS setting or by the address the server
+// is reached at: each fails Open at once
 // (the server refuses, or the handshake fails), never as held. A failed
 // handshake is ErrUnavailable, as on the other TLS schemes; the server's
 // refusal of a connection that lacks TLS or a client certificate is
 // ErrPermission (SQLSTATE 28000).
 func pgTLSRefused(t *testing.T, dsn string) {
 	other := tlstest.New(t) // another CA, and a client certificate it signed
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
 	edit := func(set url.Values, del ...string) string {
-		u, err := url.Parse(dsn)
-		require.NoError(t, err)
 		q := u.Query()
 		for k, v := range set {
 			q[k] = v
@@ -85,8 +88,9 @@ func pgTLSRefused(t *testing.T, dsn string) {
 		for _, k := range del {
 			q.Del(k)
 		}
-		u.RawQuery = q.Encode()
-		return u.String()
+		e := *u
+		e.RawQuery = q.Encode()
+		return e.String()
 	}
 	cases := []struct {
 		locktest.Refusal
@@ -104,6 +108,11 @@ func pgTLSRefused(t *testing.T, dsn string) {
 			backend.ErrUnavailable},
 		{locktest.Refusal{Name: "no TLS", URL: edit(url.Values{"sslmode": {"disable"}}),
 			Want: "no encryption"}, backend.ErrPermission},
+		// The same server through an address its certificate does not
+		// name: verify-full checks the host the URL names, which is why
+		// the harness's proxies must listen on 127.0.0.1.
+		{locktest.Refusal{Name: "host not in the certificate", URL: strings.Replace(dsn, u.Host, forward(t, u.Host), 1),
+			Want: "not 127.0.0.2"}, backend.ErrUnavailable},
 	}
 	refusals := make([]locktest.Refusal, len(cases))
 	kinds := make(map[string]error)
@@ -117,4 +126,32 @@ func pgTLSRefused(t *testing.T, dsn string) {
 		assert.ErrorIs(t, err, kinds[rawURL])
 		return err
 	})
+}
+
+// forward listens on 127.0.0.2, a loopback address the tlstest server
+// certificate does not name, and forwards each connection to target, until
+// t ends.
+func forward(t *testing.T, target string) string {
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				s, err := net.Dial("tcp", target)
+				if err != nil {
+					return
+				}
+				defer s.Close()
+				go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
+				_, _ = io.Copy(c, s)
+			}()
+		}
+	}()
+	return ln.Addr().String()
 }
