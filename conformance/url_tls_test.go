@@ -97,7 +97,7 @@ func pgTLSRefused(t *testing.T, dsn string) {
 		kind error
 	}{
 		{locktest.Refusal{Name: "wrong CA", URL: edit(url.Values{"sslrootcert": {other.CA}}),
-			Want: "x509: certificate signed by unknown authority"}, backend.ErrUnavailable},
+			Want: "TLS handshake failed (check sslrootcert, sslcert, sslkey"}, backend.ErrUnavailable},
 		{locktest.Refusal{Name: "no client certificate", URL: edit(nil, "sslcert", "sslkey"),
 			Want: "connection requires a valid client certificate"}, backend.ErrPermission},
 		// Mostly "remote error: tls: unknown certificate authority", the

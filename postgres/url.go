@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -181,7 +183,10 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
 			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
 		}
-		if errors.Is(err, backend.ErrUnavailable) {
+		switch {
+		case tlsFailure(err):
+			err = fmt.Errorf("TLS handshake failed (check sslrootcert, sslcert, sslkey and that the server's certificate names the URL's host): %w", err)
+		case errors.Is(err, backend.ErrUnavailable):
 			err = fmt.Errorf("cannot reach the server (connect_timeout %v): %w", pc.ConnConfig.ConnectTimeout, err)
 		}
 	} else {
@@ -192,4 +197,21 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		return nil, fmt.Errorf("postgres: %s: %w", urlkit.Redact(u), err)
 	}
 	return d, nil
+}
+
+// tlsFailure reports whether err is a failed TLS handshake: the server's
+// certificate refused (an unknown authority, a host it does not name, an
+// expired or otherwise invalid certificate) or the server's TLS alert
+// (which is how it refuses a client certificate), so that Open does not
+// call that a server it cannot reach.
+func tlsFailure(err error) bool {
+	var (
+		verify    *tls.CertificateVerificationError
+		alert     tls.AlertError
+		unknownCA x509.UnknownAuthorityError
+		host      x509.HostnameError
+		invalid   x509.CertificateInvalidError
+	)
+	return errors.As(err, &verify) || errors.As(err, &alert) || errors.As(err, &unknownCA) ||
+		errors.As(err, &host) || errors.As(err, &invalid)
 }
