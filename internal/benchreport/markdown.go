@@ -16,6 +16,7 @@ var BackendTitles = map[string]string{
 	"etcd":      "etcd",
 	"zookeeper": "ZooKeeper",
 	"redis":     "Redis",
+	"postgres":  "PostgreSQL",
 	"floor":     "sync.Mutex floor",
 }
 
@@ -25,6 +26,8 @@ var ImplTitles = map[string]string{
 	"mutex":     "concurrency.Mutex",
 	"zklock":    "zk.Lock",
 	"redislock": "bsm/redislock",
+	"advisory":  "pg_advisory_lock",
+	"poller":    "lease-table poller",
 }
 
 func title(titles map[string]string, name string) string {
