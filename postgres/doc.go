@@ -45,8 +45,9 @@
 // waiter returns without another round trip. A lock whose holder expired
 // is granted in the same way by the next acquire statement or waiter's
 // retry that finds it. Queue rows of waiters that stopped renewing (a
-// crashed process) are skipped, and deleted when the queue next grows. Rows of free locks stay (one small row per name);
-// DELETE FROM p_locks WHERE owner IS NULL removes them safely.
+// crashed process) are skipped, and deleted by the grant that passes them
+// (or finds the queue empty). Rows of free locks stay (one small row per
+// name); DELETE FROM p_locks WHERE owner IS NULL removes them safely.
 //
 // # Tokens
 //

@@ -47,7 +47,7 @@ BEGIN
     RETURN;
   END IF;
   IF l.owner IS NULL OR l.expires <= t THEN
-    SELECT owner INTO head FROM {p}_waiters WHERE name = p_name AND expires > t ORDER BY seq LIMIT 1;
+    SELECT owner INTO head FROM {p}_waiters WHERE name = p_name AND seq > l.served AND expires > t ORDER BY seq LIMIT 1;
     IF head IS NULL AND p_mode = 2 THEN
       r_status := 'lost';
       RETURN;
@@ -75,9 +75,10 @@ BEGIN
     RETURN;
   END IF;
   IF p_mode = 1 THEN
-    -- Queue rows of waiters that stopped renewing (crashed) go when the
-    -- queue grows; until then the functions skip them.
-    DELETE FROM {p}_waiters WHERE name = p_name AND expires <= t;
+    -- Queue rows of waiters that stopped renewing (crashed) are skipped,
+    -- and deleted by the grant that passes them (promote_v1). This is an
+    -- acquisition's first statement: its owner id is new, so the
+    -- conflict is only a retry of this same statement.
     INSERT INTO {p}_waiters (name, owner, expires, since, holder, metadata)
     VALUES (p_name, p_owner, t + ttl, t, p_holder, p_metadata::jsonb)
     ON CONFLICT (name, owner) DO UPDATE SET expires = EXCLUDED.expires;

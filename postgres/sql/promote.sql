@@ -1,5 +1,5 @@
 -- {p}_promote_v1 hands lock p_name, whose row the caller has locked, to the
--- first live waiter: its queue row goes, the lock row takes its owner, a new
+-- first live waiter: its queue row (and the lapsed ones before it) goes, the lock row takes its owner, a new
 -- token and the queue row's expiry, and ONE notification on the waiter's
 -- Locker's channel names it and its token (one wake-up per release). With
 -- no live waiter the lock is free, and its queue known to be empty
@@ -9,15 +9,19 @@ LANGUAGE plpgsql AS $$
 DECLARE
   w {p}_waiters%ROWTYPE;
   tok bigint;
+  after bigint;
 BEGIN
-  SELECT * INTO w FROM {p}_waiters WHERE name = p_name AND expires > p_now ORDER BY seq LIMIT 1;
+  SELECT served INTO after FROM {p}_locks WHERE name = p_name;
+  SELECT * INTO w FROM {p}_waiters WHERE name = p_name AND seq > after AND expires > p_now ORDER BY seq LIMIT 1;
   IF NOT FOUND THEN
+    DELETE FROM {p}_waiters WHERE name = p_name AND seq > after; -- lapsed, all of them
     UPDATE {p}_locks SET owner = NULL, expires = NULL, holder = NULL, metadata = NULL, queued = false WHERE name = p_name;
     RETURN NULL;
   END IF;
-  DELETE FROM {p}_waiters WHERE name = p_name AND owner = w.owner;
+  -- The head, and the lapsed rows it passed.
+  DELETE FROM {p}_waiters WHERE name = p_name AND seq > after AND seq <= w.seq;
   UPDATE {p}_locks SET owner = w.owner, token = nextval('{p}_token'), expires = w.expires, granted = p_now,
-    holder = w.holder, metadata = w.metadata
+    holder = w.holder, metadata = w.metadata, served = w.seq
   WHERE name = p_name
   RETURNING token INTO tok;
   PERFORM pg_notify('{p}:' || split_part(w.owner, '.', 1), 'g:' || w.owner || ':' || tok);

@@ -32,6 +32,13 @@ CREATE TABLE IF NOT EXISTS {p}_locks (
 -- grant or release finds the queue empty.
 ALTER TABLE {p}_locks ADD COLUMN IF NOT EXISTS queued boolean NOT NULL DEFAULT true;
 
+-- served is the queue position (seq) of the last waiter granted from the
+-- queue: that grant deleted every queue row up to it (the lapsed ones it
+-- passed), and later rows get larger seqs, so the head is looked for
+-- above it. Without it, each look at the head would step over the index
+-- entries of every row deleted since the last vacuum.
+ALTER TABLE {p}_locks ADD COLUMN IF NOT EXISTS served bigint NOT NULL DEFAULT 0;
+
 -- The acquisitions waiting for a lock, granted in seq order. A row lapses
 -- at expires unless its waiter renews it; a promotion hands the lock over
 -- with the row's expires (the waiter's own lease clock).
