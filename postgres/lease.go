@@ -66,6 +66,11 @@ type lease struct {
 	st      state
 	queued  bool  // an attempt put (or kept) a queue row of ours
 	failing error // the last attempt's error while no queue row is known
+	// revoked: a revocation naming this acquisition arrived before Lock
+	// marked it held. Owner ids are never reused, so the acquisition's
+	// rows are gone for good: Lock must not return a grant it read (a
+	// promotion's notification, or an answer) before the revocation.
+	revoked bool
 }
 
 // acquireResult is the answer of the acquire function.
@@ -169,6 +174,9 @@ func (l *lease) lock(ctx context.Context, wait bool) (driver.Grant, error) {
 		case <-ctx.Done():
 			return driver.Grant{}, ctx.Err()
 		case <-l.notify:
+			if l.wasRevoked() {
+				return driver.Grant{}, errRevoked(l.name)
+			}
 			if tok := l.granted.Load(); tok != 0 {
 				// A release granted us the lock with the expiry of our
 				// queue row, which our renewals kept: the lease's clock,
@@ -244,14 +252,23 @@ func (l *lease) attempt(ctx context.Context, m mode) (time.Time, acquireResult, 
 	return sent, res, err
 }
 
-// result ends Lock: a grant moves the lease to held. After an error the
+// result ends Lock: a grant moves the lease to held, unless a revocation
+// of the acquisition arrived first (then the grant was ended by an
+// operator before Lock could return it: ErrLeaseLost). After an error the
 // state stays unknown, so that Release removes rows the attempt may have
-// written.
+// written. The revocation's check and the move to held are one critical
+// section, as is notified's check of held and its record of a revocation:
+// a revocation either fails Lock here or finds the lease held and reports
+// its loss.
 func (l *lease) result(sent time.Time, res acquireResult, err error) (driver.Grant, error) {
 	if err != nil {
 		return driver.Grant{}, err
 	}
 	l.mu.Lock()
+	if l.revoked {
+		l.mu.Unlock()
+		return driver.Grant{}, errRevoked(l.name)
+	}
 	l.st, l.queued = stHeld, false
 	l.mu.Unlock()
 	if h := l.d.hub; h != nil {
@@ -336,8 +353,10 @@ func (l *lease) Release(ctx context.Context) error {
 }
 
 // notified handles a notification naming this acquisition: a grant to a
-// waiter (with its token), or a revocation, which wakes a waiter (its next
-// attempt finds its queue row gone) and reports a holder's loss at once.
+// waiter (with its token), or a revocation, which reports a holder's loss
+// at once, and otherwise is recorded and wakes Lock, which then fails with
+// ErrLeaseLost, even if a grant (a promotion the revocation then ended)
+// reached it first.
 func (l *lease) notified(grant bool, token int64) {
 	if grant {
 		l.granted.Store(token)
@@ -346,10 +365,25 @@ func (l *lease) notified(grant bool, token int64) {
 	}
 	l.mu.Lock()
 	held := l.st == stHeld
+	if !held {
+		l.revoked = true
+	}
 	l.mu.Unlock()
 	if held {
 		l.lost(fmt.Errorf("%w: postgres: lock %q was revoked", backend.ErrLeaseLost, l.name))
 		return
 	}
 	l.wake()
+}
+
+func (l *lease) wasRevoked() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.revoked
+}
+
+// errRevoked is Lock's error for an acquisition revoked while it waited,
+// or after a grant Lock had not returned yet.
+func errRevoked(name string) error {
+	return fmt.Errorf("%w: postgres: the acquisition of lock %q was revoked while it waited", backend.ErrLeaseLost, name)
 }
