@@ -113,7 +113,9 @@ type pgDriver struct {
 	seq   atomic.Uint64
 	hub   *hub // nil without a listener
 
-	migrateMu sync.Mutex
+	// migrating holds a token while a call migrates: the others wait for
+	// it or for their ctx, whichever ends first.
+	migrating chan struct{}
 	migrated  atomic.Bool
 
 	// Counters for tests and benchmarks.
@@ -137,7 +139,8 @@ func newDriver(client Client, cfg Config, owned *pgxpool.Pool) (*pgDriver, error
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	d := &pgDriver{c: client, owned: owned, cfg: cfg, id: hex.EncodeToString(b[:]), sql: statementsFor(cfg.Prefix)}
+	d := &pgDriver{c: client, owned: owned, cfg: cfg, id: hex.EncodeToString(b[:]), sql: statementsFor(cfg.Prefix),
+		migrating: make(chan struct{}, 1)}
 	if listen := listenConfig(client, cfg); listen != nil {
 		d.hub = newHub(listen, channel(cfg.Prefix, d.id), &d.wakeups)
 	}
@@ -166,13 +169,19 @@ func listenConfig(client Client, cfg Config) *pgx.ConnConfig {
 func channel(prefix, id string) string { return prefix + ":" + id }
 
 // ready migrates the schema on the driver's first use, unless NoMigrate; a
-// failed migration is tried again at the next use.
+// failed migration is tried again at the next use. One call migrates at a
+// time; the others wait for it only as long as their ctx lets them (a
+// migration can wait long for another process's, on its advisory lock).
 func (d *pgDriver) ready(ctx context.Context) error {
 	if d.migrated.Load() {
 		return nil
 	}
-	d.migrateMu.Lock()
-	defer d.migrateMu.Unlock()
+	select {
+	case d.migrating <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("%w: postgres: waiting for the schema migration another call runs: %w", backend.ErrUnavailable, ctx.Err())
+	}
+	defer func() { <-d.migrating }()
 	if d.migrated.Load() {
 		return nil
 	}
