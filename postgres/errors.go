@@ -20,9 +20,11 @@ import (
 // the server's (a dial, a closed or reset connection, a timeout, a closed
 // pool, a context that ended), a connection exception (class 08), a server
 // shutting down or starting (57P0x), out of connections or resources
-// (class 53), a cancelled statement (57014) or a read-only standby (25006).
-// Other server errors are returned as they are. The pgx error stays in the
-// chain.
+// (class 53), a cancelled statement (57014), a read-only standby (25006),
+// or a statement that lost a race it may win when tried again: a lock wait
+// that a lock_timeout ended (55P03 lock_not_available), a serialization
+// failure (40001) or a deadlock (40P01). Other server errors are returned
+// as they are. The pgx error stays in the chain.
 func mapErr(err error) error {
 	if err == nil || errors.Is(err, backend.ErrUnavailable) || errors.Is(err, backend.ErrPermission) {
 		return err
@@ -37,7 +39,7 @@ func mapErr(err error) error {
 	case pe.Code == "42P01", pe.Code == "42883":
 		return fmt.Errorf("%w: %w", errNoSchema, err)
 	case strings.HasPrefix(pe.Code, "08"), strings.HasPrefix(pe.Code, "57P"), strings.HasPrefix(pe.Code, "53"),
-		pe.Code == "57014", pe.Code == "25006":
+		pe.Code == "57014", pe.Code == "25006", pe.Code == "55P03", pe.Code == "40001", pe.Code == "40P01":
 		return fmt.Errorf("%w: %w", backend.ErrUnavailable, err)
 	}
 	return err
