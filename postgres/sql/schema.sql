@@ -30,14 +30,28 @@ CREATE TABLE IF NOT EXISTS {p}_locks (
 -- acquire and release of a lock nobody waits for be one UPDATE of this
 -- row, without looking at the queue. Rows start true (unknown) until a
 -- grant or release finds the queue empty.
-ALTER TABLE {p}_locks ADD COLUMN IF NOT EXISTS queued boolean NOT NULL DEFAULT true;
-
+--
 -- served is the queue position (seq) of the last waiter granted from the
 -- queue: that grant deleted every queue row up to it (the lapsed ones it
 -- passed), and later rows get larger seqs, so the head is looked for
 -- above it. Without it, each look at the head would step over the index
 -- entries of every row deleted since the last vacuum.
-ALTER TABLE {p}_locks ADD COLUMN IF NOT EXISTS served bigint NOT NULL DEFAULT 0;
+--
+-- ALTER TABLE locks the table against every lock operation even when the
+-- column exists (IF NOT EXISTS is checked under that lock), so it runs
+-- only for a missing column: processes that start at once and each run
+-- the migration do not stall all locks in turn.
+DO $$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_attribute
+      WHERE attrelid = '{p}_locks'::regclass AND attname = 'queued' AND NOT attisdropped) THEN
+    ALTER TABLE {p}_locks ADD COLUMN IF NOT EXISTS queued boolean NOT NULL DEFAULT true;
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM pg_attribute
+      WHERE attrelid = '{p}_locks'::regclass AND attname = 'served' AND NOT attisdropped) THEN
+    ALTER TABLE {p}_locks ADD COLUMN IF NOT EXISTS served bigint NOT NULL DEFAULT 0;
+  END IF;
+END $$;
 
 -- The acquisitions waiting for a lock, granted in seq order. A row lapses
 -- at expires unless its waiter renews it; a promotion hands the lock over
