@@ -19,7 +19,9 @@
 //   - p_locks: one row per lock name ever taken: name, owner (the
 //     acquisition's id, NULL while the lock is free), token, expires (server
 //     time, clock_timestamp() + TTL), granted, holder, metadata (jsonb),
-//     and queued, false only while the lock's queue is known to be empty.
+//     queued (false only while the lock's queue is known to be empty) and
+//     served (the queue position of the last waiter granted from it: the
+//     queue's head is looked for above it).
 //   - p_waiters: one row per waiting acquisition, in the order of the
 //     sequence p_queue, each with an expiry its waiter renews.
 //   - p_token: the sequence the tokens come from.
