@@ -75,13 +75,22 @@
 // The channel is the Locker's, not one per prefix: on a shared channel
 // every Locker's listener would receive, and discard, every grant of every
 // lock.
-// When the listener (re)connects, its waiters try again (a notification
-// may have been missed). A waiter also tries again when the holder's lease
-// would end (its fallback timer, in case a notification is lost or the
-// holder crashed), and its renewals, every TTL/3, find a grant it was not
-// told of. Without a listener (Config.NoListen, URL listen=false, or a
-// client that is not a *pgxpool.Pool without Config.Listen), waiters rely
-// on those alone: a grant reaches them within TTL/3.
+// A waiter is registered with the listener before its first statement, and
+// when the listener (re)connects, its waiters try again (a notification
+// may have been missed). A revocation's notification that reaches a waiter
+// promoted meanwhile, before its Acquire returned, fails the Acquire with
+// backend.ErrLeaseLost rather than returning the revoked grant. A waiter
+// also tries again when the holder's lease would end (its fallback timer,
+// in case a notification is lost or the holder crashed), and its
+// renewals, every TTL/3, find a grant it was not told of. Without a
+// listener (Config.NoListen, URL listen=false, or a client that is not a
+// *pgxpool.Pool without Config.Listen), waiters rely on those alone: a
+// grant reaches them within TTL/3. The same holds while
+// the listener cannot connect (a wrong listen_host, a server refusing it):
+// it tries again with a backoff of up to 1s, and nothing reports its
+// failures, which show only as hand-offs that take up to TTL/3 instead of
+// a round trip. A listener configured from a *pgxpool.Pool runs the pool's
+// BeforeConnect before each connection.
 //
 // # Poolers
 //
@@ -91,8 +100,10 @@
 // PgBouncer (tested through Debian's). LISTEN does not: a pooler gives the
 // session back to its pool after each transaction. Point the listener at
 // the server itself with Config.Listen, or the URL parameter
-// listen_host=host:port (the rest of the listener's settings are the
-// URL's); without that, waiters fall back to their timers and renewals.
+// listen_host=host:port: the listener's settings are the URL's with that
+// host, so its TLS follows it (sslmode=prefer's plain-text fallback,
+// verify-full checking that host's name); without that, waiters fall back
+// to their timers and renewals.
 // The migration is one simple-protocol message (one transaction), which a
 // pooler passes to one server connection.
 //
@@ -103,8 +114,10 @@
 // the comment of p_locks (one round trip), and runs the migration only if
 // it is not current. The migration is idempotent and takes a
 // transaction-scoped advisory lock, so processes starting at once do not
-// collide. To run it yourself, print it with Schema and apply it with psql
-// or your migration tool, then set Config.NoMigrate (URL migrate=false):
+// collide; a Locker's other calls wait for its migration only until their
+// contexts end (backend.ErrUnavailable). To run it yourself, print it
+// with Schema and apply it with psql or your migration tool, then set
+// Config.NoMigrate (URL migrate=false):
 //
 //	sql, err := postgres.Schema("fencelock")
 //	fmt.Print(sql) // psql -v ON_ERROR_STOP=1 -f schema.sql
@@ -135,7 +148,12 @@
 // the lock is held (or had queued the acquisition when its wait was given
 // up). A request that could not be sent or got no answer (a dial, a reset
 // connection, a timeout, a server shutting down or refusing connections,
-// a cancelled statement, a read-only standby) is backend.ErrUnavailable.
+// a cancelled statement, a read-only standby) is backend.ErrUnavailable,
+// as is a statement that a lock_timeout, a serialization failure or a
+// deadlock ended (SQLSTATE 55P03, 40001, 40P01): they say nothing of the
+// lock. A statement whose context ends is cancelled on the server too
+// (pgx closes its connection with a cancel request), so it does not wait
+// on there for the lock's row and take the lock later for nobody.
 // An acquisition given up while its statement had no answer is released
 // (its rows removed, if the statement had landed); should that statement
 // reach the server only after the release, it takes the lock for a holder
@@ -169,7 +187,9 @@
 // # Clients
 //
 // New takes a *pgxpool.Pool (or anything with its Exec, Query and QueryRow
-// that is safe for concurrent use; a *pgx.Conn is not, and is refused).
+// that is safe for concurrent use and runs each statement in a
+// transaction of its own; a single session is not: a *pgx.Conn, a
+// *pgxpool.Conn or a pgx.Tx is refused).
 // Closing the Locker does not close a pool given to New; a Locker opened
 // from a URL owns its pool and closes it. A URL without connect_timeout
 // gets DefaultConnectTimeout.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencelock/fencelock/backend"
@@ -31,7 +32,9 @@ const MinTTL = 100 * time.Millisecond
 // Client is what the adapter needs of a pgx client, with pgx's signatures.
 // *pgxpool.Pool satisfies it, and is what to use: a Locker sends renewals
 // from timers while other acquisitions run, so the client must be safe for
-// concurrent use, which a *pgx.Conn is not (New refuses one).
+// concurrent use and run each statement in a transaction of its own. A
+// single session is neither: New refuses a *pgx.Conn, a *pgxpool.Conn and
+// a pgx.Tx. Another Client (a wrapper of a pool) must be both.
 type Client interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
@@ -52,10 +55,10 @@ type Config struct {
 	NoMigrate bool
 	// Listen is how the Locker's listener connection (LISTEN, for the
 	// notifications that wake waiters) is opened. nil: with the client's
-	// own configuration if the client is a *pgxpool.Pool, else no
-	// listener. Point it at the server itself when the client goes
-	// through a transaction-mode pooler (PgBouncer), where LISTEN does
-	// not work; URL parameter listen_host.
+	// own configuration, and its BeforeConnect hook, if the client is a
+	// *pgxpool.Pool, else no listener. Point it at the server itself
+	// when the client goes through a transaction-mode pooler (PgBouncer),
+	// where LISTEN does not work; URL parameter listen_host.
 	Listen *pgx.ConnConfig
 	// NoListen turns the listener off: waiters then learn that they were
 	// granted the lock from their renewals (every TTL/3) and a timer set
@@ -130,8 +133,9 @@ func newDriver(client Client, cfg Config, owned *pgxpool.Pool) (*pgDriver, error
 	if client == nil {
 		return nil, fmt.Errorf("%w: postgres: nil client", backend.ErrInvalidOption)
 	}
-	if _, ok := client.(*pgx.Conn); ok {
-		return nil, fmt.Errorf("%w: postgres: a *pgx.Conn is not safe for concurrent use, and a Locker renews leases while others acquire: use a *pgxpool.Pool", backend.ErrInvalidOption)
+	switch client.(type) {
+	case *pgx.Conn, *pgxpool.Conn, pgx.Tx:
+		return nil, fmt.Errorf("%w: postgres: a %T is one session, not safe for concurrent use (a transaction would also keep every lock change to itself until it commits), and a Locker renews leases while others acquire: use a *pgxpool.Pool", backend.ErrInvalidOption, client)
 	}
 	cfg, err := cfg.check()
 	if err != nil {
@@ -141,26 +145,39 @@ func newDriver(client Client, cfg Config, owned *pgxpool.Pool) (*pgDriver, error
 	_, _ = rand.Read(b[:])
 	d := &pgDriver{c: client, owned: owned, cfg: cfg, id: hex.EncodeToString(b[:]), sql: statementsFor(cfg.Prefix),
 		migrating: make(chan struct{}, 1)}
-	if listen := listenConfig(client, cfg); listen != nil {
-		d.hub = newHub(listen, channel(cfg.Prefix, d.id), &d.wakeups)
+	if listen, before := listenConfig(client, cfg); listen != nil {
+		d.hub = newHub(listen, before, channel(cfg.Prefix, d.id), &d.wakeups)
 	}
 	d.migrated.Store(cfg.NoMigrate)
 	return d, nil
 }
 
 // listenConfig returns the listener's connection configuration, or nil for
-// none.
-func listenConfig(client Client, cfg Config) *pgx.ConnConfig {
-	switch {
+// none, and the hook to call on a copy of it before each connection: a
+// pool's BeforeConnect (credentials that rotate) when the configuration is
+// the pool's. The listener's connection is closed by cancelling its wait
+// for notifications, which no cancel request can end: it closes its socket
+// at once (pgx's default), whatever the pool does for its statements.
+func listenConfig(client Client, cfg Config) (*pgx.ConnConfig, func(context.Context, *pgx.ConnConfig) error) {
+	var (
+		lc     *pgx.ConnConfig
+		before func(context.Context, *pgx.ConnConfig) error
+	)
+	switch p, ok := client.(*pgxpool.Pool); {
 	case cfg.NoListen:
-		return nil
+		return nil, nil
 	case cfg.Listen != nil:
-		return cfg.Listen.Copy()
+		lc = cfg.Listen.Copy()
+	case ok:
+		pc := p.Config()
+		lc, before = pc.ConnConfig, pc.BeforeConnect
+	default:
+		return nil, nil
 	}
-	if p, ok := client.(*pgxpool.Pool); ok {
-		return p.Config().ConnConfig
+	lc.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
 	}
-	return nil
+	return lc, before
 }
 
 // channel is the notification channel of the driver with id: releases

@@ -29,6 +29,7 @@ const closeTimeout = 100 * time.Millisecond
 // renewals.
 type hub struct {
 	cfg     *pgx.ConnConfig
+	before  func(context.Context, *pgx.ConnConfig) error // a pool's BeforeConnect, or nil
 	channel string
 	wakeups *atomic.Int64
 
@@ -41,8 +42,8 @@ type hub struct {
 	done    chan struct{}
 }
 
-func newHub(cfg *pgx.ConnConfig, channel string, wakeups *atomic.Int64) *hub {
-	return &hub{cfg: cfg, channel: channel, wakeups: wakeups, members: make(map[string]*lease)}
+func newHub(cfg *pgx.ConnConfig, before func(context.Context, *pgx.ConnConfig) error, channel string, wakeups *atomic.Int64) *hub {
+	return &hub{cfg: cfg, before: before, channel: channel, wakeups: wakeups, members: make(map[string]*lease)}
 }
 
 // listening reports whether LISTEN is in effect, so that a notification
@@ -101,7 +102,14 @@ func (h *hub) loop(ctx context.Context) {
 // listen runs one listener connection until it fails or ctx ends; it
 // reports whether LISTEN took effect.
 func (h *hub) listen(ctx context.Context) bool {
-	conn, err := pgx.ConnectConfig(ctx, h.cfg)
+	cfg := h.cfg
+	if h.before != nil {
+		cfg = h.cfg.Copy()
+		if err := h.before(ctx, cfg); err != nil {
+			return false
+		}
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return false
 	}

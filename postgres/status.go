@@ -36,7 +36,7 @@ func (d *pgDriver) Inspect(ctx context.Context, name string) (driver.Status, err
 			holder, meta *string
 		)
 		if err := rows.Scan(&held, &owner, &token, &ttlMs, &holder, &meta); err != nil {
-			return driver.Status{}, fmt.Errorf("postgres: status: %w", err)
+			return driver.Status{}, fmt.Errorf("postgres: status: %w", mapErr(err))
 		}
 		e := driver.Entry{ID: owner, TTLLeft: time.Duration(ttlMs) * time.Millisecond}
 		if holder != nil {

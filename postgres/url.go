@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"regexp"
@@ -130,11 +131,22 @@ func parseURL(u *url.URL) (*pgxpool.Config, Config, error) {
 	// Each statement names its mode anyway; this is for the listener's.
 	pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
 	if listenHost != "" {
-		lc := pc.ConnConfig.Copy()
-		lc.Host = listenHost
-		port, _ := strconv.ParseUint(listenPort, 10, 16)
-		lc.Port = uint16(port)
-		lc.Fallbacks = nil
+		// The URL again, with the listener's host: pgx derives the TLS
+		// settings (sslmode=prefer's plain-text fallback, verify-full's
+		// server name) from the host it parses.
+		lu := stripped
+		lu.Host = net.JoinHostPort(listenHost, listenPort)
+		lq := maps.Clone(pq)
+		delete(lq, "host")
+		lu.RawQuery = lq.Encode()
+		lc, err := pgx.ParseConfig(lu.String())
+		if err != nil {
+			return fail(fmt.Errorf("listen_host: %w", pgxError(u, err)))
+		}
+		if lc.ConnectTimeout == 0 {
+			lc.ConnectTimeout = DefaultConnectTimeout
+		}
+		lc.DefaultQueryExecMode = pgx.QueryExecModeExec
 		cfg.Listen = lc
 	}
 	return pc, cfg, nil
