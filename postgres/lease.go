@@ -96,7 +96,7 @@ func (l *lease) wake() {
 // waiter joins the lock's queue with its first statement, then waits for
 // the notification that a release granted it the lock (it carries the
 // token: no further round trip), registered with its driver's listener
-// before that statement if the listener is up, else right after, the
+// before that statement (which starts the listener if it queued), the
 // listener's (re)connection waking every registered waiter to try again
 // (a notification may have been missed). In case a notification is lost
 // or never sent (a holder crashed), it tries again when the holder's lease
@@ -142,29 +142,25 @@ func (l *lease) lock(ctx context.Context, wait bool) (driver.Grant, error) {
 		return driver.Grant{}, fmt.Errorf("%w: postgres: held by another acquisition, or promised to an earlier waiter", backend.ErrNotAcquired)
 	}
 	h := l.d.hub
-	registered := false
-	if h != nil && h.listening() {
-		// Registered before the first attempt: no notification for it
-		// can come unheard.
-		h.add(l, true)
-		registered = true
-	}
-	sent, res, err := l.attempt(ctx, modeJoin)
-	if err != nil || res.status != "queued" {
-		if registered {
-			h.remove(l)
-		}
-		return l.result(sent, res, err)
-	}
 	if h != nil {
-		if !registered {
-			h.add(l, true) // starts the listener if it is not running
-		}
+		// Registered before the first attempt, whether the listener is up
+		// or not: a notification for it, or the listener's (re)connection
+		// (which wakes every registered waiter), cannot come unheard. The
+		// listener itself is started only once the attempt queued: a lock
+		// nobody contends needs none.
+		h.add(l, false)
 		defer func() {
 			if !l.held() {
 				h.remove(l)
 			}
 		}()
+	}
+	sent, res, err := l.attempt(ctx, modeJoin)
+	if err != nil || res.status != "queued" {
+		return l.result(sent, res, err)
+	}
+	if h != nil {
+		h.add(l, true) // starts the listener if it is not running
 	}
 	backoff := 50 * time.Millisecond
 	timer := time.NewTimer(l.fallback(res.waitMs))
