@@ -15,6 +15,17 @@ DECLARE
   ttl interval := p_ttl_ms * interval '1 millisecond';
   head text;
 BEGIN
+  -- The statements below rely on READ COMMITTED: each sees what committed
+  -- before it, and a row lock waited for is followed by its newest
+  -- version. Under REPEATABLE READ or SERIALIZABLE (a database's or role's
+  -- default_transaction_isolation) they would fail with 40001 or read a
+  -- stale queue, so refuse with SQLSTATE ZF001 instead.
+  IF current_setting('transaction_isolation') <> 'read committed' THEN
+    RAISE EXCEPTION USING ERRCODE = 'ZF001',
+      MESSAGE = 'fencelock: the transaction isolation is ' || current_setting('transaction_isolation')
+        || ', the lock functions need read committed',
+      HINT = 'set default_transaction_isolation to ''read committed'' for the Lockers'' role or database (ALTER ROLE ... SET default_transaction_isolation = ''read committed'')';
+  END IF;
   r_wait_ms := 0;
   IF p_mode <> 2 THEN
     -- A free or lapsed lock with an empty queue: granted by this one
@@ -55,6 +66,11 @@ BEGIN
     IF head IS NULL OR head = p_owner THEN
       IF head IS NOT NULL THEN
         DELETE FROM {p}_waiters WHERE name = p_name AND owner = p_owner;
+      ELSIF l.queued THEN
+        -- No live waiter above served: the rows there have all lapsed
+        -- (a lapsed row is never renewed), and go before queued is
+        -- cleared, as promote_v1 deletes them when it finds none.
+        DELETE FROM {p}_waiters WHERE name = p_name AND seq > l.served;
       END IF;
       -- With no live waiter the queue is empty now (queued false); with
       -- this one at its head, others may wait behind it.
@@ -76,7 +92,8 @@ BEGIN
   END IF;
   IF p_mode = 1 THEN
     -- Queue rows of waiters that stopped renewing (crashed) are skipped,
-    -- and deleted by the grant that passes them (promote_v1). This is an
+    -- and deleted by the grant that passes them (promote_v1) or finds no
+    -- live waiter (promote_v1, or the grant above). This is an
     -- acquisition's first statement: its owner id is new, so the
     -- conflict is only a retry of this same statement.
     INSERT INTO {p}_waiters (name, owner, expires, since, holder, metadata)

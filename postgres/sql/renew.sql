@@ -11,6 +11,12 @@ DECLARE
   l {p}_locks%ROWTYPE;
   t timestamptz;
 BEGIN
+  IF current_setting('transaction_isolation') <> 'read committed' THEN -- see {p}_acquire_v1
+    RAISE EXCEPTION USING ERRCODE = 'ZF001',
+      MESSAGE = 'fencelock: the transaction isolation is ' || current_setting('transaction_isolation')
+        || ', the lock functions need read committed',
+      HINT = 'set default_transaction_isolation to ''read committed'' for the Lockers'' role or database (ALTER ROLE ... SET default_transaction_isolation = ''read committed'')';
+  END IF;
   r_token := 0;
   SELECT * INTO l FROM {p}_locks WHERE name = p_name FOR UPDATE;
   IF NOT FOUND THEN

@@ -10,6 +10,12 @@ DECLARE
   t timestamptz;
   live boolean;
 BEGIN
+  IF current_setting('transaction_isolation') <> 'read committed' THEN -- see {p}_acquire_v1
+    RAISE EXCEPTION USING ERRCODE = 'ZF001',
+      MESSAGE = 'fencelock: the transaction isolation is ' || current_setting('transaction_isolation')
+        || ', the lock functions need read committed',
+      HINT = 'set default_transaction_isolation to ''read committed'' for the Lockers'' role or database (ALTER ROLE ... SET default_transaction_isolation = ''read committed'')';
+  END IF;
   SELECT * INTO l FROM {p}_locks WHERE name = p_name FOR UPDATE;
   IF NOT FOUND THEN
     RETURN false;

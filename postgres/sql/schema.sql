@@ -1,28 +1,44 @@
 -- The tables and sequences of one prefix ({p}). Every statement is
--- idempotent: the migration runs again on every Locker's first use and
--- changes nothing when the schema is current.
+-- idempotent, and each CREATE or ALTER runs only when the catalog lacks
+-- its object: CREATE INDEX IF NOT EXISTS and ALTER TABLE ... IF NOT EXISTS
+-- lock the table (SHARE, ACCESS EXCLUSIVE) before they look, and such a
+-- lock, queued behind a fenced transaction's FOR SHARE of one lock row,
+-- would queue every operation on every lock of the prefix behind it. Over
+-- a current or compatible schema the migration takes no table lock but
+-- COMMENT's SHARE UPDATE EXCLUSIVE, which no lock operation conflicts with.
 
 -- Fencing tokens: nextval at each grant. A sequence is WAL-logged ahead of
 -- the values it hands out, so tokens never go back, across restarts too.
-CREATE SEQUENCE IF NOT EXISTS {p}_token;
-
 -- The FIFO order of waiters: nextval when a waiter joins a queue.
-CREATE SEQUENCE IF NOT EXISTS {p}_queue;
+DO $$
+BEGIN
+  IF to_regclass('{p}_token') IS NULL THEN
+    CREATE SEQUENCE IF NOT EXISTS {p}_token;
+  END IF;
+  IF to_regclass('{p}_queue') IS NULL THEN
+    CREATE SEQUENCE IF NOT EXISTS {p}_queue;
+  END IF;
+END $$;
 
 -- One row per lock name that was ever taken. Every change to a lock first
 -- locks its row here, so all of them are serialized by that row lock; a
 -- fencing check (sqlfence) reads it FOR SHARE in the writer's transaction.
 -- owner is NULL while the lock is free; expires is server time
 -- (clock_timestamp()), never a client's.
-CREATE TABLE IF NOT EXISTS {p}_locks (
-  name     text PRIMARY KEY,
-  owner    text,
-  token    bigint,
-  expires  timestamptz,
-  granted  timestamptz,
-  holder   text,
-  metadata jsonb
-);
+DO $$
+BEGIN
+  IF to_regclass('{p}_locks') IS NULL THEN
+    CREATE TABLE IF NOT EXISTS {p}_locks (
+      name     text PRIMARY KEY,
+      owner    text,
+      token    bigint,
+      expires  timestamptz,
+      granted  timestamptz,
+      holder   text,
+      metadata jsonb
+    );
+  END IF;
+END $$;
 
 -- queued is false only when the lock has no live queue row: a waiter's
 -- insert sets it (under the row lock), and only a grant or release that
@@ -39,8 +55,7 @@ CREATE TABLE IF NOT EXISTS {p}_locks (
 --
 -- ALTER TABLE locks the table against every lock operation even when the
 -- column exists (IF NOT EXISTS is checked under that lock), so it runs
--- only for a missing column: processes that start at once and each run
--- the migration do not stall all locks in turn.
+-- only for a missing column.
 DO $$
 BEGIN
   IF NOT EXISTS (SELECT 1 FROM pg_attribute
@@ -56,15 +71,21 @@ END $$;
 -- The acquisitions waiting for a lock, granted in seq order. A row lapses
 -- at expires unless its waiter renews it; a promotion hands the lock over
 -- with the row's expires (the waiter's own lease clock).
-CREATE TABLE IF NOT EXISTS {p}_waiters (
-  name     text NOT NULL,
-  owner    text NOT NULL,
-  seq      bigint NOT NULL DEFAULT nextval('{p}_queue'),
-  expires  timestamptz NOT NULL,
-  since    timestamptz NOT NULL,
-  holder   text,
-  metadata jsonb,
-  PRIMARY KEY (name, owner)
-);
-
-CREATE INDEX IF NOT EXISTS {p}_waiters_order ON {p}_waiters (name, seq);
+DO $$
+BEGIN
+  IF to_regclass('{p}_waiters') IS NULL THEN
+    CREATE TABLE IF NOT EXISTS {p}_waiters (
+      name     text NOT NULL,
+      owner    text NOT NULL,
+      seq      bigint NOT NULL DEFAULT nextval('{p}_queue'),
+      expires  timestamptz NOT NULL,
+      since    timestamptz NOT NULL,
+      holder   text,
+      metadata jsonb,
+      PRIMARY KEY (name, owner)
+    );
+  END IF;
+  IF to_regclass('{p}_waiters_order') IS NULL THEN
+    CREATE INDEX IF NOT EXISTS {p}_waiters_order ON {p}_waiters (name, seq);
+  END IF;
+END $$;
