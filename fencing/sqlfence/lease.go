@@ -88,9 +88,11 @@ func NewLeaseGuard(db *sql.DB, opts ...LeaseOption) (*LeaseGuard, error) {
 // write checks alone.
 //
 // The check reads the lock's row FOR SHARE, and every operation of the
-// postgres adapter on a lock (a grant, the promotion of a waiter, a
-// renewal, a release) first locks that row FOR UPDATE and then UPDATEs it,
-// which waits for the share lock until the transaction ends. So from the
+// postgres adapter that changes a lock (a grant, the promotion of a
+// waiter, a renewal, a release, a revocation) UPDATEs that row: the acquire
+// and release of a lock nobody waits for are that one UPDATE, the others
+// first lock the row FOR UPDATE. Either waits for the share lock until the
+// transaction ends. So from the
 // check to the commit the lock cannot be granted again: what write does on
 // tx commits only while the row still carries this token. A check that
 // meets a grant in progress waits for it and, under READ COMMITTED, reads
@@ -98,11 +100,14 @@ func NewLeaseGuard(db *sql.DB, opts ...LeaseOption) (*LeaseGuard, error) {
 // do: an UPDATE that keeps the key does not wait for it.)
 //
 // The price: while the transaction is open, every operation on that lock
-// waits, including the holder's own renewals and the waiters' queueing.
-// Keep the transaction short against the TTL and give ctx a deadline. A
-// transaction that outlives the lease still commits safely (nobody could be
-// granted meanwhile), but the renewal that waited for it then finds the
-// lease expired, and the lease is lost.
+// waits, including the holder's own renewals, the waiters' queueing and
+// the waiters' renewals (a renewal locks the lock's row FOR UPDATE, a
+// waiter's too). Keep the transaction short against the TTL and give ctx
+// a deadline. A transaction that outlives the lease still commits safely
+// (nobody could be granted meanwhile), but the renewals that waited for
+// it then find their rows expired: the holder's lease is lost, and so is
+// every waiter's place in the queue (their acquisitions fail with
+// backend.ErrLeaseLost).
 //
 // What it does not cover: statements run outside tx (on the *sql.DB,
 // another connection, another database or service) are not checked and
