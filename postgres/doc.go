@@ -30,7 +30,9 @@
 //     operation is one statement and one round trip. Every function first
 //     locks the name's row of p_locks, so all changes to one lock are
 //     serialized by that row lock; within a function each statement sees
-//     what committed before it (READ COMMITTED). The acquire and release
+//     what committed before it (READ COMMITTED: under another isolation,
+//     a database's or role's default_transaction_isolation, the functions
+//     refuse with SQLSTATE ZF001 and a message naming it). The acquire and release
 //     of a lock nobody waits for are one UPDATE of its row each, whose
 //     conditions (free, queued false) are all on that row, so that a
 //     concurrent grant or waiter that changed it makes PostgreSQL check
@@ -48,8 +50,12 @@
 // is granted in the same way by the next acquire statement or waiter's
 // retry that finds it. Queue rows of waiters that stopped renewing (a
 // crashed process) are skipped, and deleted by the grant that passes them
-// (or finds the queue empty). Rows of free locks stay (one small row per
-// name); DELETE FROM p_locks WHERE owner IS NULL removes them safely.
+// or by the next acquire, release or revocation of the lock that finds no
+// live waiter (it deletes them all before it marks the queue empty). Those
+// of a lock nobody touches again stay; a lapsed row is never renewed, so
+// DELETE FROM p_waiters WHERE expires < now() - interval '1 minute'
+// removes them safely at any time. Rows of free locks stay (one small row
+// per name); DELETE FROM p_locks WHERE owner IS NULL removes them safely.
 //
 // # Tokens
 //
@@ -112,7 +118,15 @@
 // By default a Locker creates or updates its tables and functions on first
 // use (a Locker opened from a URL: in Open): it reads the schema version,
 // the comment of p_locks (one round trip), and runs the migration only if
-// it is not current. The migration is idempotent and takes a
+// it is lower than SchemaVersion. A later version is used as it is, never
+// migrated down: it keeps the functions of earlier versions working (see
+// SchemaVersion), so processes of both can run during a rolling deploy
+// or a rollback. Over a current or compatible schema the migration takes
+// no lock on the tables that a lock operation or a fenced write would
+// wait for, and it gives up after a lock_timeout of 5s
+// (backend.ErrUnavailable; the Locker tries again at its next call)
+// rather than queue every lock of the prefix behind a table lock that
+// waits for a long transaction. The migration is idempotent and takes a
 // transaction-scoped advisory lock, so processes starting at once do not
 // collide; a Locker's other calls wait for its migration only until their
 // contexts end (backend.ErrUnavailable). To run it yourself, print it
@@ -125,7 +139,8 @@
 // or call Migrate from a deployment step. A Locker that does not migrate
 // and finds the tables or functions missing fails with an error that says
 // so, never with backend.ErrNotAcquired. Functions carry a version (_v1),
-// so that a later release can add _v2 beside them during a rolling upgrade.
+// so that a later release can add _v2 beside them during a rolling upgrade;
+// the body of a released function never changes.
 //
 // # Permissions
 //
