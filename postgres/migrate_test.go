@@ -214,3 +214,31 @@ func TestInspectVolatile(t *testing.T) {
 	require.NoError(t, p.QueryRow(ctx, "SELECT provolatile::text FROM pg_proc WHERE oid = ($1 || '_inspect_v1')::regproc", prefix).Scan(&vol))
 	require.Equal(t, "v", vol)
 }
+
+// Schema's text without its first line (BEGIN;) and last (COMMIT;) runs in
+// a transaction a migration tool opened, as its doc says, and leaves the
+// schema current.
+func TestSchemaInToolTransaction(t *testing.T) {
+	dsn := srv.NewDatabase(t)
+	prefix := testPrefix(t)
+	ctx := tctx(t, time.Minute)
+	p := newPool(t, dsn)
+	script, err := Schema(prefix)
+	require.NoError(t, err)
+	body, ok := strings.CutPrefix(script, "BEGIN;\n")
+	require.True(t, ok)
+	body, ok = strings.CutSuffix(body, "COMMIT;\n")
+	require.True(t, ok)
+	tx, err := p.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, body)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	current, err := schemaCurrent(ctx, p, prefix)
+	require.NoError(t, err)
+	require.True(t, current)
+	l := locker(t, dsn, Config{Prefix: prefix, NoMigrate: true})
+	h, err := l.TryAcquire(ctx, "n")
+	require.NoError(t, err)
+	release(t, h)
+}
