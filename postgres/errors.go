@@ -38,6 +38,10 @@ func mapErr(err error) error {
 		return fmt.Errorf("%w: %w", backend.ErrPermission, err)
 	case pe.Code == "42P01", pe.Code == "42883":
 		return fmt.Errorf("%w: %w", errNoSchema, err)
+	case pe.Code == "ZF001" && pe.Hint != "":
+		// The functions refuse an isolation other than READ COMMITTED; the
+		// hint says which setting to change, which pgx's message leaves out.
+		return fmt.Errorf("%w: %s", err, pe.Hint)
 	case strings.HasPrefix(pe.Code, "08"), strings.HasPrefix(pe.Code, "57P"), strings.HasPrefix(pe.Code, "53"),
 		pe.Code == "57014", pe.Code == "25006", pe.Code == "55P03", pe.Code == "40001", pe.Code == "40P01":
 		return fmt.Errorf("%w: %w", backend.ErrUnavailable, err)

@@ -168,6 +168,7 @@ func TestIsolationNotReadCommitted(t *testing.T) {
 			require.True(t, errors.As(err, &pe), "%v", err)
 			require.Equal(t, "ZF001", pe.Code)
 			require.ErrorContains(t, err, "isolation is "+level+", the lock functions need read committed")
+			require.ErrorContains(t, err, "ALTER ROLE ... SET default_transaction_isolation", "the hint, which says what to change")
 			require.NotErrorIs(t, err, backend.ErrNotAcquired)
 			require.NotErrorIs(t, err, backend.ErrUnavailable)
 		})
