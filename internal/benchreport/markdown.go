@@ -113,7 +113,7 @@ func (rep *Report) Markdown(w io.Writer, info RunInfo) error {
 	p("α=0.05), as benchstat computes them (golang.org/x/perf/benchmath). ")
 	p("Latencies are also given in round trips (RTT): the median of the ")
 	p("backend's BenchmarkRoundTrip, one request that does no work (Redis: ")
-	p("PING; etcd: a serializable Range; ZooKeeper: an exists) on the same ")
+	p("PING; etcd: a serializable Range; ZooKeeper: an exists; PostgreSQL: SELECT 1) on the same ")
 	p("server in the same run, after the others. Rows named `rtt`, `commit` or ")
 	p("`…-rtt`, where a benchmark reports them, come from round trips it ")
 	p("measured itself just before each of its runs, under that run's load. ")
