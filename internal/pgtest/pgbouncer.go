@@ -172,25 +172,10 @@ func (b *PgBouncer) run(bin string, c *Cluster) error {
 		return err
 	}
 	defer db.Close()
-	deadline := time.Now().Add(readyTimeout)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, err = db.ExecContext(ctx, "SELECT 1")
-		cancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-done:
-			return fmt.Errorf("pgbouncer exited during start-up: %v\n%s", cmd.ProcessState, b.logTail())
-		default:
-		}
-		if time.Now().After(deadline) {
-			b.stop()
-			return fmt.Errorf("pgbouncer not ready after %v: %v\n%s", readyTimeout, err, b.logTail())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return waitReady("pgbouncer", cmd, done, b.stop, b.logTail, func(ctx context.Context) error {
+		_, err := db.ExecContext(ctx, "SELECT 1")
+		return err
+	}, 2*time.Second)
 }
 
 func (b *PgBouncer) logTail() string {

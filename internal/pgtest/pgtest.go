@@ -244,22 +244,29 @@ func (c *Cluster) run() error {
 		return err
 	}
 	defer db.Close()
+	return waitReady("postgres", cmd, done, c.stop, c.logTail, func(ctx context.Context) error { return db.PingContext(ctx) }, time.Second)
+}
+
+// waitReady polls probe (each try bounded by tryTimeout) until it succeeds,
+// the process cmd, named name, exits (done closes) or readyTimeout passes; then
+// it stops the process and returns an error with its log's tail.
+func waitReady(name string, cmd *exec.Cmd, done <-chan struct{}, stop func(), logTail func() string, probe func(context.Context) error, tryTimeout time.Duration) error {
 	deadline := time.Now().Add(readyTimeout)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err = db.PingContext(ctx)
+		ctx, cancel := context.WithTimeout(context.Background(), tryTimeout)
+		err := probe(ctx)
 		cancel()
 		if err == nil {
 			return nil
 		}
 		select {
 		case <-done:
-			return fmt.Errorf("postgres exited during start-up: %v\n%s", cmd.ProcessState, c.logTail())
+			return fmt.Errorf("%s exited during start-up: %v\n%s", name, cmd.ProcessState, logTail())
 		default:
 		}
 		if time.Now().After(deadline) {
-			c.stop()
-			return fmt.Errorf("postgres not ready after %v: %v\n%s", readyTimeout, err, c.logTail())
+			stop()
+			return fmt.Errorf("%s not ready after %v: %v\n%s", name, readyTimeout, err, logTail())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
