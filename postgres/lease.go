@@ -14,6 +14,7 @@ import (
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/backend/driver"
 	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/internal/lockwait"
 )
 
 // state is where an acquisition stands in the database.
@@ -107,24 +108,14 @@ func (l *lease) Lock(ctx context.Context, wait bool) (driver.Grant, error) {
 	return g, l.lockError(ctx, err)
 }
 
-// lockError maps an error of lock: a wait that ctx ended after the server
-// had queued the acquisition is a lock held by someone else
-// (backend.ErrNotAcquired); one that ended before keeps the last attempt's
-// error, which tells why the server did not answer.
+// lockError maps an error of lock (lockwait.Error) by the acquisition's
+// queue state.
 func (l *lease) lockError(ctx context.Context, err error) error {
-	if err == nil || ctx.Err() == nil || errors.Is(err, backend.ErrLeaseLost) || errors.Is(err, backend.ErrNotAcquired) {
-		return err
-	}
-	l.mu.Lock()
-	queued, failing := l.queued, l.failing
-	l.mu.Unlock()
-	switch {
-	case queued:
-		return fmt.Errorf("%w: postgres: queued behind the holder: %w", backend.ErrNotAcquired, err)
-	case failing != nil && failing != err:
-		return fmt.Errorf("%w (last attempt: %w)", err, failing)
-	}
-	return err
+	return lockwait.Error(ctx, err, "postgres", func() (bool, error) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.queued, l.failing
+	})
 }
 
 func (l *lease) lock(ctx context.Context, wait bool) (driver.Grant, error) {

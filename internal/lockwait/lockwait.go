@@ -1,0 +1,32 @@
+// Package lockwait holds what the adapters whose waiters queue in the
+// server (redis, postgres) share about a wait that ends.
+package lockwait
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/fencelock/fencelock/backend"
+)
+
+// Error maps the error of an adapter's Lock: a wait that ctx ended after
+// the server had queued the acquisition is a lock held by someone else
+// (backend.ErrNotAcquired); one that ended before keeps the last attempt's
+// error, which tells why the server did not answer. state reports, when
+// asked, whether the server queued the acquisition and the last attempt's
+// error; it is called only for an error that ctx's end may explain.
+// adapter names the adapter in the message ("redis").
+func Error(ctx context.Context, err error, adapter string, state func() (queued bool, lastAttempt error)) error {
+	if err == nil || ctx.Err() == nil || errors.Is(err, backend.ErrLeaseLost) || errors.Is(err, backend.ErrNotAcquired) {
+		return err
+	}
+	queued, failing := state()
+	switch {
+	case queued:
+		return fmt.Errorf("%w: %s: queued behind the holder: %w", backend.ErrNotAcquired, adapter, err)
+	case failing != nil && failing != err:
+		return fmt.Errorf("%w (last attempt: %w)", err, failing)
+	}
+	return err
+}
