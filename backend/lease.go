@@ -48,6 +48,7 @@ type Lease struct {
 	deadline   time.Time // zero while no expiry clock runs
 	renewAt    time.Time
 	acquired   time.Time
+	value      string // the stored value (WithValue)
 
 	opMu      sync.RWMutex // Refresh holds it shared, Release exclusively
 	releaseMu sync.Mutex   // serializes driver releases
@@ -101,8 +102,63 @@ func (ls *Lease) Name() string { return ls.name }
 // the protected resource.
 func (ls *Lease) Token() fencing.Token { return ls.token }
 
-// Holder returns the holder identity stored with the lock.
-func (ls *Lease) Holder() string { return ls.s.holder }
+// Holder returns the holder identity stored with the lock ("" for a lease
+// acquired WithValue, which stores its value instead).
+func (ls *Lease) Holder() string {
+	if ls.s.value != nil {
+		return ""
+	}
+	return ls.s.holder
+}
+
+// Value returns the value stored with the lock: the one given with
+// WithValue, or the last one Proclaim stored ("" for a lease acquired
+// without WithValue).
+func (ls *Lease) Value() string {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return ls.value
+}
+
+// Proclaim replaces the value stored with the lock (see WithValue) while
+// the lease holds it, keeping its token: status tools and election
+// observers see the new value with the same token. It is stored only if
+// the lock is still this lease's; if it is not, Proclaim returns an error
+// matching ErrLeaseLost (and fires the loss signal). It returns an error
+// matching ErrReleased after Release, ErrInvalidOption for a lease acquired
+// without WithValue or a value WithValue would refuse, and ErrUnavailable
+// if the backend did not answer (the new value may or may not be stored
+// then: call Proclaim again).
+func (ls *Lease) Proclaim(ctx context.Context, value string) error {
+	if ls.s.value == nil {
+		return fmt.Errorf("fencelock: proclaim %q: %w: the lease was acquired without WithValue", ls.name, ErrInvalidOption)
+	}
+	if err := checkValue(value); err != nil {
+		return fmt.Errorf("fencelock: proclaim %q: %w", ls.name, err)
+	}
+	ls.opMu.Lock() // one at a time, and never beside Release
+	defer ls.opMu.Unlock()
+	if err := ls.Err(); err != nil {
+		return fmt.Errorf("fencelock: proclaim %q: %w", ls.name, err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(ls.ctx, cancel)
+	defer stop()
+	if err := ls.drv.Proclaim(ctx, value); err != nil {
+		if errors.Is(err, ErrLeaseLost) {
+			ls.lose(err)
+		}
+		if ls.ctx.Err() != nil {
+			return fmt.Errorf("fencelock: proclaim %q: %w", ls.name, context.Cause(ls.ctx))
+		}
+		return fmt.Errorf("fencelock: proclaim %q: %w", ls.name, err)
+	}
+	ls.mu.Lock()
+	ls.value = value
+	ls.mu.Unlock()
+	return nil
+}
 
 // TTL returns the lease TTL.
 func (ls *Lease) TTL() time.Duration { return ls.s.ttl }

@@ -130,7 +130,12 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []Opt
 	// From here, an error that does not say the lock is held (a driver's
 	// ErrNotAcquired) is a backend that did not answer before ctx ended.
 
-	dl, started, err := l.drv.NewLease(ctx, driver.Request{Name: name, TTL: s.ttl, Holder: s.holder, Metadata: s.metadata, Lost: ls.driverLost})
+	req := driver.Request{Name: name, TTL: s.ttl, Holder: s.holder, Metadata: s.metadata, Lost: ls.driverLost}
+	if s.value != nil {
+		req.Holder, req.Metadata, req.Value = "", nil, s.value
+		ls.value = *s.value
+	}
+	dl, started, err := l.drv.NewLease(ctx, req)
 	if err != nil {
 		ls.end(fmt.Errorf("%w: acquisition failed", ErrReleased))
 		return nil, acquireError(ctx, name, err)

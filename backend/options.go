@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fencelock/fencelock/backend/driver"
 )
@@ -25,7 +27,9 @@ type settings struct {
 	drift     time.Duration
 	driftSet  bool
 	holder    string
+	holderSet bool
 	metadata  map[string]string
+	value     *string
 }
 
 func defaultSettings() settings {
@@ -70,7 +74,7 @@ func WithDriftMargin(d time.Duration) Option {
 
 // WithHolder sets the holder identity stored with the lock where the backend
 // can store it, for status tools. Default "hostname:pid".
-func WithHolder(id string) Option { return func(s *settings) { s.holder = id } }
+func WithHolder(id string) Option { return func(s *settings) { s.holder, s.holderSet = id, true } }
 
 // WithMetadata adds key/value pairs stored with the lock beside the holder
 // identity, for status tools. Default none.
@@ -85,6 +89,33 @@ func WithMetadata(kv map[string]string) Option {
 		}
 		s.metadata = m
 	}
+}
+
+// MaxValueLen is the longest value WithValue accepts, in bytes.
+const MaxValueLen = 4096
+
+// WithValue makes the acquisition an election candidate's (package
+// election sets it): v is stored with the lock in place of the holder
+// identity and metadata, as it is (on etcd and ZooKeeper the raw data of
+// the lock key or node, which other libraries' candidates read, such as
+// etcd's concurrency.Election), shown by Status as Entry.Value, and
+// replaced while held with Lease.Proclaim. It must be valid UTF-8 without
+// NUL bytes and at most MaxValueLen bytes, and cannot be combined with
+// WithHolder or WithMetadata. Default none: a lock stores its holder
+// identity and metadata.
+func WithValue(v string) Option { return func(s *settings) { s.value = &v } }
+
+// checkValue reports why v cannot be stored as a value, or nil.
+func checkValue(v string) error {
+	switch {
+	case len(v) > MaxValueLen:
+		return fmt.Errorf("%w: value is %d bytes, more than %d", ErrInvalidOption, len(v), MaxValueLen)
+	case !utf8.ValidString(v):
+		return fmt.Errorf("%w: value is not valid UTF-8", ErrInvalidOption)
+	case strings.IndexByte(v, 0) >= 0:
+		return fmt.Errorf("%w: value holds a NUL byte", ErrInvalidOption)
+	}
+	return nil
 }
 
 // resolve applies opts over base and checks the result against the driver's
@@ -112,6 +143,14 @@ func resolve(base settings, drv driver.Driver, caps driver.Capabilities, opts []
 	}
 	if s.maxHold < 0 {
 		return s, fmt.Errorf("%w: max hold must not be negative, got %v", ErrInvalidOption, s.maxHold)
+	}
+	if s.value != nil {
+		if err := checkValue(*s.value); err != nil {
+			return s, err
+		}
+		if s.holderSet || len(s.metadata) > 0 {
+			return s, fmt.Errorf("%w: a value is stored in place of the holder identity and metadata: WithValue cannot be combined with WithHolder or WithMetadata", ErrInvalidOption)
+		}
 	}
 	return s, nil
 }

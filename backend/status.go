@@ -30,6 +30,13 @@ type Entry struct {
 	Metadata map[string]string // given with WithMetadata
 	Token    fencing.Token     // the token it holds, or will hold when granted (zero if unknown)
 	TTLLeft  time.Duration     // time until the server expires it if not renewed; negative if unknown
+	// Value is the value stored with WithValue (an election candidate's),
+	// as the last Proclaim left it; "" for a lock acquisition. On etcd and
+	// ZooKeeper it is the raw data of the acquisition's key or node: for a
+	// lock acquisition fencelock's JSON record of holder and metadata, and
+	// for another library's entry what it wrote (a concurrency.Election
+	// candidate's value, a Curator participant id).
+	Value string
 }
 
 // Status reports who holds and who waits for the lock called name. It

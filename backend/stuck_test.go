@@ -328,3 +328,5 @@ func TestShutdownWhileRefreshUnanswered(t *testing.T) {
 		require.FailNow(t, "the Refresh is still in flight after Shutdown")
 	}
 }
+
+func (l *stuckLease) Proclaim(context.Context, string) error { return nil }

@@ -632,3 +632,8 @@ func (l *lease) finish() {
 	l.st = stReleased
 	l.mu.Unlock()
 }
+
+// Proclaim implements driver.Lease: not yet (the value is not stored).
+func (l *lease) Proclaim(context.Context, string) error {
+	return fmt.Errorf("%w: proclaim is not implemented on this backend yet", errors.ErrUnsupported)
+}

@@ -374,3 +374,8 @@ func (l *lease) wasRevoked() bool {
 func errRevoked(name string) error {
 	return fmt.Errorf("%w: postgres: the acquisition of lock %q was revoked while it waited", backend.ErrLeaseLost, name)
 }
+
+// Proclaim implements driver.Lease: not yet (the value is not stored).
+func (l *lease) Proclaim(context.Context, string) error {
+	return fmt.Errorf("%w: proclaim is not implemented on this backend yet", errors.ErrUnsupported)
+}

@@ -396,3 +396,8 @@ func (l *lease) release(ctx context.Context, endMark int64) (int64, error) {
 	cmd = append(cmd, l.d.wakePrefix, flag(!l.d.cfg.NoClockFloor), flag(l.d.direct()), endMark)
 	return l.d.eval(ctx, cmd, releaseScript, releaseSrc).Int64()
 }
+
+// Proclaim implements driver.Lease: not yet (the value is not stored).
+func (l *lease) Proclaim(context.Context, string) error {
+	return fmt.Errorf("%w: proclaim is not implemented on this backend yet", errors.ErrUnsupported)
+}

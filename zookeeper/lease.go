@@ -992,3 +992,8 @@ func (l *lease) cleanupNode() error {
 		backoff = min(2*backoff, cleanupRetryMax)
 	}
 }
+
+// Proclaim implements driver.Lease: not yet (the value is not stored).
+func (l *lease) Proclaim(context.Context, string) error {
+	return fmt.Errorf("%w: proclaim is not implemented on this backend yet", errors.ErrUnsupported)
+}

@@ -70,6 +70,13 @@ type Request struct {
 	TTL      time.Duration
 	Holder   string
 	Metadata map[string]string
+	// Value is nil for a lock. For an election candidate (backend.WithValue)
+	// it is the value to store in place of Holder and Metadata (both empty
+	// then), as it is: the raw data of the lock key or node where the
+	// backend stores bytes (so that another library's candidates read it,
+	// etcd's concurrency.Election for one). Inspect reports it as
+	// Entry.Value, and Lease.Proclaim replaces it.
+	Value *string
 	// Lost is how the driver reports that the backend observed the lease
 	// or the lock key gone (revoked, expired, deleted, the session ended),
 	// with the cause; backend fires the loss signal with an error matching
@@ -126,4 +133,12 @@ type Lease interface {
 	// channel closed at the next change of that state. A backend that does
 	// not track this returns false and a nil channel.
 	Suspended() (suspended bool, changed <-chan struct{})
+	// Proclaim replaces the value stored with the acquisition (its
+	// Request.Value) while it holds the lock, without changing its token:
+	// only if the lock is still this acquisition's, else it returns an
+	// error wrapping ErrLeaseLost and stores nothing. backend calls it only
+	// on a lease requested with a Value, after a successful Lock and before
+	// Release, one at a time (KeepAlive may run beside it). A Proclaim that
+	// got no answer may or may not have been stored: the caller asks again.
+	Proclaim(ctx context.Context, value string) error
 }

@@ -21,6 +21,7 @@ type Entry struct {
 	Metadata map[string]string
 	Token    fencing.Token
 	TTLLeft  time.Duration // negative if unknown
+	Value    string
 }
 
 // Queued returns the Status of a lock whose acquisitions are entries in the

@@ -162,3 +162,14 @@ func (dl *driverLease) Release(ctx context.Context) error {
 
 // Suspended implements driver.Lease: mem has no connection state to report.
 func (dl *driverLease) Suspended() (bool, <-chan struct{}) { return false, nil }
+
+// Proclaim implements driver.Lease.
+func (dl *driverLease) Proclaim(ctx context.Context, value string) error {
+	if err := dl.conn.check(); err != nil {
+		return fmt.Errorf("proclaim: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return dl.conn.srv.proclaim(dl.l, value)
+}

@@ -34,6 +34,7 @@ type lease struct {
 	ttl     time.Duration
 	holder  string
 	meta    map[string]string
+	value   string // the election value (driver.Request.Value), if any
 	expiry  *time.Timer
 	renewed time.Time     // when the expiry clock last started
 	token   fencing.Token // zero until queued
@@ -104,6 +105,9 @@ func (s *Server) grant(req driver.Request) *lease {
 	s.nextID++
 	l := &lease{id: s.nextID, name: req.Name, ttl: req.TTL, holder: req.Holder, meta: req.Metadata,
 		granted: make(chan struct{})}
+	if req.Value != nil {
+		l.value = *req.Value
+	}
 	l.gone, l.end = context.WithCancel(context.Background())
 	l.renewed = time.Now()
 	l.expiry = time.AfterFunc(req.TTL, func() {
@@ -125,6 +129,17 @@ func (s *Server) keepAlive(l *lease) error {
 	return nil
 }
 
+// proclaim replaces l's value if l still holds its lock.
+func (s *Server) proclaim(l *lease, value string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if q := s.queues[l.name]; l.ended || len(q) == 0 || q[0] != l {
+		return fmt.Errorf("%w: mem lease %d no longer holds %q", backend.ErrLeaseLost, l.id, l.name)
+	}
+	l.value = value
+	return nil
+}
+
 // status lists name's queue: the holder first.
 func (s *Server) status(name string) driver.Status {
 	s.mu.Lock()
@@ -132,7 +147,7 @@ func (s *Server) status(name string) driver.Status {
 	var entries []driver.Entry
 	for _, l := range s.queues[name] {
 		entries = append(entries, driver.Entry{ID: l.idString(), Holder: l.holder, Metadata: l.meta, Token: l.token,
-			TTLLeft: max(time.Until(l.renewed.Add(l.ttl)), 0)})
+			TTLLeft: max(time.Until(l.renewed.Add(l.ttl)), 0), Value: l.value})
 	}
 	return driver.Queued(entries)
 }
