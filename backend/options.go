@@ -27,7 +27,6 @@ type settings struct {
 	drift     time.Duration
 	driftSet  bool
 	holder    string
-	holderSet bool
 	metadata  map[string]string
 	value     *string
 }
@@ -74,7 +73,7 @@ func WithDriftMargin(d time.Duration) Option {
 
 // WithHolder sets the holder identity stored with the lock where the backend
 // can store it, for status tools. Default "hostname:pid".
-func WithHolder(id string) Option { return func(s *settings) { s.holder, s.holderSet = id, true } }
+func WithHolder(id string) Option { return func(s *settings) { s.holder = id } }
 
 // WithMetadata adds key/value pairs stored with the lock beside the holder
 // identity, for status tools. Default none.
@@ -100,9 +99,9 @@ const MaxValueLen = 4096
 // the lock key or node, which other libraries' candidates read, such as
 // etcd's concurrency.Election), shown by Status as Entry.Value, and
 // replaced while held with Lease.Proclaim. It must be valid UTF-8 without
-// NUL bytes and at most MaxValueLen bytes, and cannot be combined with
-// WithHolder or WithMetadata. Default none: a lock stores its holder
-// identity and metadata.
+// NUL bytes and at most MaxValueLen bytes. The holder identity and metadata
+// (WithHolder, WithMetadata) of such an acquisition are not stored. Default
+// none: a lock stores its holder identity and metadata.
 func WithValue(v string) Option { return func(s *settings) { s.value = &v } }
 
 // checkValue reports why v cannot be stored as a value, or nil.
@@ -147,9 +146,6 @@ func resolve(base settings, drv driver.Driver, caps driver.Capabilities, opts []
 	if s.value != nil {
 		if err := checkValue(*s.value); err != nil {
 			return s, err
-		}
-		if s.holderSet || len(s.metadata) > 0 {
-			return s, fmt.Errorf("%w: a value is stored in place of the holder identity and metadata: WithValue cannot be combined with WithHolder or WithMetadata", ErrInvalidOption)
 		}
 	}
 	return s, nil
