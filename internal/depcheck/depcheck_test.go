@@ -22,7 +22,7 @@ const module = "github.com/fencelock/fencelock"
 
 // userPatterns are the packages a user imports: the contract, the adapters,
 // the in-memory backend, fencing and every guard under it (new ones too).
-var userPatterns = []string{"./backend/...", "./etcd/...", "./zookeeper/...", "./redis/...", "./postgres/...", "./fencing/..."}
+var userPatterns = []string{"./backend/...", "./etcd/...", "./zookeeper/...", "./redis/...", "./postgres/...", "./fencing/...", "./election/..."}
 
 // allowed lists, per user-facing package, the forbidden packages it may
 // link anyway, with the reason.
