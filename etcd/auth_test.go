@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/conformance"
@@ -140,4 +141,36 @@ func TestWaitRefused(t *testing.T) {
 	release(t, held)
 	r := waitAcquired(t, ch, 20*time.Second)
 	requirePermission(t, r.Err)
+}
+
+// A candidate of the restricted user proclaims (one Txn on its own key,
+// within the grant), and a concurrency.Election of the same user reads the
+// value.
+func TestRestrictedUserProclaim(t *testing.T) {
+	s, _ := authServer(t)
+	c, err := s.ClientAs(appUser.Name, appUser.Password)
+	require.NoError(t, err)
+	defer c.Close()
+	l, err := New(c, "locks", backend.WithTTL(30*time.Second))
+	require.NoError(t, err)
+	defer l.Close()
+	ctx := tctx(t, 30*time.Second)
+
+	h, err := l.Acquire(ctx, "n", backend.WithValue("a"))
+	require.NoError(t, err)
+	require.NoError(t, h.Proclaim(ctx, "b"))
+	st, err := l.Status(ctx, "n")
+	require.NoError(t, err)
+	require.NotNil(t, st.Holder)
+	assert.Equal(t, "b", st.Holder.Value)
+	assert.Equal(t, h.Token(), st.Holder.Token)
+	sess, err := concurrency.NewSession(c, concurrency.WithTTL(30))
+	require.NoError(t, err)
+	defer sess.Close()
+	resp, err := concurrency.NewElection(sess, "locks/n").Leader(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "b", string(resp.Kvs[0].Value))
+	time.Sleep(2 * ownWatchDelay) // the watch of its key sees the put
+	require.NoError(t, h.Err())
+	release(t, h)
 }

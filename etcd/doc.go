@@ -53,11 +53,11 @@
 // for etcd://app:…@h:2379/locks. (With --prefix locks, without the slash,
 // the role would reach "locks2/" as well.) Every request stays in that
 // range: Open reads the one key "<prefix>/" (a reachability probe, never a
-// lock key); acquisitions, waits, releases, Status, Revoke and RevokeID
-// read, write, watch and delete keys <prefix>/<name>/<lease>. Lease grants
-// and TimeToLive (without keys) need no key permission; keepalives and
-// revokes need write permission on the keys attached to the lease, which
-// are in the range (an idle lease of the pool has none). The conformance
+// lock key); acquisitions, waits, releases, Proclaims, Status, Revoke and
+// RevokeID read, write, watch and delete keys <prefix>/<name>/<lease>.
+// Lease grants and TimeToLive (without keys) need no key permission;
+// keepalives and revokes need write permission on the keys attached to the
+// lease, which are in the range (an idle lease of the pool has none). The conformance
 // suite passes as such a user (TestRestrictedUserConformance).
 //
 // A refusal is an error matching backend.ErrPermission that keeps the
@@ -82,7 +82,7 @@
 //	<prefix>/<url.PathEscape(N)>/<L in lower-case hex>
 //
 // attached to L, with a small JSON value (holder and metadata) for status
-// tools. The holder is the writer of the oldest key (lowest create revision)
+// tools, or an election candidate's value (see Values and elections). The holder is the writer of the oldest key (lowest create revision)
 // under <prefix>/<escaped N>/; the others queue behind it in create-revision
 // order. This is the layout of etcd's concurrency.Mutex (NewMutex(session,
 // prefix+"/"+N)) and of "etcdctl lock prefix/N", so holders of either and of
@@ -96,6 +96,28 @@
 // a larger token. Every acquisition has its own lease and so its own key,
 // even within one Locker, so two acquisitions of one name never share a key
 // or a token (unlike two Mutexes on one Session, etcd#11360).
+//
+// # Values and elections
+//
+// An acquisition made with backend.WithValue (an election candidate's, as
+// package election makes them) stores its value as it is, as the raw value
+// of its key, in place of the JSON record. So this package and etcd's
+// concurrency.Election on the same keys, NewElection(session,
+// prefix+"/"+url.PathEscape(N)), are candidates of one election: each
+// waits for the other's leader to resign, Election.Leader and Observe
+// report a fencelock leader's value, and Status shows an Election
+// leader's value. Status reports every entry's raw key value as
+// Entry.Value (for a lock acquisition, its JSON record), and Holder and
+// Metadata where that value is such a record.
+//
+// Lease.Proclaim replaces the value in one Txn: a put of the new value on
+// the acquisition's key, keeping its lease, only if the key still has the
+// acquisition's create revision (its token) and lease, so it never writes
+// a newer holder's key, even one of the same name written since; otherwise
+// it writes nothing and returns an error matching backend.ErrLeaseLost. The
+// token is unchanged. Waiters watch their predecessor's key for its deletion only,
+// so a Proclaim wakes none of them (nor a concurrency.Election candidate,
+// which waits the same way), and Election.Observe sees the new value.
 //
 // # Round trips
 //
@@ -129,11 +151,14 @@
 //     handoff thus costs the release's write, one event and one local read.
 //   - Renewal: LeaseKeepAliveOnce every TTL/3 (scheduled by the backend
 //     package).
+//   - Proclaim: 1 Txn (put the value only if the key is still ours).
 //
 // Besides, a watch on the acquisition's own key, once it has been held for
 // 50 ms (not awaited by any operation), reports the loss (the Lease's Done
-// fires) as soon as the key is deleted or overwritten, for example when an
-// operator revokes the lease or deletes the key with Locker.RevokeID. The
+// fires) as soon as the key is deleted or overwritten by another client,
+// for example when an operator revokes the lease or deletes the key with
+// Locker.RevokeID (the puts of the acquisition's own Proclaims, with its
+// lease and a value it proclaimed, are not a loss). The
 // watches of a Locker (of its own keys and its waiters' predecessors) share
 // one gRPC stream and two goroutines (none while no key is watched): a held
 // lock costs no goroutine of its own, and a waiter none but its caller's.

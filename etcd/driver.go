@@ -114,15 +114,15 @@ func (d *etcdDriver) CheckTTL(ttl time.Duration) error {
 // or grants a new one.
 func (d *etcdDriver) NewLease(ctx context.Context, req driver.Request) (driver.Lease, time.Time, error) {
 	ttl := int64(req.TTL / time.Second)
-	value, err := json.Marshal(keyValue{Holder: req.Holder, Metadata: req.Metadata})
+	value, err := keyValueOf(req)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("%w: etcd: metadata: %v", backend.ErrInvalidOption, err)
+		return nil, time.Time{}, err
 	}
 	l := &lease{
 		d:     d,
 		ttl:   ttl,
 		dir:   nameDir(d.prefix, req.Name),
-		value: string(value),
+		value: value,
 		lost:  req.Lost,
 	}
 	if idle, ok := d.take(ttl, time.Now()); ok {
@@ -301,10 +301,24 @@ func (d *etcdDriver) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// keyValue is the value of a lock key.
+// keyValue is the value of a lock acquisition's key (not a candidate's).
 type keyValue struct {
 	Holder   string            `json:"holder,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// keyValueOf returns the value of req's lock key: an election candidate's
+// value as it is (so that a concurrency.Election on the same prefix reads
+// it as the leader's value), else the JSON record of holder and metadata.
+func keyValueOf(req driver.Request) (string, error) {
+	if req.Value != nil {
+		return *req.Value, nil
+	}
+	value, err := json.Marshal(keyValue{Holder: req.Holder, Metadata: req.Metadata})
+	if err != nil {
+		return "", fmt.Errorf("%w: etcd: metadata: %v", backend.ErrInvalidOption, err)
+	}
+	return string(value), nil
 }
 
 // holderOf returns the holder stored in a lock key's value, or "" if the key

@@ -34,10 +34,9 @@ const waitRetryMax = time.Second
 // lease implements driver.Lease: one acquisition, holding one etcd
 // lease of its own.
 type lease struct {
-	d     *etcdDriver
-	ttl   int64  // seconds
-	dir   string // <prefix>/<escaped name>/
-	value string
+	d   *etcdDriver
+	ttl int64  // seconds
+	dir string // <prefix>/<escaped name>/
 
 	// regrantMu serializes replacing a pooled lease found gone before any
 	// key was written (Lock and KeepAlive may both find it).
@@ -51,6 +50,14 @@ type lease struct {
 	key      string
 	rev      int64 // create revision of key: the token
 	doubtful bool  // id must not go back to the pool
+	// value is a value this acquisition wrote to its key and knows to be
+	// stored: the first put's, then each successful Proclaim's, or one of
+	// proclaimed that ownKV saw stored.
+	value string
+	// proclaimed lists the values of the Proclaim puts (successful, or
+	// whose outcome is unknown) that no event or read of the key has shown
+	// yet, oldest first: see ownKV.
+	proclaimed []string
 
 	lost func(cause error) // the Request's Lost
 
@@ -87,11 +94,12 @@ func (l *lease) Lock(ctx context.Context, wait bool) (driver.Grant, error) {
 		key := leaseKey(l.dir, id)
 		l.mu.Lock()
 		l.st, l.key = stUnknown, key
+		value := l.value
 		l.mu.Unlock()
 
 		var resp *clientv3.TxnResponse
 		var err error
-		put := clientv3.OpPut(key, l.value, clientv3.WithLease(id))
+		put := clientv3.OpPut(key, value, clientv3.WithLease(id))
 		if wait {
 			resp, err = l.d.client.Txn(ctx).
 				If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
@@ -410,9 +418,10 @@ const ownWatchDelay = 50 * time.Millisecond
 // or written by anyone else: a put by another client (etcdctl put, a
 // misconfigured tool with the same role) detaches the key from our lease,
 // so it would outlive us, and replaces our value, so status tools would
-// show a holder that is not; this acquisition never writes its key again,
-// so any put is someone else's. The watch is one of the driver's hub (no
-// goroutine of its own), and no operation waits for it.
+// show a holder that is not. The only puts this acquisition makes after
+// the first are its Proclaims', which ownKV tells from anyone else's. The
+// watch is one of the driver's hub (no goroutine of its own), and no
+// operation waits for it.
 func (l *lease) watchOwnKey(key string, rev int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -433,14 +442,26 @@ func (l *lease) startOwnWatch() {
 	}
 }
 
-// watchResponse implements watchOwner for the watch of our key: any event
-// is the loss; a cancellation by the server (its start revision compacted,
-// a refusal) has the key checked after a pause and watched again.
+// watchResponse implements watchOwner for the watch of our key: an event
+// is the loss unless it is the put of one of our Proclaims; a cancellation
+// by the server (its start revision compacted, a refusal) has the key
+// checked after a pause and watched again.
 func (l *lease) watchResponse(w *keyWatch, resp *pb.WatchResponse) {
 	if len(resp.Events) > 0 {
-		// A delete, or a put: ours was the key's only write.
-		l.d.hub.remove(w)
-		l.lost(ownKeyEvent(w.key, resp.Events[0]))
+		l.mu.Lock()
+		var foreign *clientv3.Event
+		for _, ev := range resp.Events {
+			if ev.Type != mvccpb.PUT || !l.ownKV(ev.Kv, false) {
+				foreign = ev
+				break
+			}
+		}
+		l.mu.Unlock()
+		if foreign != nil {
+			// A delete, or someone else's put.
+			l.d.hub.remove(w)
+			l.lost(ownKeyEvent(w.key, foreign))
+		}
 		return
 	}
 	if !resp.Canceled {
@@ -469,7 +490,7 @@ func (l *lease) checkOwnKey() {
 	ctx, cancel := context.WithTimeout(l.d.hub.ctx, revokeTimeout)
 	defer cancel()
 	l.ownCheck = cancel
-	key, rev, id := l.key, l.rev, l.id
+	key := l.key
 	l.mu.Unlock()
 
 	resp, err := l.d.client.Get(ctx, key)
@@ -478,7 +499,7 @@ func (l *lease) checkOwnKey() {
 	case err != nil:
 	case len(resp.Kvs) == 0:
 		lost = l.lostError(key)
-	case resp.Kvs[0].ModRevision != rev || resp.Kvs[0].Lease != int64(id):
+	case !l.ownState(resp.Kvs[0]):
 		lost = fmt.Errorf("etcd: lock key %q was overwritten by another client (now at revision %d)", key, resp.Kvs[0].ModRevision)
 	}
 	if lost != nil {
@@ -631,9 +652,4 @@ func (l *lease) finish() {
 	l.mu.Lock()
 	l.st = stReleased
 	l.mu.Unlock()
-}
-
-// Proclaim implements driver.Lease: not yet (the value is not stored).
-func (l *lease) Proclaim(context.Context, string) error {
-	return fmt.Errorf("%w: proclaim is not implemented on this backend yet", errors.ErrUnsupported)
 }

@@ -19,8 +19,12 @@ import (
 // Inspect implements driver.Driver: one read of the name's keys in
 // create-revision order (the holder first, then the queue), and one
 // TimeToLive per key for the TTL left, inspectParallel at a time. An
-// entry's ID is its key and the key's create revision (see entryID). Keys
-// of concurrency.Mutex or etcdctl holders show with an empty holder.
+// entry's ID is its key and the key's create revision (see entryID), and
+// its Value the key's raw value: a candidate's value, a lock acquisition's
+// JSON record, or what another library wrote. Holder and Metadata are read
+// from the value where it is such a JSON record: keys of concurrency.Mutex
+// or etcdctl holders, and candidates' keys (unless their value happens to
+// be such a record), show with an empty holder.
 func (d *etcdDriver) Inspect(ctx context.Context, name string) (driver.Status, error) {
 	resp, err := d.client.Get(ctx, nameDir(d.prefix, name), clientv3.WithPrefix(),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
@@ -36,7 +40,8 @@ func (d *etcdDriver) Inspect(ctx context.Context, name string) (driver.Status, e
 	)
 	for i, kv := range resp.Kvs {
 		e := &entries[i]
-		*e = driver.Entry{ID: entryID(string(kv.Key), kv.CreateRevision), Token: fencing.Token(kv.CreateRevision), TTLLeft: -1}
+		*e = driver.Entry{ID: entryID(string(kv.Key), kv.CreateRevision), Token: fencing.Token(kv.CreateRevision), TTLLeft: -1,
+			Value: string(kv.Value)}
 		var v keyValue
 		if json.Unmarshal(kv.Value, &v) == nil {
 			e.Holder, e.Metadata = v.Holder, v.Metadata
