@@ -12,7 +12,8 @@ import (
 
 // A least-privileged user: refused as ErrPermission (never as held) until
 // it has the grants the package documentation lists, and then everything
-// works, its Locker finding the schema current without migrating; a
+// works (election candidates and Proclaim too), its Locker finding the
+// schema current without migrating; a
 // Locker of that user that would have to migrate fails in Open with
 // ErrPermission.
 func TestLeastPrivilege(t *testing.T) {
@@ -65,4 +66,20 @@ func TestLeastPrivilege(t *testing.T) {
 	found, err := la.Revoke(ctx, "n", r.Lease.Token())
 	require.NoError(t, err)
 	require.True(t, found)
+
+	lv, err := la.Acquire(ctx, "e", backend.WithValue("a1"))
+	require.NoError(t, err)
+	ch = goAcquire(ctx, lb, "e", backend.WithValue("b1"))
+	st = requireWaiter(t, la, "e", ch)
+	require.Equal(t, "b1", st.Waiters[0].Value)
+	require.NoError(t, lv.Proclaim(ctx, "a2"))
+	st, err = lb.Status(ctx, "e")
+	require.NoError(t, err)
+	require.NotNil(t, st.Holder)
+	require.Equal(t, "a2", st.Holder.Value)
+	release(t, lv)
+	r = waitAcquired(t, ch, 5*time.Second)
+	require.NoError(t, r.Err)
+	require.NoError(t, r.Lease.Proclaim(ctx, "b2"))
+	release(t, r.Lease)
 }

@@ -18,12 +18,14 @@
 //
 //   - p_locks: one row per lock name ever taken: name, owner (the
 //     acquisition's id, NULL while the lock is free), token, expires (server
-//     time, clock_timestamp() + TTL), granted, holder, metadata (jsonb),
+//     time, clock_timestamp() + TTL), granted, holder, metadata (jsonb: a
+//     lock's object, or an election candidate's value; see Values),
 //     queued (false only while the lock's queue is known to be empty) and
 //     served (the queue position of the last waiter granted from it: the
 //     queue's head is looked for above it).
 //   - p_waiters: one row per waiting acquisition, in the order of the
-//     sequence p_queue, each with an expiry its waiter renews.
+//     sequence p_queue, each with an expiry its waiter renews, and the
+//     holder and metadata its grant puts on the lock row.
 //   - p_token: the sequence the tokens come from.
 //   - plpgsql functions p_acquire_v1, p_renew_v1, p_release_v1,
 //     p_revoke_v1, p_inspect_v1 (and p_promote_v1, which they call): each
@@ -56,6 +58,35 @@
 // DELETE FROM p_waiters WHERE expires < now() - interval '1 minute'
 // removes them safely at any time. Rows of free locks stay (one small row
 // per name); DELETE FROM p_locks WHERE owner IS NULL removes them safely.
+//
+// # Values
+//
+// An election candidate's acquisition (backend.WithValue, package
+// election) stores its value in the metadata column, of its queue row
+// while it waits and of the lock row once granted, as a jsonb string
+// (to_jsonb of the text, made by the server), with holder NULL: a lock
+// stores a JSON object or NULL there, so a string is always a value, and
+// no column was added (the schema version is unchanged). The acquire
+// statement is the same function with its metadata argument
+// to_jsonb($6::text)::text; a lock's acquisition sends what it always
+// sent. A promotion copies the queue row's value to the lock row with the
+// grant. Status reports a jsonb string as the entry's Value, with no
+// holder or metadata (metadata #>> '{}' reads it in SQL).
+//
+// Lease.Proclaim is one statement, which the Lockers' user may run with
+// the grants below (UPDATE on p_locks):
+//
+//	UPDATE p_locks SET metadata = to_jsonb($4::text)
+//	WHERE name = $1 AND owner = $2 AND token = $3 AND expires > clock_timestamp()
+//
+// It replaces the value only while the row is still the acquisition's
+// grant (its owner id and token) and live by the server's clock, keeping
+// the token and the expiry; no row updated (the lease was released,
+// revoked, expired or granted to another) is backend.ErrLeaseLost, with
+// nothing stored. Like a renewal, it waits for a fenced write's FOR SHARE
+// of the row. A Locker of a fencelock release from before values fails
+// Status on a name a candidate holds or waits for (it reads metadata as
+// an object); its locks are not affected.
 //
 // # Tokens
 //

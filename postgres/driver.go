@@ -92,17 +92,26 @@ func NewWithConfig(client Client, cfg Config, opts ...backend.Option) (*backend.
 // statements are the adapter's SQL for one prefix. Each is sent with
 // pgx.QueryExecModeExec: one round trip, an unnamed statement, no session
 // state, so a transaction-mode pooler can run it on any server connection.
+//
+// acquireValue is acquire for an election candidate (driver.Request.Value):
+// the same function, its metadata argument the value made a jsonb string
+// by the server (to_jsonb), and its holder NULL. proclaim replaces a
+// holder's value with one UPDATE of its lock row, only while the row is
+// still this acquisition's grant (owner and token) and live.
 type statements struct {
-	acquire, renew, release, revoke, inspect string
+	acquire, acquireValue, renew, release, revoke, inspect, proclaim string
 }
 
 func statementsFor(p string) statements {
 	return statements{
-		acquire: "SELECT r_status, r_token, r_wait_ms FROM " + p + "_acquire_v1($1, $2, $3, $4, $5, $6)",
-		renew:   "SELECT r_status, r_token FROM " + p + "_renew_v1($1, $2, $3)",
-		release: "SELECT " + p + "_release_v1($1, $2)",
-		revoke:  "SELECT " + p + "_revoke_v1($1, $2, $3)",
-		inspect: "SELECT r_held, r_owner, r_token, r_ttl_ms, r_holder, r_metadata FROM " + p + "_inspect_v1($1)",
+		acquire:      "SELECT r_status, r_token, r_wait_ms FROM " + p + "_acquire_v1($1, $2, $3, $4, $5, $6)",
+		acquireValue: "SELECT r_status, r_token, r_wait_ms FROM " + p + "_acquire_v1($1, $2, $3, $4, $5, to_jsonb($6::text)::text)",
+		renew:        "SELECT r_status, r_token FROM " + p + "_renew_v1($1, $2, $3)",
+		release:      "SELECT " + p + "_release_v1($1, $2)",
+		revoke:       "SELECT " + p + "_revoke_v1($1, $2, $3)",
+		inspect:      "SELECT r_held, r_owner, r_token, r_ttl_ms, r_holder, r_metadata FROM " + p + "_inspect_v1($1)",
+		proclaim: "UPDATE " + p + "_locks SET metadata = to_jsonb($4::text) " +
+			"WHERE name = $1 AND owner = $2 AND token = $3 AND expires > clock_timestamp()",
 	}
 }
 
@@ -225,7 +234,9 @@ func (d *pgDriver) CheckTTL(ttl time.Duration) error {
 // NewLease implements driver.Driver. It sends nothing but the migration on
 // the driver's first use: the lease's clock starts now, since the queue row
 // a waiter's first statement writes expires one TTL after it arrives, so a
-// waiter renews from the start.
+// waiter renews from the start. A candidate's value (req.Value) goes in the
+// metadata column as a jsonb string, its holder NULL: a lock stores a JSON
+// object or NULL there, so a string is always a value.
 func (d *pgDriver) NewLease(ctx context.Context, req driver.Request) (driver.Lease, time.Time, error) {
 	d.mu.Lock()
 	closed := d.closed
@@ -245,8 +256,11 @@ func (d *pgDriver) NewLease(ctx context.Context, req driver.Request) (driver.Lea
 		meta = string(b)
 	}
 	owner := d.id + "." + strconv.FormatUint(d.seq.Add(1), 36)
-	l := &lease{d: d, name: req.Name, owner: owner, ttlMs: req.TTL.Milliseconds(), holder: req.Holder, meta: meta,
-		lost: req.Lost, notify: make(chan struct{}, 1)}
+	l := &lease{d: d, name: req.Name, owner: owner, ttlMs: req.TTL.Milliseconds(), acquireSQL: d.sql.acquire,
+		holder: req.Holder, meta: meta, lost: req.Lost, notify: make(chan struct{}, 1)}
+	if req.Value != nil {
+		l.acquireSQL, l.holder, l.meta = d.sql.acquireValue, nil, *req.Value
+	}
 	return l, time.Now(), nil
 }
 

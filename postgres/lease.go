@@ -50,13 +50,16 @@ var errFirstAttemptUnanswered = fmt.Errorf("%w: postgres: the acquisition's firs
 // lease implements driver.Lease: one acquisition, owner being its id in
 // the lock row and the queue.
 type lease struct {
-	d      *pgDriver
-	name   string
-	owner  string
-	ttlMs  int64
-	holder string
-	meta   any // the metadata as JSON text, or nil
-	lost   func(error)
+	d     *pgDriver
+	name  string
+	owner string
+	ttlMs int64
+	// acquireSQL is the acquire statement: statements.acquire for a lock,
+	// statements.acquireValue for a candidate, whose meta is its value.
+	acquireSQL string
+	holder     any // the holder identity, or nil (a candidate's NULL)
+	meta       any // the metadata as JSON text, or nil; a candidate's value
+	lost       func(error)
 	// notify wakes Lock's wait: a notification named this acquisition,
 	// the listener (re)connected, or a renewal found the lock free or
 	// granted to it. granted is the token a grant notification carried.
@@ -65,6 +68,7 @@ type lease struct {
 
 	mu      sync.Mutex
 	st      state
+	token   int64 // the grant's, once held
 	queued  bool  // an attempt put (or kept) a queue row of ours
 	failing error // the last attempt's error while no queue row is known
 	// revoked: a revocation naming this acquisition arrived before Lock
@@ -216,7 +220,7 @@ func (l *lease) attempt(ctx context.Context, m mode) (time.Time, acquireResult, 
 	l.d.attempts.Add(1)
 	sent := time.Now()
 	var res acquireResult
-	err := l.d.c.QueryRow(ctx, l.d.sql.acquire, pgx.QueryExecModeExec,
+	err := l.d.c.QueryRow(ctx, l.acquireSQL, pgx.QueryExecModeExec,
 		l.name, l.owner, l.ttlMs, int(m), l.holder, l.meta).Scan(&res.status, &res.token, &res.waitMs)
 	if err != nil {
 		err = fmt.Errorf("postgres: acquire: %w", mapErr(err))
@@ -256,7 +260,7 @@ func (l *lease) result(sent time.Time, res acquireResult, err error) (driver.Gra
 		l.mu.Unlock()
 		return driver.Grant{}, errRevoked(l.name)
 	}
-	l.st, l.queued = stHeld, false
+	l.st, l.queued, l.token = stHeld, false, res.token
 	l.mu.Unlock()
 	if h := l.d.hub; h != nil {
 		h.add(l, false) // a revocation's notification reaches it
@@ -375,7 +379,23 @@ func errRevoked(name string) error {
 	return fmt.Errorf("%w: postgres: the acquisition of lock %q was revoked while it waited", backend.ErrLeaseLost, name)
 }
 
-// Proclaim implements driver.Lease: not yet (the value is not stored).
-func (l *lease) Proclaim(context.Context, string) error {
-	return fmt.Errorf("%w: proclaim is not implemented on this backend yet", errors.ErrUnsupported)
+// Proclaim implements driver.Lease with one UPDATE of the lock row
+// (statements.proclaim): the value becomes its metadata, a jsonb string,
+// only where the row is still this acquisition's grant (its owner id and
+// token) and its lease has not ended by the server's clock. No row updated
+// is ErrLeaseLost: the lock was released, revoked, expired or granted to
+// another acquisition, and nothing was stored. Like every statement, it is
+// cancelled on the server when ctx ends.
+func (l *lease) Proclaim(ctx context.Context, value string) error {
+	l.mu.Lock()
+	token := l.token
+	l.mu.Unlock()
+	tag, err := l.d.c.Exec(ctx, l.d.sql.proclaim, pgx.QueryExecModeExec, l.name, l.owner, token, value)
+	if err != nil {
+		return fmt.Errorf("postgres: proclaim: %w", mapErr(err))
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%w: postgres: lock %q is no longer this acquisition's, or its lease had ended: value not stored", backend.ErrLeaseLost, l.name)
+	}
+	return nil
 }

@@ -75,6 +75,16 @@ func TestThroughPgBouncer(t *testing.T) {
 	require.Less(t, time.Since(start), time.Second, "woken by the notification, not a timer")
 	release(t, r.Lease)
 
+	lv, err := lockers[0].TryAcquire(ctx, "e", backend.WithValue("a1"))
+	require.NoError(t, err)
+	require.NoError(t, lv.Proclaim(ctx, "a2"))
+	st, err := lockers[1].Status(ctx, "e")
+	require.NoError(t, err)
+	require.NotNil(t, st.Holder)
+	require.Equal(t, "a2", st.Holder.Value)
+	require.Equal(t, lv.Token(), st.Holder.Token)
+	release(t, lv)
+
 	quiet := open(via + "&listen=false&ttl=600ms")
 	ls, err = lockers[0].TryAcquire(ctx, "q")
 	require.NoError(t, err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,7 +18,9 @@ import (
 // snapshot: the live holder with its token, holder identity, metadata and
 // TTL left, then the live waiters in the order of grants, each with the
 // time left before its queue row lapses unless renewed. An entry's ID is
-// its owner id, the same while it waits and once it holds.
+// its owner id, the same while it waits and once it holds. A candidate's
+// entry (WithValue) has its value in the metadata column as a jsonb string
+// and no holder: it is reported as the entry's Value.
 func (d *pgDriver) Inspect(ctx context.Context, name string) (driver.Status, error) {
 	if err := d.ready(ctx); err != nil {
 		return driver.Status{}, err
@@ -43,7 +46,7 @@ func (d *pgDriver) Inspect(ctx context.Context, name string) (driver.Status, err
 			e.Holder = *holder
 		}
 		if meta != nil {
-			if err := json.Unmarshal([]byte(*meta), &e.Metadata); err != nil {
+			if err := decodeMetadata(*meta, &e); err != nil {
 				return driver.Status{}, fmt.Errorf("postgres: status: metadata of %s: %w", owner, err)
 			}
 		}
@@ -58,6 +61,16 @@ func (d *pgDriver) Inspect(ctx context.Context, name string) (driver.Status, err
 		return driver.Status{}, fmt.Errorf("postgres: status: %w", mapErr(err))
 	}
 	return st, nil
+}
+
+// decodeMetadata sets e's Value from meta, the metadata column's jsonb as
+// text, if it is a string (a candidate's value), else e's Metadata (a
+// lock's object). PostgreSQL prints jsonb without leading space.
+func decodeMetadata(meta string, e *driver.Entry) error {
+	if strings.HasPrefix(meta, `"`) {
+		return json.Unmarshal([]byte(meta), &e.Value)
+	}
+	return json.Unmarshal([]byte(meta), &e.Metadata)
 }
 
 // Revoke implements driver.Driver with one statement: it ends the
