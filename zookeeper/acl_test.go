@@ -30,15 +30,7 @@ func digestConn(t *testing.T, user, password string) *zk.Conn {
 func TestRestrictedUserConformance(t *testing.T) {
 	base := testPrefix(t)
 	admin := digestConn(t, "admin", "admin-pw")
-	// The test's parent directories, open as the other tests' are.
-	for i := 1; i < len(base); i++ {
-		if base[i] == '/' {
-			_, err := admin.Create(base[:i], nil, 0, zk.WorldACL(zk.PermAll))
-			if err != nil {
-				require.ErrorIs(t, err, zk.ErrNodeExists)
-			}
-		}
-	}
+	openParents(t, admin, base)
 	adminOnly := zk.DigestACL(zk.PermAll, "admin", "admin-pw")
 	_, err := admin.Create(base, nil, 0, adminOnly)
 	require.NoError(t, err)
@@ -121,9 +113,59 @@ func TestPrefixOfAnotherIdentity(t *testing.T) {
 	require.NoError(t, held.Err())
 }
 
+// openParents creates the parent directories of p that are missing, with
+// the open ACL the other tests' have (a digest user's Locker would create
+// them with its own).
+func openParents(t *testing.T, c *zk.Conn, p string) {
+	t.Helper()
+	for i := 1; i < len(p); i++ {
+		if p[i] == '/' {
+			_, err := c.Create(p[:i], nil, 0, zk.WorldACL(zk.PermAll))
+			if err != nil {
+				require.ErrorIs(t, err, zk.ErrNodeExists)
+			}
+		}
+	}
+}
+
 func requirePermission(t *testing.T, err error) {
 	t.Helper()
 	require.ErrorIs(t, err, backend.ErrPermission)
 	require.NotErrorIs(t, err, backend.ErrNotAcquired)
 	require.NotErrorIs(t, err, backend.ErrUnavailable)
+}
+
+// A candidate's Proclaim that the server refuses for lack of permission
+// (an operator took WRITE away on its node) fails with an error matching
+// backend.ErrPermission that keeps the server's message, neither a loss
+// nor an unavailable server, and the lease goes on; with WRITE back, it
+// stores the value.
+func TestProclaimRefused(t *testing.T) {
+	pfx := testPrefix(t)
+	op := digestConn(t, "app", "app-pw")
+	openParents(t, op, pfx)
+	l, err := backend.Open(tctx(t, 30*time.Second), "zk://app:app-pw@"+srv.Addr()+pfx)
+	require.NoError(t, err)
+	defer l.Close()
+	ls := mustTry(t, l, "p", backend.WithValue("one"))
+	path, _ := nodeOf(t, op, pfx, ls)
+	_, err = op.SetACL(path, zk.DigestACL(zk.PermRead|zk.PermDelete|zk.PermAdmin, "app", "app-pw"), -1)
+	require.NoError(t, err)
+
+	err = ls.Proclaim(tctx(t, 10*time.Second), "two")
+	requirePermission(t, err)
+	require.NotErrorIs(t, err, backend.ErrLeaseLost)
+	assert.Contains(t, err.Error(), "not authenticated", "the server's message")
+	require.NoError(t, ls.Err())
+	data, _, err := op.Get(path)
+	require.NoError(t, err)
+	assert.Equal(t, "one", string(data))
+
+	_, err = op.SetACL(path, zk.DigestACL(zk.PermAll, "app", "app-pw"), -1)
+	require.NoError(t, err)
+	require.NoError(t, ls.Proclaim(tctx(t, 10*time.Second), "two"))
+	data, _, err = op.Get(path)
+	require.NoError(t, err)
+	assert.Equal(t, "two", string(data))
+	release(t, ls)
 }

@@ -46,9 +46,9 @@
 // new session because ours had expired, fails the acquisition with
 // backend.ErrLeaseLost and its node is deleted too: it would otherwise live
 // as long as the Locker's new session. Release deletes our node
-// with the version it was created with (0, never -1); the path, with its
-// guid, is ours alone, so a stale or repeated Release never touches another
-// holder's node. Release is idempotent; a node found gone after the grant
+// with its data version (0 from the create, or what our last Proclaim left;
+// never -1); the path, with its guid, is ours alone, so a stale or repeated
+// Release never touches another holder's node. Release is idempotent; a node found gone after the grant
 // reports backend.ErrLeaseLost.
 //
 // # Token
@@ -135,6 +135,55 @@
 //     or held (1, off the latency path), which fires the loss signal when
 //     an operator deletes it. A write to our node's data fires the watch
 //     too; it is set again (1).
+//   - Proclaim (a candidate's new value): 1 setData of our node. Off the
+//     caller's path, the write fires the watch on our node (set again, 1)
+//     and the watches of the two waiters behind it at most, which set
+//     theirs again (1 each) and wait on without reading the children.
+//
+// # Values
+//
+// A lock acquisition's node holds its holder identity and metadata as JSON
+// ({"holder":...,"metadata":{...}}). An election candidate's
+// (backend.WithValue, package election) holds its value instead, as it
+// is: the node's raw data, the value's UTF-8 bytes (empty data, never
+// null, for ""). Status reports every node's data as Entry.Value, whoever
+// created the node, and Holder and Metadata where the data is that JSON
+// record.
+//
+// Curator's LeaderSelector is an InterProcessMutex whose lock nodes hold
+// the participant id (setId) as UTF-8 data, so a candidate's node is what
+// it makes: a protected ephemeral sequential _c_<guid>-lock-<seq> node in
+// the election's directory (<prefix>/<escaped name>, as for a lock), with
+// the value as data. Its getLeader() and getParticipants() sort every
+// child of the directory by what follows the last "lock-" and read each
+// node's data as a participant id: they name fencelock's leader, and list
+// its candidates, by their values (a fencelock lock acquisition there by
+// its JSON record). A LeaderSelector on that path queues in the same line
+// as fencelock's candidates, and Status and package election read a
+// LeaderSelector participant's id as its Value (one without setId writes
+// Curator's default data, the client's IP address). Curator's LeaderLatch is not
+// matched: its nodes are _c_<guid>-latch-<seq>, which this package ignores
+// (not lock nodes), and it sorts children by what follows the last
+// "latch-", so fencelock's nodes sort after every latch node, by their
+// random names: a LeaderLatch and fencelock candidates on one path would
+// each take themselves as the leader, and its getLeader() would not name
+// fencelock's. Do not mix them.
+//
+// Lease.Proclaim replaces a held candidate's value with one setData of its
+// own node, at the data version it last wrote (0 from the create); the
+// token, the node's czxid, is unchanged. The node exists only while it
+// holds the lock (sequence numbers only grow), and its path, with its
+// guid, is that acquisition's alone, so a node found gone (revoked,
+// expired, deleted) is backend.ErrLeaseLost and the write stores nothing,
+// never in another holder's node; a version conflict (another client wrote
+// the node) costs 1 exists and the write again. The write fires the data
+// watches on the node: the holder's own is set again (no loss), and the
+// waiters right behind set theirs again and wait on. While the connection
+// is down Proclaim fails at once with backend.ErrUnavailable; a write still
+// unanswered when its context ends returns then, with
+// backend.ErrUnavailable (it may be applied all the same). Revoke deletes
+// the node whose czxid is the token without a version check, as RevokeID
+// deletes by name, since a candidate's data version changes while it holds.
 //
 // # Cost of a held lease
 //

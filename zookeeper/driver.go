@@ -437,9 +437,9 @@ func (d *zkDriver) CheckTTL(ttl time.Duration) error {
 // answered in that session, if it is recent (within TTL/3); otherwise it
 // sends one (an Exists of the prefix) to have one.
 func (d *zkDriver) NewLease(ctx context.Context, req driver.Request) (driver.Lease, time.Time, error) {
-	data, err := json.Marshal(nodeValue{Holder: req.Holder, Metadata: req.Metadata})
+	data, err := nodeData(req)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("%w: zookeeper: metadata: %v", backend.ErrInvalidOption, err)
+		return nil, time.Time{}, err
 	}
 	s, err := d.session(ctx, req.TTL)
 	if err != nil {
@@ -511,11 +511,30 @@ func (d *zkDriver) Shutdown(ctx context.Context) error {
 	}
 }
 
-// nodeValue is the data of a lock node, for status tools.
+// nodeValue is the data of a lock acquisition's node, for status tools.
 type nodeValue struct {
 	Holder   string            `json:"holder,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
 }
+
+// nodeData returns the data of req's lock node: a candidate's value as it
+// is (a Curator LeaderSelector reads it as the participant id), or a lock's
+// holder and metadata as JSON (nodeValue).
+func nodeData(req driver.Request) ([]byte, error) {
+	if req.Value != nil {
+		return valueData(*req.Value), nil
+	}
+	data, err := json.Marshal(nodeValue{Holder: req.Holder, Metadata: req.Metadata})
+	if err != nil {
+		return nil, fmt.Errorf("%w: zookeeper: metadata: %v", backend.ErrInvalidOption, err)
+	}
+	return data, nil
+}
+
+// valueData is v as node data: never nil, since go-zookeeper sends nil as
+// null data, which a Java client reads as null (Curator's LeaderSelector
+// then fails to make a participant id of it), while "" must read as "".
+func valueData(v string) []byte { return append([]byte{}, v...) }
 
 // call runs f, which blocks on a go-zookeeper request (go-zookeeper takes no
 // context), and returns its error or, if ctx ends first, ctx's error; f then

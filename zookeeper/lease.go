@@ -309,82 +309,89 @@ func queuePosition(kids []string, name string, seq int64) (found bool, pred, pre
 // children of our directory), is deleted or found missing, our session
 // ends, or ctx ends (the Locker ends it when the lease is lost). It sets a
 // data watch on each, and on our own node (self), unless watches already
-// holds one. gone is the node that went, or empty if a watch fired for
-// another reason (data written): read the queue again. Our own node found
+// holds one. A write to node's or second's data (a candidate holding the
+// lock proclaimed a new value, or another client wrote it) fires its watch
+// but changes nothing in the queue: the watch is set again and the wait
+// goes on. gone is the node that went, or empty if the watch on our own
+// node fired for a write: read the queue again. Our own node found
 // deleted, now or before the event that woke us, is a lost lease.
 func (l *lease) waitGone(ctx context.Context, watches map[string]<-chan zk.Event, self, node, second string) (gone string, err error) {
-	// Our own node first: once its watch is set, whatever happens to it
-	// reaches us before anything later happens to the others.
-	for _, n := range []string{self, node, second} {
-		if _, ok := watches[n]; ok || n == "" {
-			continue
-		}
-		if n == self {
-			// Registered before the watch is set: the dispatcher
-			// then reports a deletion even if it comes between the
-			// grant and watchOwn. (Release, which would refuse it,
-			// comes only after Lock.)
-			l.registerOwn(nil)
-		}
-		var ch <-chan zk.Event
-		var st *zk.Stat
-		sent := time.Now()
-		err := call(ctx, func() error {
-			var err error
-			_, st, ch, err = l.s.conn.GetW(l.dir + "/" + n)
-			return err
-		})
-		switch {
-		case errors.Is(err, zk.ErrNoNode):
+	for {
+		// Our own node first: once its watch is set, whatever happens
+		// to it reaches us before anything later happens to the others.
+		for _, n := range []string{self, node, second} {
+			if _, ok := watches[n]; ok || n == "" {
+				continue
+			}
+			if n == self {
+				// Registered before the watch is set: the
+				// dispatcher then reports a deletion even if it
+				// comes between the grant and watchOwn.
+				// (Release, which would refuse it, comes only
+				// after Lock.)
+				l.registerOwn(nil)
+			}
+			var ch <-chan zk.Event
+			var st *zk.Stat
+			sent := time.Now()
+			err := call(ctx, func() error {
+				var err error
+				_, st, ch, err = l.s.conn.GetW(l.dir + "/" + n)
+				return err
+			})
+			switch {
+			case errors.Is(err, zk.ErrNoNode):
+				if !l.alive(sent) {
+					return "", l.lostError("the session ended")
+				}
+				if n == self {
+					return "", l.markLostWhy("deleted while waiting")
+				}
+				return l.ownFirst(watches, self, n)
+			case err != nil:
+				return "", l.opError("watch "+n, err)
+			}
 			if !l.alive(sent) {
 				return "", l.lostError("the session ended")
 			}
 			if n == self {
-				return "", l.markLostWhy("deleted while waiting")
+				l.noteCzxid(st)
 			}
-			return l.ownFirst(watches, self, n)
-		case err != nil:
-			return "", l.opError("watch "+n, err)
+			watches[n] = ch
 		}
-		if !l.alive(sent) {
-			return "", l.lostError("the session ended")
+		var ev zk.Event
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-l.g.ctx.Done():
+			return "", l.markLostWhy("")
+		case ev = <-watches[node]:
+			gone = node
+		case ev = <-watches[second]: // nil (never ready) when second is empty
+			gone = second
+		case ev = <-watches[self]:
+			gone = self
 		}
-		if n == self {
-			l.noteCzxid(st)
+		delete(watches, gone) // a watch fires once
+		if gone != self {
+			if g, err := l.ownFirst(watches, self, gone); g == "" || err != nil {
+				return g, err
+			}
 		}
-		watches[n] = ch
+		switch {
+		case gone == self:
+			return "", l.ownEvent(ev) // nil for a data change: read again
+		case ev.Type == zk.EventNodeDeleted:
+			return gone, nil
+		case ev.Type == zk.EventNotWatching:
+			if l.g.ended() || sessionGone(ev.Err) {
+				return "", l.markLostWhy("the session ended while waiting")
+			}
+			return "", fmt.Errorf("zookeeper: watch on %s ended: %v", gone, ev.Err)
+		}
+		// gone's data changed (EventNodeDataChanged): it is still
+		// there, in the same place; the next round watches it again.
 	}
-	var ev zk.Event
-	select {
-	case <-ctx.Done():
-		return "", ctx.Err()
-	case <-l.g.ctx.Done():
-		return "", l.markLostWhy("")
-	case ev = <-watches[node]:
-		gone = node
-	case ev = <-watches[second]: // nil (never ready) when second is empty
-		gone = second
-	case ev = <-watches[self]:
-		gone = self
-	}
-	delete(watches, gone) // a watch fires once
-	if gone != self {
-		if g, err := l.ownFirst(watches, self, gone); g == "" || err != nil {
-			return g, err
-		}
-	}
-	switch {
-	case gone == self:
-		return "", l.ownEvent(ev) // nil for a data change: read again
-	case ev.Type == zk.EventNodeDeleted:
-		return gone, nil
-	case ev.Type == zk.EventNotWatching:
-		if l.g.ended() || sessionGone(ev.Err) {
-			return "", l.markLostWhy("the session ended while waiting")
-		}
-		return "", fmt.Errorf("zookeeper: watch on %s ended: %v", gone, ev.Err)
-	}
-	return "", nil // data changed (someone wrote the node): read again
 }
 
 // noteCzxid records our node's czxid from st, its Stat, if a plain create
@@ -886,13 +893,14 @@ func (l *lease) KeepAlive(ctx context.Context) (time.Time, error) {
 	return sent, nil
 }
 
-// Release implements driver.Lease: it deletes our node, with the
-// version it was created with (0), in the background, and waits for that or
-// ctx. The background part outlives a ctx that ends first: it waits for a
-// create still in flight, and retries a delete that could not reach the
-// server, until it succeeds or the session ends (which deletes the node
-// anyway), so a cancelled acquisition never leaves an orphan node
-// (go-zookeeper#229). Later calls wait for the same outcome.
+// Release implements driver.Lease: it deletes our node, with the data
+// version it was created with (0) or that our last Proclaim left, in the
+// background, and waits for that or ctx. The background part outlives a
+// ctx that ends first: it waits for a create still in flight, and retries
+// a delete that could not reach the server, until it succeeds or the
+// session ends (which deletes the node anyway), so a cancelled acquisition
+// never leaves an orphan node (go-zookeeper#229). Later calls wait for the
+// same outcome.
 func (l *lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	if l.cleanup == nil {
@@ -993,7 +1001,88 @@ func (l *lease) cleanupNode() error {
 	}
 }
 
-// Proclaim implements driver.Lease: not yet (the value is not stored).
-func (l *lease) Proclaim(context.Context, string) error {
-	return fmt.Errorf("%w: proclaim is not implemented on this backend yet", errors.ErrUnsupported)
+// proclaimAttempts bounds the setData requests of one Proclaim while our
+// node's data version keeps changing under it (another client writing it).
+const proclaimAttempts = 8
+
+// Proclaim implements driver.Lease with one setData of our node, at the
+// data version this lease last wrote or read (0 from the create): the node
+// is the holder's (it was granted, and sequence numbers only grow, so
+// while it exists it holds the lock) and its path, with its guid, is this
+// acquisition's alone, so a node found gone is a lost lease and the
+// request writes nothing (never another holder's node, nor one created
+// again in a later session). A version conflict is another client's write
+// to our node: its version is read (1 exists) and the write tried again.
+// Our own write fires the data watch on our node, which is set again (see
+// ownWatchFired): a data change is never a loss; the waiters watching our
+// node set theirs again and wait on (see waitGone). While the connection
+// is down it fails at once with backend.ErrUnavailable, as KeepAlive does;
+// a request still unanswered when ctx ends is abandoned with an error
+// matching backend.ErrUnavailable and ctx's error (it may still be
+// applied: the caller asks again).
+func (l *lease) Proclaim(ctx context.Context, value string) error {
+	l.mu.Lock()
+	path, version, st, released := l.path, l.version, l.st, l.releasedLocked()
+	l.mu.Unlock()
+	switch {
+	case released:
+		return fmt.Errorf("%w: zookeeper: proclaim after release", backend.ErrReleased)
+	case st != stHeld || path == "":
+		return errors.New("zookeeper: proclaim before the lock was granted")
+	case l.g.ended():
+		return l.markLostWhy("")
+	}
+	if cs := l.s.conn.State(); cs != zk.StateHasSession {
+		return fmt.Errorf("%w: zookeeper: proclaim: connection suspended (%v)", backend.ErrUnavailable, cs)
+	}
+	data := valueData(value)
+	for attempt := 1; ; attempt++ {
+		sent := time.Now()
+		err := call(ctx, func() error {
+			stat, err := l.s.conn.Set(path, data, version)
+			if err == nil {
+				l.noteVersion(stat.Version) // even if the caller stopped waiting
+			}
+			return err
+		})
+		switch {
+		case err == nil:
+			if !l.alive(sent) {
+				return l.markLostWhy("the session ended")
+			}
+			return nil
+		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+			return fmt.Errorf("%w: zookeeper: proclaim: no answer before the context ended (the value may still be stored): %w", backend.ErrUnavailable, err)
+		case errors.Is(err, zk.ErrNoNode):
+			return l.markLostWhy("deleted")
+		case !errors.Is(err, zk.ErrBadVersion) || attempt == proclaimAttempts:
+			return l.opError("proclaim", err)
+		}
+		var ok bool
+		var cur *zk.Stat
+		sent = time.Now()
+		err = call(ctx, func() (err error) { ok, cur, err = l.s.conn.Exists(path); return err })
+		switch {
+		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+			return fmt.Errorf("%w: zookeeper: proclaim: no answer before the context ended: %w", backend.ErrUnavailable, err)
+		case err != nil:
+			return l.opError("proclaim: read version", err)
+		case !l.alive(sent):
+			return l.markLostWhy("the session ended")
+		case !ok:
+			return l.markLostWhy("deleted")
+		}
+		version = cur.Version
+	}
+}
+
+// noteVersion records v, the data version a write of ours left on our
+// node, for the next Proclaim and for Release's delete. Versions only
+// grow, so an older answer arriving late changes nothing.
+func (l *lease) noteVersion(v int32) {
+	l.mu.Lock()
+	if v > l.version {
+		l.version = v
+	}
+	l.mu.Unlock()
 }

@@ -24,12 +24,13 @@ const ownWatchNotice = 5 * time.Second
 // (its event callback) and on a caller's Conn (New: the session's poll
 // loop); for a lock granted at once (the watch set after ownWatchDelay) and
 // after a wait (the wait's watch, kept); after someone wrote our node's
-// data (which fires the watch: it must be set again); and after the
-// connection dropped and came back (go-zookeeper sets the watches again).
+// data, or a candidate's Proclaim did (either fires the watch: it must be
+// set again, and is no loss); and after the connection dropped and came
+// back (go-zookeeper sets the watches again).
 func TestOwnNodeDeletedIsLoss(t *testing.T) {
 	admin := srv.Connect(t, 10*time.Second)
 	for _, mode := range []string{"dialed", "given"} {
-		for _, how := range []string{"free", "waited", "data-written", "reconnected"} {
+		for _, how := range []string{"free", "waited", "data-written", "proclaimed", "reconnected"} {
 			t.Run(mode+"/"+how, func(t *testing.T) {
 				pfx := testPrefix(t)
 				p := zktest.NewProxy(t, srv.Addr())
@@ -42,12 +43,19 @@ func TestOwnNodeDeletedIsLoss(t *testing.T) {
 					require.NoError(t, err)
 					t.Cleanup(func() { _ = l.Close() })
 				}
-				ls := ownWatchHolder(t, l, pfx, how == "waited")
+				var opts []backend.Option
+				if how == "proclaimed" {
+					opts = append(opts, backend.WithValue("one"))
+				}
+				ls := ownWatchHolder(t, l, pfx, how == "waited", opts...)
 				path, _ := nodeOf(t, admin, pfx, ls)
 				switch how {
 				case "data-written":
 					_, err := admin.Set(path, []byte(`{"holder":"someone"}`), -1)
 					require.NoError(t, err)
+					time.Sleep(200 * time.Millisecond) // the watch is set again
+				case "proclaimed":
+					require.NoError(t, ls.Proclaim(tctx(t, 10*time.Second), "two"))
 					time.Sleep(200 * time.Millisecond) // the watch is set again
 				case "reconnected":
 					_, changed := ls.Suspended()
@@ -68,19 +76,19 @@ func TestOwnNodeDeletedIsLoss(t *testing.T) {
 	}
 }
 
-// ownWatchHolder returns a lease on a lock of l whose node is watched: one
-// granted at once and held past ownWatchDelay, or (waited) one granted
-// after another Locker's holder let go.
-func ownWatchHolder(t *testing.T, l *backend.Locker, pfx string, waited bool) *backend.Lease {
+// ownWatchHolder returns a lease on a lock of l, acquired with opts, whose
+// node is watched: one granted at once and held past ownWatchDelay, or
+// (waited) one granted after another Locker's holder let go.
+func ownWatchHolder(t *testing.T, l *backend.Locker, pfx string, waited bool, opts ...backend.Option) *backend.Lease {
 	t.Helper()
 	if !waited {
-		ls := mustTry(t, l, "own")
+		ls := mustTry(t, l, "own", opts...)
 		time.Sleep(4 * ownWatchDelay)
 		return ls
 	}
 	other := dialLocker(t, srv.Addr(), pfx, ownWatchTTL)
 	first := mustTry(t, other, "own")
-	ch := goAcquire(tctx(t, 30*time.Second), l, "own")
+	ch := goAcquire(tctx(t, 30*time.Second), l, "own", opts...)
 	waitNodes(t, srv.Connect(t, 10*time.Second), pfx, "own", 2)
 	time.Sleep(100 * time.Millisecond) // the waiter's watches are set
 	release(t, first)

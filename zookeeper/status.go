@@ -62,10 +62,15 @@ func (d *zkDriver) lockNodes(ctx context.Context, name string) ([]lockNode, erro
 }
 
 // Inspect implements driver.Driver: the holder first, then the waiters
-// in queue order, each with its node's name as its ID, the holder identity
-// stored in its node and its czxid as the token. A ZooKeeper lease is its session, whose remaining time
-// the server does not tell, so TTLLeft is unknown (negative). Nodes of
-// zk.Lock or Curator holders show unnamed.
+// in queue order, each with its node's name as its ID, its czxid as the
+// token and its node's data, as it is, as its Value: a candidate's value
+// (WithValue), a lock acquisition's JSON record of holder and metadata, a
+// Curator LeaderSelector participant's id, whatever another client wrote.
+// Holder and Metadata are read from the data where it is such a JSON
+// record (nodes of zk.Lock or Curator holders show unnamed, and so do
+// candidates, unless a value is itself such a record). A ZooKeeper lease
+// is its session, whose remaining time the server does not tell, so
+// TTLLeft is unknown (negative).
 func (d *zkDriver) Inspect(ctx context.Context, name string) (driver.Status, error) {
 	nodes, err := d.lockNodes(ctx, name)
 	if err != nil {
@@ -73,7 +78,7 @@ func (d *zkDriver) Inspect(ctx context.Context, name string) (driver.Status, err
 	}
 	var entries []driver.Entry
 	for _, n := range nodes {
-		e := driver.Entry{ID: path.Base(n.path), Token: fencing.Token(n.stat.Czxid), TTLLeft: -1}
+		e := driver.Entry{ID: path.Base(n.path), Token: fencing.Token(n.stat.Czxid), TTLLeft: -1, Value: string(n.data)}
 		var v nodeValue
 		if json.Unmarshal(n.data, &v) == nil {
 			e.Holder, e.Metadata = v.Holder, v.Metadata
@@ -84,8 +89,11 @@ func (d *zkDriver) Inspect(ctx context.Context, name string) (driver.Status, err
 }
 
 // Revoke implements driver.Driver: it deletes the lock node whose czxid is
-// token (version-checked), as a session expiry would; its holder's node
-// watch reports the loss.
+// token, as a session expiry would; its holder's node watch reports the
+// loss. The delete is not version-checked: the node's path, with its
+// sequence number (and guid), is that acquisition's alone, as for RevokeID,
+// and its data version changes while it holds (a candidate's Proclaim),
+// which would make a checked delete fail for a write that revokes nothing.
 func (d *zkDriver) Revoke(ctx context.Context, name string, token fencing.Token) (bool, error) {
 	nodes, err := d.lockNodes(ctx, name)
 	if err != nil {
@@ -99,7 +107,7 @@ func (d *zkDriver) Revoke(ctx context.Context, name string, token fencing.Token)
 		if n.stat.Czxid != int64(token) {
 			continue
 		}
-		err := call(ctx, func() error { return s.conn.Delete(n.path, n.stat.Version) })
+		err := call(ctx, func() error { return s.conn.Delete(n.path, -1) })
 		switch {
 		case errors.Is(err, zk.ErrNoNode):
 			return false, nil

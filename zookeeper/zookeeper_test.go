@@ -321,23 +321,26 @@ func TestFreeLockIsOneRequest(t *testing.T) {
 	assert.Equal(t, before+1, d.childReads.Load(), "getChildren requests with another child in the directory")
 }
 
-// inLine is a lock held by A with B, then C, waiting; B's wait ends with
-// cancelB. reads counts C's getChildren requests.
+// inLine is lock "n" under prefix pfx, held by A (acquired with opts, by
+// locker) with B, then C, waiting; B's wait ends with cancelB. reads counts
+// C's getChildren requests.
 type inLine struct {
+	pfx      string
+	locker   *backend.Locker
 	held     *backend.Lease
 	chB, chC <-chan acquired
 	cancelB  context.CancelFunc
 	reads    func() int64
 }
 
-func threeInLine(t *testing.T) inLine {
+func threeInLine(t *testing.T, opts ...backend.Option) inLine {
 	pfx := testPrefix(t)
 	cfg := Config{Servers: []string{srv.Addr()}, Prefix: pfx, SessionTimeout: 4 * time.Second}
 	_, la := driverLocker(t, cfg)
 	_, lb := driverLocker(t, cfg)
 	dc, lc := driverLocker(t, cfg)
 	ctx := tctx(t, 20*time.Second)
-	q := inLine{held: mustTry(t, la, "n"), reads: dc.childReads.Load}
+	q := inLine{pfx: pfx, locker: la, held: mustTry(t, la, "n", opts...), reads: dc.childReads.Load}
 	var bctx context.Context
 	bctx, q.cancelB = context.WithCancel(ctx)
 	t.Cleanup(q.cancelB)
