@@ -2,6 +2,7 @@ package lockbench
 
 import (
 	"context"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -94,8 +95,10 @@ func BenchFailovers(b *testing.B, impls []FailoverImpl) {
 // Kill) to the moment the candidate that waited behind it leads (its
 // Campaign returns); only that time is timed. Each failover has a leader
 // and one waiter, queued and settled (FailoverSettle) before the leader's
-// end. Resign alternates two candidates; Kill makes a new waiter for each
-// failover (the killed leader is closed). One op is one failover: use
+// end (and, for Kill with a TTL, a random time under TTL/3: a leader is
+// killed at a random point of its renewal period). Resign alternates two
+// candidates; Kill makes a new waiter for each failover (the killed leader
+// is closed). One op is one failover: use
 // -benchtime Nx (a timed run would grow b.N from the timed part alone).
 //
 // It reports, in ms, the p50 and max of the failovers (failover-p50-ms,
@@ -104,8 +107,10 @@ func BenchFailovers(b *testing.B, impls []FailoverImpl) {
 // failover-max-rtt); for Kill, if f.TTL is set, also the TTL (ttl-ms) and
 // the failovers minus the TTL (minus-ttl-p50-ms, minus-ttl-max-ms): what
 // the backend and the waiter add to the expiry. A killed leader's term
-// ends a TTL after its last renewal, which came up to a renewal interval
-// (TTL/3 for fencelock) before the kill, so that figure may be negative.
+// ends a TTL after its last renewal, which came up to a renewal period
+// (TTL/3 for fencelock) before the kill, so that figure may be negative:
+// with renewals on time it lies between -TTL/3 and 0, plus the backend's
+// expiry lag and one handoff.
 func BenchFailover(b *testing.B, f Failover, end End) {
 	b.StopTimer()
 	var rtt time.Duration
@@ -142,6 +147,9 @@ func RunFailovers(tb testing.TB, f Failover, end End, n int, start, stop func())
 		wctx, cancel := context.WithTimeout(ctx, failoverWaitLimit)
 		go func() { led <- waiter.Campaign(wctx) }()
 		awaitWaiting(tb, f, led)
+		if end == Kill && f.TTL > 0 {
+			killPhase(tb, led, f.TTL)
+		}
 
 		start()
 		t0 := time.Now()
@@ -204,6 +212,20 @@ func awaitWaiting(tb testing.TB, f Failover, led <-chan error) {
 	case err := <-led:
 		tb.Fatalf("the waiter's campaign returned while the leader led: %v", err)
 	case <-time.After(FailoverSettle):
+	}
+}
+
+// killPhase waits a random time under ttl/3 (the renewal period of a
+// fencelock lease), so that a leader is killed at a random point of its
+// renewal period, as a process dies, not at the same point every time (the
+// failovers follow each other at the pace of the TTL, which would lock the
+// kill to a phase of the renewals). It fails tb if the waiter leads
+// meanwhile.
+func killPhase(tb testing.TB, led <-chan error, ttl time.Duration) {
+	select {
+	case err := <-led:
+		tb.Fatalf("the waiter's campaign returned while the leader led: %v", err)
+	case <-time.After(rand.N(ttl / 3)):
 	}
 }
 
