@@ -300,6 +300,9 @@ func useEverything(t *testing.T, raw, prefix string) error {
 	if _, err := la.Revoke(ctx, "n", r.Lease.Token()); err != nil {
 		return err
 	}
+	if err := useCandidates(ctx, la, lb); err != nil {
+		return err
+	}
 	k := keysOf(prefix, "m")
 	// A counter ahead of the clock (a server whose clock went back) is
 	// incremented (INCR) rather than raised to the clock.
@@ -311,6 +314,45 @@ func useEverything(t *testing.T, raw, prefix string) error {
 		return err
 	}
 	return lm.Release(ctx)
+}
+
+// useCandidates runs what election candidates (WithValue) add to the
+// requests useEverything makes: a value stored by the acquire script of a
+// holder and of a waiter, Status reading them, Proclaim, and a release
+// that removes the value and hands the lock to a candidate. It returns the
+// first error.
+func useCandidates(ctx context.Context, la, lb *backend.Locker) error {
+	ls, err := la.TryAcquire(ctx, "v", backend.WithValue("a"))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = ls.Release(context.Background()) }()
+	ch := goAcquire(ctx, lb, "v", backend.WithValue("b"))
+	for {
+		st, err := la.Status(ctx, "v")
+		if err != nil {
+			return err
+		}
+		if len(st.Waiters) == 1 && st.Waiters[0].Value == "b" && st.Holder.Value == "a" {
+			break
+		}
+		select {
+		case r := <-ch:
+			return r.Err // failed without queueing (or, wrongly, granted)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if err := ls.Proclaim(ctx, "a2"); err != nil {
+		return err
+	}
+	if err := ls.Release(ctx); err != nil {
+		return err
+	}
+	r := <-ch
+	if r.Err != nil {
+		return r.Err
+	}
+	return r.Lease.Release(ctx)
 }
 
 // TestACLEachRuleNeeded: with all of aclRules, useEverything works; with any

@@ -84,11 +84,13 @@
 //	P:{N}:queue         the waiters in arrival order (sorted set: owner -> arrival number)
 //	P:{N}:queue:expiry  when each waiter's entry lapses (sorted set: owner -> server time in ms)
 //	P:{N}:ended:<owner> an acquisition released while its last attempt's fate was unknown (PX: 10 TTLs, 1 minute at least)
+//	P:{N}:value:<owner> an election candidate's value (backend.WithValue), as it is (PX: 2 TTLs, renewed with its lease)
 //	P:wake:<locker id>  the pub/sub channel of one Locker's waiters
 //
 // All keys of a name share the hash tag {N}, so a Cluster keeps them in one
 // slot and the scripts may touch them together. The owner is unique to one
-// acquisition ("<locker id>.<sequence number>"), so two acquisitions of one
+// acquisition ("<locker id>.<sequence number>.<ttl ms>", with a segment
+// "v" before the TTL for an election candidate's), so two acquisitions of one
 // name, even in one Locker, exclude each other and get different tokens;
 // refresh and release compare it, so a stale or repeated release never
 // removes a newer holder's key.
@@ -126,10 +128,53 @@
 //   - Handoff: the release script and one message, which is the physical
 //     minimum: the releaser's request reaches the server, and the grant
 //     reaches the waiter.
+//   - Election candidates (WithValue): the same, the value riding in the
+//     acquire, refresh and release scripts; Lease.Proclaim 1 (a script);
+//     Status 2 when a candidate holds or waits (see Election values).
 //   - With WaitReplicas: the acquire script and WAIT go in one pipeline, so
 //     still 1 round trip, plus the replication delay. A release then only
 //     wakes the next waiter, which takes the lock with its own acquire
 //     script and WAIT (handoff: one round trip more).
+//
+// # Election values
+//
+// An election candidate's acquisition (backend.WithValue, which package
+// election uses) stores its value, as it is, in a key of its own beside
+// the lock key, P:{N}:value:<owner>, under the lock's hash tag, so that a
+// Cluster keeps it in the lock's slot; the scripts get its name in KEYS.
+// The lock key keeps its "<owner>:<token>" shape, so redsync and
+// bsm/redislock still exclude candidates, and a lock's acquisitions are
+// untouched: they store no value and send exactly what they did before
+// values existed (no command, round trip or allocation more:
+// BenchmarkUncontended, TestUncontendedServerCalls).
+//
+// A candidate's value costs it no round trip: its acquire script stores
+// the value when it takes the lock or joins the queue (a refused
+// TryAcquire stores nothing), so a release that hands the lock to a
+// waiting candidate finds its value there; each renewal (the refresh
+// script, every TTL/3) extends the value key with the lock key or queue
+// entry; the release script deletes it. Those scripts run one SET,
+// PEXPIRE or DEL more for a candidate. The value key lives two TTLs past its last
+// renewal, so that it outlives the lock key or queue entry it belongs to
+// (a release grants a waiter a lock key that lives one TTL from the
+// grant, less than one TTL after the waiter's last renewal): a crashed
+// candidate's value key expires within two TTLs, and a revoked or lost
+// one is deleted by the release that follows the loss.
+//
+// Lease.Proclaim is one script call (one round trip): it sets the value key
+// only if the lock key still holds the acquisition's "<owner>:<token>",
+// else it stores nothing and fails with backend.ErrLeaseLost; the token
+// stays. With WaitReplicas, WAIT follows it in the same pipeline as it
+// follows a grant (whose WAIT covers the value the acquire script stored),
+// and a value not acknowledged in time is an error matching
+// backend.ErrUnavailable and ErrNotReplicated: call Proclaim again.
+//
+// Locker.Status reads the values of the candidates among the holder and
+// the waiters, whose owner ids say they are candidates, with a second
+// script call (GETs of their value keys; a status without candidates is
+// one call, as before). A waiter that ended in between is left out; a
+// holder that ended in between makes Status read the lock again (at most 3
+// times). A lock's acquisition shows Value "".
 //
 // # Waiting: a FIFO queue
 //
@@ -184,7 +229,8 @@
 //
 //	ACL SETUSER fencelock on >PASSWORD resetkeys ~P:* resetchannels &P:* -@all +evalsha +eval +subscribe +ping +get +set +del +pexpire +pttl +incr +time +publish +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zscore
 //
-// The keys and channels P:* are the locks' and the wake channels; EVALSHA,
+// The keys and channels P:* are the locks' (election values included) and
+// the wake channels; EVALSHA,
 // and EVAL after a NOSCRIPT, run the scripts, which the server checks
 // command by command against the same ACL (GET to ZSCORE, PUBLISH on the
 // channels); SUBSCRIBE is the wake channel's; PING is Open's. Add +wait
@@ -315,7 +361,8 @@
 //     drift) cannot see that; fencing tokens still reject the stale writer.
 //   - TTLs are whole milliseconds, at least MinTTL.
 //   - The holder and metadata options are not stored in Redis: the lock
-//     value stays the short "<owner>:<token>".
+//     value stays the short "<owner>:<token>". An election candidate's
+//     value (WithValue) is, in a key of its own (see Election values).
 //   - The counter keys stay after their locks are released (one small key
 //     per lock name ever used). Deleting one is safe with the clock floor
 //     (the default); with NoClockFloor it restarts that name's tokens at 1.

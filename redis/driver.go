@@ -249,12 +249,18 @@ func (d *redisDriver) NewLease(ctx context.Context, req driver.Request) (driver.
 	b = append(b, '.')
 	b = strconv.AppendUint(b, d.seq.Add(1), 36)
 	b = append(b, '.')
+	if req.Value != nil {
+		b = append(b, candidateMark...)
+	}
 	b = strconv.AppendInt(b, ttlMs, 10)
 	endMark := string(b)
 	owner := endMark[len(lk.ended):]
 	l := &lease{d: d, k: &lk.keys, owner: owner, ttlMs: ttlMs}
 	copy(l.args[:4], lk.boxed[:])
 	l.args[4], l.args[5], l.args[6] = endMark, owner, ttlMs
+	if req.Value != nil {
+		l.cand = newCandidate(lk.lock, owner, *req.Value, ttlMs)
+	}
 	return l, started, nil
 }
 
@@ -420,10 +426,22 @@ func flag(b bool) any {
 
 func (d *redisDriver) acquireOnce(ctx context.Context, l *lease, mode queueMode) (acquireResult, error) {
 	d.attempts.Add(1)
-	cmd := make([]any, 0, 14)
-	cmd = append(cmd, "evalsha", acquireHash, 5)
-	cmd = append(cmd, l.args[:]...)
+	var cmd []any
+	if l.cand == nil {
+		cmd = make([]any, 0, 14)
+		cmd = append(cmd, "evalsha", acquireHash, 5)
+		cmd = append(cmd, l.args[:]...)
+	} else {
+		cmd = make([]any, 0, 17)
+		cmd = append(cmd, "evalsha", acquireHash, 6)
+		cmd = append(cmd, l.args[:5]...)
+		cmd = append(cmd, l.cand.key)
+		cmd = append(cmd, l.args[5:]...)
+	}
 	cmd = append(cmd, mode.arg(), flag(!d.cfg.NoClockFloor), d.wakePrefix, flag(d.direct()))
+	if l.cand != nil {
+		cmd = append(cmd, l.cand.value, l.cand.keyTTL)
+	}
 	if d.cfg.WaitReplicas == 0 {
 		return parseAcquire(d.eval(ctx, cmd, acquireScript, acquireSrc).Result())
 	}
@@ -465,14 +483,34 @@ func (d *redisDriver) eval(ctx context.Context, cmd []any, script *goredis.Scrip
 }
 
 // acquireWait sends cmd, the acquire script, and WAIT in one pipeline on
-// one connection (WAIT counts the replicas that have this connection's
-// writes); lock is the lock key.
+// one connection (see evalWait); lock is the lock key.
 func (d *redisDriver) acquireWait(ctx context.Context, lock string, cmd []any) (acquireResult, error) {
+	script, wait, err := d.evalWait(ctx, lock, cmd, acquireSrc)
+	if err != nil {
+		return acquireResult{}, err
+	}
+	res, err := parseAcquire(script.Result())
+	if err != nil || !res.granted {
+		return res, err
+	}
+	if err := d.checkAcks(wait, "the grant"); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// evalWait sends cmd, an EVALSHA of a script (src: its source) that
+// writes under lock (the lock key, which names the Cluster node), and
+// WAIT in one pipeline on one connection: WAIT counts the replicas that
+// have this connection's writes. After a NOSCRIPT it sends both again,
+// with EVAL. The error is one of reaching the node; the script's and
+// WAIT's are in their replies.
+func (d *redisDriver) evalWait(ctx context.Context, lock string, cmd []any, src string) (*goredis.Cmd, *goredis.Cmd, error) {
 	var p goredis.Pipeliner
 	if c, ok := d.c.(masterForKey); ok {
 		node, err := c.MasterForKey(ctx, lock)
 		if err != nil {
-			return acquireResult{}, mapErr(err)
+			return nil, nil, mapErr(err)
 		}
 		p = node.Pipeline()
 	} else {
@@ -480,7 +518,7 @@ func (d *redisDriver) acquireWait(ctx context.Context, lock string, cmd []any) (
 	}
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
-			cmd[0], cmd[1] = "eval", acquireSrc
+			cmd[0], cmd[1] = "eval", src
 		}
 		script := p.Do(ctx, cmd...)
 		wait := p.Do(ctx, "WAIT", d.cfg.WaitReplicas, d.cfg.WaitTimeout.Milliseconds())
@@ -488,20 +526,22 @@ func (d *redisDriver) acquireWait(ctx context.Context, lock string, cmd []any) (
 		if attempt == 0 && isNoScript(script.Err()) {
 			continue
 		}
-		res, err := parseAcquire(script.Result())
-		if err != nil || !res.granted {
-			return res, err
-		}
-		acks, err := wait.Int64()
-		if err != nil {
-			return res, fmt.Errorf("redis: WAIT after the grant: %w", mapErr(err))
-		}
-		if acks < int64(d.cfg.WaitReplicas) {
-			return res, fmt.Errorf("%w: %w: %d of %d replicas within %v", backend.ErrUnavailable, ErrNotReplicated,
-				acks, d.cfg.WaitReplicas, d.cfg.WaitTimeout)
-		}
-		return res, nil
+		return script, wait, nil
 	}
+}
+
+// checkAcks reads the reply of the WAIT that followed what (a write): an
+// error unless Config.WaitReplicas replicas acknowledged it.
+func (d *redisDriver) checkAcks(wait *goredis.Cmd, what string) error {
+	acks, err := wait.Int64()
+	if err != nil {
+		return fmt.Errorf("redis: WAIT after %s: %w", what, mapErr(err))
+	}
+	if acks < int64(d.cfg.WaitReplicas) {
+		return fmt.Errorf("%w: %w: %d of %d replicas within %v", backend.ErrUnavailable, ErrNotReplicated,
+			acks, d.cfg.WaitReplicas, d.cfg.WaitTimeout)
+	}
+	return nil
 }
 
 func isNoScript(err error) bool {

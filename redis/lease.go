@@ -17,7 +17,7 @@ import (
 )
 
 // state is where an acquisition stands in Redis.
-type state int
+type state uint8
 
 const (
 	stIdle     state = iota // no lock key of ours (maybe a queue entry: see lease.queued)
@@ -61,6 +61,7 @@ type lease struct {
 	k     *keys
 	owner string
 	ttlMs int64
+	cand  *candidate // an election candidate's value key and value; nil for a lock
 	// args are what the acquire and release scripts take of this
 	// acquisition, boxed once: the five keys (lock, counter, queue,
 	// expiry, end mark), then owner and ttlMs.
@@ -304,7 +305,9 @@ func (l *lease) result(sent time.Time, res acquireResult, err error) (driver.Gra
 // KeepAlive implements driver.Lease with the refresh script: a
 // holder's lock key is extended only if it still holds this acquisition's
 // value (a vanished key is never re-created); a waiter's queue entry is
-// renewed, and the waiter woken if it is next and the lock is free.
+// renewed, and the waiter woken if it is next and the lock is free. An
+// election candidate's value key is extended with either (its name and
+// lifetime are sent only then: a lock's renewal is as it was).
 func (l *lease) KeepAlive(ctx context.Context) (time.Time, error) {
 	sent := time.Now()
 	l.mu.Lock()
@@ -328,6 +331,10 @@ func (l *lease) KeepAlive(ctx context.Context) (time.Time, error) {
 		return sent, nil // nothing of ours in Redis
 	}
 	n, err := bounded(ctx, l.d, func() (int64, error) {
+		if c := l.cand; c != nil {
+			return refreshScript.Run(ctx, l.d.c, []string{l.k.lock, l.k.queue, l.k.expiry, c.keyName}, l.owner, l.ttlMs,
+				c.keyTTL).Int64()
+		}
 		return refreshScript.Run(ctx, l.d.c, []string{l.k.lock, l.k.queue, l.k.expiry}, l.owner, l.ttlMs).Int64()
 	})
 	if err != nil {
@@ -353,7 +360,8 @@ func (l *lease) KeepAlive(ctx context.Context) (time.Time, error) {
 
 // Release implements driver.Lease: the release script deletes the
 // lock key only if it holds this acquisition's value, drops its queue entry,
-// and names the next waiter on the lock's channel.
+// deletes an election candidate's value key, and names the next waiter on
+// the lock's channel.
 func (l *lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -390,14 +398,17 @@ func (l *lease) Release(ctx context.Context) error {
 // release runs the release script once; endMark is how long in ms to keep
 // the acquisition's end mark (0: none).
 func (l *lease) release(ctx context.Context, endMark int64) (int64, error) {
-	cmd := make([]any, 0, 13)
-	cmd = append(cmd, "evalsha", releaseHash, 5)
-	cmd = append(cmd, l.args[:6]...) // the keys and owner
+	var cmd []any
+	if l.cand == nil {
+		cmd = make([]any, 0, 13)
+		cmd = append(cmd, "evalsha", releaseHash, 5)
+		cmd = append(cmd, l.args[:6]...) // the keys and owner
+	} else {
+		cmd = make([]any, 0, 14)
+		cmd = append(cmd, "evalsha", releaseHash, 6)
+		cmd = append(cmd, l.args[:5]...) // the keys
+		cmd = append(cmd, l.cand.key, l.args[5])
+	}
 	cmd = append(cmd, l.d.wakePrefix, flag(!l.d.cfg.NoClockFloor), flag(l.d.direct()), endMark)
 	return l.d.eval(ctx, cmd, releaseScript, releaseSrc).Int64()
-}
-
-// Proclaim implements driver.Lease: not yet (the value is not stored).
-func (l *lease) Proclaim(context.Context, string) error {
-	return fmt.Errorf("%w: proclaim is not implemented on this backend yet", errors.ErrUnsupported)
 }

@@ -30,9 +30,27 @@ var (
 // identities and metadata are not stored (the lock value is "<owner
 // id>:<token>"), and a waiter has no token before its grant. A key written
 // by another library (redsync, bsm/redislock) shows with a zero token and
-// its value as its ID.
+// its value as its ID. If the holder or a waiter is an election
+// candidate's, a second script call reads the candidates' values (see
+// readValues); if the holder's is gone by then (it ended in between), the
+// status is read again, up to inspectTries times, after which its Value is
+// shown empty.
 func (d *redisDriver) Inspect(ctx context.Context, name string) (driver.Status, error) {
 	k := keysOf(d.cfg.Prefix, name)
+	for try := 1; ; try++ {
+		st, err := d.inspect(ctx, k)
+		if err != nil {
+			return st, err
+		}
+		complete, err := d.readValues(ctx, k.lock, &st)
+		if err != nil || complete || try == inspectTries {
+			return st, err
+		}
+	}
+}
+
+// inspect runs the inspect script once for the lock whose keys are k.
+func (d *redisDriver) inspect(ctx context.Context, k keys) (driver.Status, error) {
 	res, err := inspectScript.Run(ctx, d.c, []string{k.lock, k.queue, k.expiry}).Slice()
 	if err != nil {
 		return driver.Status{}, fmt.Errorf("redis: status: %w", mapErr(err))

@@ -1,12 +1,16 @@
 -- fencelock acquire: take the lock key if it is free and no earlier waiter
 -- is in line, and issue a token; otherwise (when asked to) join the queue.
 -- KEYS[1] lock key, KEYS[2] token counter, KEYS[3] queue, KEYS[4] queue
--- expiries, KEYS[5] this acquisition's end mark (see release.lua).
+-- expiries, KEYS[5] this acquisition's end mark (see release.lua), KEYS[6]
+-- an election candidate's value key (absent for a lock: see keep_value).
 -- ARGV[1] owner (this acquisition's id), ARGV[2] TTL in ms,
 -- ARGV[3] what to do with the queue when not granted: "0" nothing, "1" join
 -- it, "2" renew the entry an earlier attempt made; ARGV[4] "1" for the
 -- clock floor, ARGV[5] the wake channels' prefix, ARGV[6] "1" to grant a
--- free lock to an earlier waiter directly (see hand_over).
+-- free lock to an earlier waiter directly (see hand_over); with KEYS[6]:
+-- ARGV[7] the candidate's value, ARGV[8] its value key's lifetime in ms.
+-- A candidate's value is stored (or kept) whenever the acquisition is
+-- granted or queued, never when it is refused without queueing or fails.
 -- Returns the token when granted (a string of digits: a bulk reply, the
 -- shortest for the server to write), {0, ms, next, foreign} when not: next
 -- is 1 if no earlier waiter is in line, ms how long the lock key will still
@@ -24,9 +28,28 @@ local v = redis.call('GET', KEYS[1])
 -- Fast path: a free lock and an empty queue (so no entry to purge, and
 -- none of ours to drop) is granted at once.
 if not v and ARGV[3] ~= '2' and not redis.call('ZRANGE', KEYS[3], '0', '0')[1] then
+  if KEYS[6] then
+    -- A candidate's first attempt: its value key is new.
+    redis.call('SET', KEYS[6], ARGV[7], 'PX', ARGV[8])
+  end
   return issue(KEYS[1], KEYS[2], owner, ARGV[2], ARGV[4])
 end
 --#queue.lua
+
+-- keep_value stores an election candidate's value v in its value key k
+-- for ms, or, if an earlier attempt of the acquisition stored it, extends
+-- its expiry and leaves the value (a Proclaim may have replaced it since,
+-- and a late copy of an attempt must not undo that); nothing for a lock
+-- (k nil). A value key lives twice its acquisition's TTL past its last
+-- renewal, so that it outlives the lock key or queue entry it belongs to:
+-- a release grants the next waiter a lock key that lives one TTL from the
+-- grant, which comes less than one TTL after the waiter's last renewal.
+local function keep_value(k, v, ms)
+  if k and not redis.call('SET', k, v, 'NX', 'PX', ms) then
+    redis.call('PEXPIRE', k, ms)
+  end
+end
+
 local ttl = tonumber(ARGV[2])
 local now = now_ms()
 purge(KEYS[3], KEYS[4], now)
@@ -36,6 +59,7 @@ if mine then
   -- by a release whose message this waiter has not seen.
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   dequeue(KEYS[3], KEYS[4], owner)
+  keep_value(KEYS[6], ARGV[7], ARGV[8])
   return string.sub(v, #owner + 2)
 end
 if ARGV[3] == '2' and not redis.call('ZSCORE', KEYS[3], owner) then
@@ -45,6 +69,7 @@ if not v then
   local h = head(KEYS[3])
   if not h or h == owner then
     dequeue(KEYS[3], KEYS[4], owner)
+    keep_value(KEYS[6], ARGV[7], ARGV[8])
     return issue(KEYS[1], KEYS[2], owner, ARGV[2], ARGV[4])
   end
   -- Free, but it is an earlier waiter's turn (its holder expired, or the
@@ -53,6 +78,7 @@ if not v then
 end
 if ARGV[3] ~= '0' then
   enqueue(KEYS[3], KEYS[4], owner, ttl, now)
+  keep_value(KEYS[6], ARGV[7], ARGV[8])
 end
 local h = head(KEYS[3])
 if h == owner or not h then

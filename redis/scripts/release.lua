@@ -2,7 +2,9 @@
 -- hand the lock over to the next waiter; drop this acquisition's queue
 -- entry if any.
 -- KEYS[1] lock key, KEYS[2] token counter, KEYS[3] queue, KEYS[4] queue
--- expiries, KEYS[5] this acquisition's end mark. ARGV[1] owner, ARGV[2] the
+-- expiries, KEYS[5] this acquisition's end mark, KEYS[6] an election
+-- candidate's value key (absent for a lock), deleted: the acquisition is
+-- over whatever the lock key holds. ARGV[1] owner, ARGV[2] the
 -- wake channels' prefix, ARGV[3] "1" for the clock floor, ARGV[4] "1" to
 -- grant directly (see hand_over), ARGV[5] how long (ms) to keep the end
 -- mark, "0" for none: an acquisition whose last attempt's fate is unknown
@@ -11,6 +13,9 @@
 local owner = ARGV[1]
 if ARGV[5] ~= '0' then
   redis.call('SET', KEYS[5], '1', 'PX', ARGV[5])
+end
+if KEYS[6] then
+  redis.call('DEL', KEYS[6])
 end
 local v = redis.call('GET', KEYS[1])
 local deleted = 0
