@@ -161,7 +161,7 @@
 // its JSON record). A LeaderSelector on that path queues in the same line
 // as fencelock's candidates, and Status and package election read a
 // LeaderSelector participant's id as its Value (one without setId writes
-// Curator's default data, the client's IP address). Curator's LeaderLatch is not
+// its client's defaultData, by default the local host's IP address). Curator's LeaderLatch is not
 // matched: its nodes are _c_<guid>-latch-<seq>, which this package ignores
 // (not lock nodes), and it sorts children by what follows the last
 // "latch-", so fencelock's nodes sort after every latch node, by their
