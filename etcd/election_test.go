@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/election"
 )
 
 // A fencelock candidate (an acquisition WithValue of name N) and an etcd
@@ -111,4 +112,53 @@ func TestInteropElection(t *testing.T) {
 	release(t, r.Lease)
 	_, err = e.Leader(ctx)
 	require.ErrorIs(t, err, concurrency.ErrElectionNoLeader)
+}
+
+// Package election over etcd: a term's Proclaim is observed with the same
+// token, and a concurrency.Election leader is reported as the leader, with
+// its value.
+func TestElectorOverEtcd(t *testing.T) {
+	pfx := testPrefix(t)
+	el, err := election.New(locker(t, pfx, backend.WithTTL(long)), election.WithPollInterval(10*time.Millisecond))
+	require.NoError(t, err)
+	ctx := tctx(t, 60*time.Second)
+	observed, err := el.Observe(ctx, "svc")
+	require.NoError(t, err)
+	observe := func(want string) election.Leader {
+		t.Helper()
+		deadline := time.After(10 * time.Second)
+		for {
+			select {
+			case o, ok := <-observed:
+				require.True(t, ok, "Observe ended")
+				require.NoError(t, o.Err)
+				if o.Leader != nil && o.Leader.Value == want {
+					return *o.Leader
+				}
+			case <-deadline:
+				require.FailNowf(t, "not observed", "Observe did not report %q", want)
+			}
+		}
+	}
+
+	term, err := el.Campaign(ctx, "svc", "a")
+	require.NoError(t, err)
+	assert.Equal(t, term.Token(), observe("a").Token)
+	require.NoError(t, term.Proclaim(ctx, "a2"))
+	assert.Equal(t, term.Token(), observe("a2").Token, "same term, new value")
+	lead, err := el.Leader(ctx, "svc")
+	require.NoError(t, err)
+	assert.Equal(t, election.Leader{Name: "svc", Token: term.Token(), Value: "a2", ID: lead.ID}, lead)
+	require.NoError(t, term.Resign(ctx))
+
+	sess, err := concurrency.NewSession(client(t), concurrency.WithTTL(30))
+	require.NoError(t, err)
+	defer sess.Close()
+	e := concurrency.NewElection(sess, pfx+"/svc")
+	require.NoError(t, e.Campaign(ctx, "b"))
+	b := observe("b")
+	assert.Greater(t, b.Token, term.Token())
+	require.NoError(t, e.Resign(ctx))
+	_, err = el.Leader(ctx, "svc")
+	require.ErrorIs(t, err, election.ErrNoLeader)
 }

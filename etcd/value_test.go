@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/backend/driver"
+	"github.com/fencelock/fencelock/internal/etcdtest"
 )
 
 // A candidate's value is its key's raw value, and Status shows every
@@ -293,4 +294,46 @@ func TestForeignPutOnCandidateKeyFiresLoss(t *testing.T) {
 	assert.Contains(t, h.Err().Error(), "overwritten by another client")
 	_ = h.Release(ctx)
 	require.Eventually(t, func() bool { return len(keys(t, c, pfx, "f")) == 0 }, 10*time.Second, 10*time.Millisecond)
+}
+
+// A Proclaim the cluster does not answer returns soon after its context
+// ends, with an error matching ErrUnavailable (not a loss); once the cluster
+// is back, Proclaim stores the value with the same token. A cancelled
+// context ends it too.
+func TestProclaimUnavailable(t *testing.T) {
+	s := etcdtest.Start(t)
+	pfx := testPrefix(t)
+	l, err := New(s.NewClient(t), pfx, backend.WithTTL(long))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	ctx := tctx(t, 60*time.Second)
+	h, err := l.Acquire(ctx, "u", backend.WithValue("a"))
+	require.NoError(t, err)
+
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	require.ErrorIs(t, h.Proclaim(cancelled, "never"), context.Canceled)
+
+	s.Stop()
+	const wait = time.Second
+	pctx, pcancel := context.WithTimeout(ctx, wait)
+	start := time.Now()
+	err = h.Proclaim(pctx, "b")
+	took := time.Since(start)
+	pcancel()
+	require.ErrorIs(t, err, backend.ErrUnavailable)
+	require.NotErrorIs(t, err, backend.ErrLeaseLost)
+	assert.Less(t, took, wait+5*time.Second, "returns soon after its context ends")
+	require.NoError(t, h.Err())
+
+	require.NoError(t, s.Restart())
+	require.NoError(t, h.Proclaim(ctx, "b"))
+	st, err := l.Status(ctx, "u")
+	require.NoError(t, err)
+	require.NotNil(t, st.Holder)
+	assert.Equal(t, "b", st.Holder.Value)
+	assert.Equal(t, h.Token(), st.Holder.Token)
+	time.Sleep(2 * ownWatchDelay)
+	require.NoError(t, h.Err())
+	release(t, h)
 }
