@@ -339,3 +339,42 @@ func TestProclaimWaitReplicas(t *testing.T) {
 	require.NoError(t, a.Proclaim(ctx, "a4"), "asked again once the replica is back")
 	release(t, a)
 }
+
+// TestLateAttemptKeepsValue: a copy of a candidate's attempt that lands
+// after its grant (a retry whose first reply was lost) does not undo a
+// Proclaim, and one that lands after the release (which left an end mark:
+// the attempt's fate was unknown) stores no value.
+func TestLateAttemptKeepsValue(t *testing.T) {
+	prefix := testPrefix(t)
+	raw := newClient(t, srv.Addr())
+	_, d := driverLocker(t, newClient(t, srv.Addr()), Config{Prefix: prefix})
+	ctx := tctx(t, 10*time.Second)
+	dl, _, err := d.NewLease(ctx, driver.Request{Name: "n", TTL: 5 * time.Second, Value: ptr("v1"), Lost: func(error) {}})
+	require.NoError(t, err)
+	l := dl.(*lease)
+	g, err := l.Lock(ctx, false)
+	require.NoError(t, err)
+	require.NoError(t, l.Proclaim(ctx, "v2"))
+	res, err := d.acquire(ctx, l, queueNo) // the late copy
+	require.NoError(t, err)
+	require.True(t, res.granted)
+	assert.Equal(t, int64(g.Token), res.token, "the same grant")
+	v, err := raw.Get(ctx, l.cand.keyName).Result()
+	require.NoError(t, err)
+	assert.Equal(t, "v2", v)
+	require.NoError(t, l.Release(ctx))
+
+	dl, _, err = d.NewLease(ctx, driver.Request{Name: "n", TTL: 5 * time.Second, Value: ptr("w"), Lost: func(error) {}})
+	require.NoError(t, err)
+	l = dl.(*lease)
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = l.Lock(gone, false) // its fate unknown
+	require.ErrorIs(t, err, context.Canceled)
+	require.NoError(t, l.Release(ctx))
+	_, err = d.acquire(ctx, l, queueJoin)
+	require.ErrorIs(t, err, backend.ErrLeaseLost)
+	n, err := raw.Exists(ctx, l.cand.keyName, keysOf(prefix, "n").lock).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "value or lock key left by the late attempt")
+}
