@@ -154,7 +154,8 @@
 // waiting candidate finds its value there; each renewal (the refresh
 // script, every TTL/3) extends the value key with the lock key or queue
 // entry; the release script deletes it. Those scripts run one SET,
-// PEXPIRE or DEL more for a candidate. The value key lives two TTLs past its last
+// PEXPIRE or DEL more for a candidate, and the user needs no ACL rule
+// more (see Permissions). The value key lives two TTLs past its last
 // renewal, so that it outlives the lock key or queue entry it belongs to
 // (a release grants a waiter a lock key that lives one TTL from the
 // grant, less than one TTL after the waiter's last renewal): a crashed
