@@ -3,8 +3,14 @@
 // history checker, TryAcquire, waiting and cancelled waits, crashed holders
 // and waiters, renewal, lease loss and its signal, the local deadline,
 // Release and Close semantics, stale holders fenced off, name handling and
-// input validation, and FIFO hand-over where the backend promises it (a few
-// waiters, then a queue of 100 over four Lockers).
+// input validation, FIFO hand-over where the backend promises it (a few
+// waiters, then a queue of 100 over four Lockers), and leader election
+// over the backend (package election): at most one leader at a time
+// through a fencing guard and the history checker, observers that see
+// every term in order and never a stale one while leaders resign, crash,
+// are revoked, pause and are partitioned, Resign handing over without an
+// expiry, a cancelled Campaign leaving nothing, and Proclaim and candidate
+// values (WithValue) as Status and Leader show them.
 //
 // An adapter runs it from its tests over a real server, and a user can run
 // it against their own cluster. Implement Harness and call Run:
@@ -43,16 +49,18 @@
 //   - Capabilities.TTL is the short TTL for expiry cases; every time bound
 //     is derived from it (expiry within 2*TTL+2s, "promptly" within 5s,
 //     against a TTL of 15*TTL, at least 30s and at most MaxTTL, for leases
-//     that must not expire). The suite
-//     takes about 25*TTL plus a few seconds (mem at 300ms: ~10s; etcd at
-//     2s: ~45s). Every adapter of this module declares its Capabilities
-//     with its URL scheme (driver.Scheme.Suite, see URLCapabilities).
+//     that must not expire). The suite takes about 35*TTL plus a few
+//     seconds (mem at 300ms: ~20s; etcd at 2s: ~70s, of which the
+//     election cases take ~6s and ~20s). Every adapter of this module
+//     declares its Capabilities with its URL scheme (driver.Scheme.Suite,
+//     see URLCapabilities).
 //   - Optionally, WaiterRevoker enables the WaiterRevoked case; a backend
 //     with Locker.Status and Locker.RevokeID gets it from
 //     RevokeWaitersByID. URLHarness has it for every scheme.
 //   - Optionally, Partitioner adds the Partitioned case (an Acquire cut
 //     off by a network partition returns when its context ends, and leaves
-//     nothing once it heals). URLHarness has it, through its proxies.
+//     nothing once it heals, and more), and ElectionObserve partitions a
+//     leader too. URLHarness has it, through its proxies.
 //
 // Lock names are unique per run (test name plus a random suffix, under
 // "fencelock-conformance/"), so the suite can run repeatedly against a live

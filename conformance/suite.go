@@ -39,6 +39,12 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Close", s.testClose)
 	t.Run("FIFO", s.testFIFO)
 	t.Run("LongQueueFIFO", s.testLongQueueFIFO)
+	t.Run("ElectionOneLeader", s.testElectionOneLeader)
+	t.Run("ElectionObserve", s.testElectionObserve)
+	t.Run("ElectionResignHandsOver", s.testElectionResignHandsOver)
+	t.Run("ElectionCancelledCampaign", s.testElectionCancelledCampaign)
+	t.Run("ElectionProclaim", s.testElectionProclaim)
+	t.Run("ElectionValueInStatus", s.testElectionValueInStatus)
 	if p, ok := h.(Partitioner); ok {
 		t.Run("Partitioned", func(t *testing.T) { s.testPartitioned(t, p) })
 		t.Run("Unavailable", func(t *testing.T) { s.testUnavailable(t, p) })

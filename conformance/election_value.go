@@ -1,0 +1,273 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/fencing"
+)
+
+// requireStatusValue checks that l's Status of name shows the
+// acquisition with token as the holder, with value (within the prompt
+// bound: see await), and returns that holder's entry.
+func (s *suite) requireStatusValue(t testing.TB, l *backend.Locker, name string, token fencing.Token, value string, msgAndArgs ...any) backend.Entry {
+	t.Helper()
+	var holder backend.Entry
+	s.await(t, func() string {
+		st, err := l.Status(ctx(t, s.prompt), name)
+		switch {
+		case err != nil:
+			return fmt.Sprintf("Status: %v", err)
+		case st.Holder == nil:
+			return fmt.Sprintf("Status shows no holder; want token %d with value %q", token, value)
+		case st.Holder.Token != token || st.Holder.Value != value:
+			return fmt.Sprintf("Status shows the holder with token %d and value %q; want token %d with value %q",
+				st.Holder.Token, st.Holder.Value, token, value)
+		}
+		holder = *st.Holder
+		return ""
+	}, msgAndArgs...)
+	return holder
+}
+
+// fencedWrite writes to resource through guard with token, and reports
+// whether the write ran.
+func (s *suite) fencedWrite(t testing.TB, guard fencing.Guard, resource string, token fencing.Token) (bool, error) {
+	wrote := false
+	err := guard.Do(ctx(t, s.prompt), resource, token, func(context.Context) error {
+		wrote = true
+		return nil
+	})
+	return wrote, err
+}
+
+// requireFencedOff checks that a stale leader's write with old, after the
+// next leader wrote with cur, is rejected as stale and does not run.
+func (s *suite) requireFencedOff(t testing.TB, guard fencing.Guard, resource string, old, cur fencing.Token) {
+	t.Helper()
+	wrote, err := s.fencedWrite(t, guard, resource, old)
+	require.ErrorIs(t, err, fencing.ErrStaleToken, "the stale leader's write")
+	var stale *fencing.StaleTokenError
+	require.True(t, errors.As(err, &stale), "the rejection is a *fencing.StaleTokenError: %v", err)
+	assert.Equal(t, old, stale.Token)
+	assert.Equal(t, cur, stale.Highest)
+	assert.False(t, wrote, "the stale leader's write must not run")
+}
+
+// testElectionProclaim: Proclaim replaces the leader's value and keeps its
+// token (Leader and Status show the new value with the same term number);
+// after the term is revoked or lapsed a Proclaim returns ErrLeaseLost and
+// stores nothing: what Leader shows does not change, even when the next
+// leader's record is already there (a Proclaim must never overwrite it);
+// and the stale leader's writes through a fencing guard are rejected once
+// the next leader wrote (kubernetes#23731: a leader without fencing
+// corrupts what the next one writes).
+func (s *suite) testElectionProclaim(t *testing.T) {
+	admin := s.locker(t)
+	eo := elector(t, admin)
+
+	t.Run("KeepsTerm", func(t *testing.T) {
+		name := lockName(t)
+		term := s.campaign(t, elector(t, s.locker(t)), name, "v1", s.prompt)
+		token := term.Token()
+		for _, v := range []string{"v2", "v2", "välue ✓", ""} {
+			require.NoError(t, term.Proclaim(ctx(t, s.prompt), v), "Proclaim(%q)", v)
+			require.Equal(t, token, term.Token(), "Proclaim changed the term's token")
+			require.Equal(t, v, term.Value())
+			require.NoError(t, term.Err(), "the term after Proclaim")
+			s.requireLeader(t, eo, term, v, "Leader after Proclaim(%q)", v)
+			s.requireStatusValue(t, admin, name, token, v, "Status after Proclaim(%q)", v)
+		}
+		require.NoError(t, term.Resign(ctx(t, s.prompt)))
+		require.ErrorIs(t, term.Proclaim(ctx(t, s.prompt), "late"), backend.ErrReleased, "Proclaim after Resign")
+		s.requireNoLeader(t, eo, name, "after Resign and a Proclaim")
+	})
+
+	// Revoked with nobody waiting, and with a candidate that leads next.
+	for _, next := range []bool{false, true} {
+		label := "Revoked"
+		if next {
+			label = "RevokedThenNextLeads"
+		}
+		t.Run(label, func(t *testing.T) {
+			name := lockName(t)
+			guard := fencing.NewMemory()
+			old := s.campaign(t, elector(t, s.locker(t)), name, "old", s.prompt)
+			_, err := s.fencedWrite(t, guard, name, old.Token())
+			require.NoError(t, err)
+			var ch chan campaignResult
+			if next {
+				ch = goCampaign(t, ctx(t, s.long), elector(t, s.locker(t)), name, "next")
+				requireCampaigning(t, ch, s.settle, "next candidate")
+				s.requireQueued(t, admin, name, 1)
+			}
+			s.h.Revoke(t, old.Lease())
+			// At once: before or after the old leader noticed, and maybe
+			// while the next one is granted, the outcome is the same.
+			require.ErrorIs(t, old.Proclaim(ctx(t, s.prompt), "late"), backend.ErrLeaseLost, "Proclaim right after the revoke")
+			requireClosed(t, old.Done(), s.expiry, "the revoked term's Done")
+			require.ErrorIs(t, old.Proclaim(ctx(t, s.prompt), "later"), backend.ErrLeaseLost, "Proclaim after the loss signal")
+			require.Equal(t, "old", old.Value(), "a failed Proclaim changed the term's value")
+			if !next {
+				s.requireNoLeader(t, eo, name, "after the revoke and a late Proclaim")
+				return
+			}
+			cur := elected(t, ch, s.expiry, "next candidate after the revoke").term
+			require.Greater(t, cur.Token(), old.Token())
+			require.ErrorIs(t, old.Proclaim(ctx(t, s.prompt), "latest"), backend.ErrLeaseLost, "Proclaim after the next leader was granted")
+			s.requireLeader(t, eo, cur, "next", "a late Proclaim overwrote the next leader's value")
+			_, err = s.fencedWrite(t, guard, name, cur.Token())
+			require.NoError(t, err)
+			s.requireFencedOff(t, guard, name, old.Token(), cur.Token())
+			require.NoError(t, cur.Resign(ctx(t, s.prompt)))
+		})
+	}
+
+	// A leader paused past its TTL (it does not renew) is replaced, and
+	// neither its Proclaim nor its writes get through afterwards.
+	t.Run("Paused", func(t *testing.T) {
+		name := lockName(t)
+		guard := fencing.NewMemory()
+		old := s.campaign(t, elector(t, s.locker(t)), name, "paused", s.prompt, s.shortTTL(backend.WithAutoRenew(false))...)
+		_, err := s.fencedWrite(t, guard, name, old.Token())
+		require.NoError(t, err)
+		r := elected(t, goCampaign(t, ctx(t, s.expiry), elector(t, s.locker(t)), name, "next"), s.expiry, "next candidate while the leader is paused")
+		cur := r.term
+		require.Greater(t, cur.Token(), old.Token())
+		requireNotBefore(t, r.at, old.Lease())
+		_, err = s.fencedWrite(t, guard, name, cur.Token())
+		require.NoError(t, err)
+
+		// The old leader wakes up.
+		s.requireFencedOff(t, guard, name, old.Token(), cur.Token())
+		require.ErrorIs(t, old.Proclaim(ctx(t, s.prompt), "late"), backend.ErrLeaseLost)
+		s.requireLeader(t, eo, cur, "next", "a late Proclaim overwrote the next leader's value")
+		require.True(t, isClosed(old.Done()), "the paused leader's Done has not fired although the next leads")
+		require.NoError(t, cur.Resign(ctx(t, s.prompt)))
+	})
+
+	// A lock acquired without a value has none to proclaim.
+	t.Run("LockLease", func(t *testing.T) {
+		name := lockName(t)
+		ls := s.try(t, s.locker(t), name)
+		require.ErrorIs(t, ls.Proclaim(ctx(t, s.prompt), "v"), backend.ErrInvalidOption)
+		require.NoError(t, ls.Err())
+		release(t, ls)
+	})
+}
+
+// testElectionValueInStatus: a value given with WithValue is stored in
+// place of the holder identity and metadata (even when WithHolder and
+// WithMetadata are given too) and shown by Status as Entry.Value, for the
+// holder and for a waiter; values round-trip byte for byte through
+// Campaign, Proclaim, Leader and Status (Unicode, the empty string, one
+// that looks like the JSON record some backends store for a lock, and one
+// of MaxValueLen bytes); and a value that cannot be stored (a NUL byte,
+// invalid UTF-8, longer than MaxValueLen) is rejected with
+// ErrInvalidOption before anything reaches the backend: a crashed Locker
+// rejects it just the same, and a held term keeps its value.
+func (s *suite) testElectionValueInStatus(t *testing.T) {
+	admin := s.locker(t)
+	eo := elector(t, admin)
+
+	t.Run("Holder", func(t *testing.T) {
+		name := lockName(t)
+		a, b := s.locker(t), s.locker(t)
+		// The value replaces the holder identity and metadata, given or
+		// default.
+		la := s.try(t, a, name, backend.WithHolder("someone"), backend.WithMetadata(map[string]string{"k": "v"}),
+			backend.WithValue("holder value"))
+		assert.Equal(t, "holder value", la.Value())
+		assert.Empty(t, la.Holder(), "a value is stored in place of the holder identity")
+		h := s.requireStatusValue(t, admin, name, la.Token(), "holder value")
+		assert.Empty(t, h.Holder, "a value is stored in place of the holder identity")
+		assert.Empty(t, h.Metadata, "a value is stored in place of the metadata")
+
+		ch := goAcquire(t, ctx(t, s.long), b, name, backend.WithValue("waiter value"))
+		requireWaiting(t, ch, s.settle, "waiter with a value")
+		s.requireQueued(t, admin, name, 1)
+		st, err := admin.Status(ctx(t, s.prompt), name)
+		require.NoError(t, err)
+		require.Len(t, st.Waiters, 1)
+		assert.Equal(t, "waiter value", st.Waiters[0].Value, "a waiter's value")
+		release(t, la)
+		r := wait(t, ch, s.prompt, "waiter with a value after the holder released")
+		require.NoError(t, r.err)
+		s.requireStatusValue(t, admin, name, r.lease.Token(), "waiter value")
+		release(t, r.lease)
+	})
+
+	t.Run("RoundTrip", func(t *testing.T) {
+		name := lockName(t)
+		e := elector(t, s.locker(t))
+		values := []string{
+			"10.0.0.7:8080",
+			"日本語 ✓ \U0001F512 é e\u0301",
+			"",
+			`{"holder":"someone","metadata":{"k":"v"}}`,
+			" spaces, \"quotes\", \\ back\nslash\ttab ",
+			strings.Repeat("é", backend.MaxValueLen/2),                     // MaxValueLen bytes
+			strings.Repeat("x", backend.MaxValueLen-1) + "\x7f",            // MaxValueLen bytes, ending in DEL
+			strings.Repeat("\U0001F512", backend.MaxValueLen/4-1) + "abcd", // MaxValueLen bytes of 4-byte runes
+		}
+		for i, v := range values {
+			if i >= 5 {
+				require.Len(t, v, backend.MaxValueLen)
+			}
+			term := s.campaign(t, e, name, v, s.prompt)
+			s.requireLeader(t, eo, term, v, "value %d after Campaign", i)
+			s.requireStatusValue(t, admin, name, term.Token(), v, "value %d after Campaign", i)
+			w := values[(i+1)%len(values)]
+			require.NoError(t, term.Proclaim(ctx(t, s.prompt), w))
+			s.requireLeader(t, eo, term, w, "value %d after Proclaim", (i+1)%len(values))
+			s.requireStatusValue(t, admin, name, term.Token(), w, "value %d after Proclaim", (i+1)%len(values))
+			require.NoError(t, term.Resign(ctx(t, s.prompt)))
+		}
+	})
+
+	t.Run("Invalid", func(t *testing.T) {
+		name := lockName(t)
+		bad := []struct{ what, value string }{
+			{"NUL", "a\x00b"},
+			{"invalid UTF-8", "a\xffb"},
+			{"truncated UTF-8", "a\xe6\x97"},
+			{"too long", strings.Repeat("x", backend.MaxValueLen+1)},
+		}
+		// A crashed Locker: anything sent to the backend would fail
+		// (ErrUnavailable) or hang instead.
+		crashed := s.locker(t)
+		s.h.Crash(t, crashed)
+		ec := elector(t, crashed)
+		for _, tc := range bad {
+			_, err := ec.Campaign(ctx(t, s.prompt), name, tc.value)
+			require.ErrorIs(t, err, backend.ErrInvalidOption, "Campaign with a value with %s", tc.what)
+			require.NotErrorIs(t, err, backend.ErrUnavailable, tc.what)
+			for call, acq := range map[string]func(context.Context, string, ...backend.Option) (*backend.Lease, error){
+				"Acquire": crashed.Acquire, "TryAcquire": crashed.TryAcquire,
+			} {
+				ls, err := acq(ctx(t, s.prompt), name, backend.WithValue(tc.value))
+				hold(t, ls)
+				require.Nil(t, ls)
+				require.ErrorIs(t, err, backend.ErrInvalidOption, "%s with a value with %s", call, tc.what)
+			}
+		}
+
+		// A held term keeps its value when a Proclaim is refused.
+		term := s.campaign(t, elector(t, s.locker(t)), name, "good", s.prompt)
+		for _, tc := range bad {
+			require.ErrorIs(t, term.Proclaim(ctx(t, s.prompt), tc.value), backend.ErrInvalidOption, "Proclaim with %s", tc.what)
+			require.NoError(t, term.Err(), "the term after a refused Proclaim")
+			require.Equal(t, "good", term.Value())
+		}
+		s.requireLeader(t, eo, term, "good", "after refused Proclaims")
+		require.NoError(t, term.Resign(ctx(t, s.prompt)))
+		s.requireNoLeader(t, eo, name, "after the only term resigned")
+	})
+}
