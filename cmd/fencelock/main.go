@@ -1,6 +1,8 @@
 // Command fencelock is the fencelock command-line tool.
 //
 //	fencelock run          run a command while holding a lock
+//	fencelock elect        run a command while this process leads an election
+//	fencelock leader       show who leads an election, or follow it (--watch)
 //	fencelock status       show who holds and who waits for a lock
 //	fencelock bench        measure a backend: latency, grants/s, handoff time
 //	fencelock demo         play the stale-holder timeline (embedded etcd, or --url)
@@ -10,26 +12,30 @@
 //
 // Every subcommand takes a backend URL (--url, default $FENCELOCK_URL) of
 // any adapter in the module: etcd://, etcds://, zk://, zks://, redis://,
-// rediss:// and mem:// (in-process, for trying things out); see
-// backends.go.
+// rediss://, postgres://, postgresql:// and mem:// (in-process, for trying
+// things out); see backends.go.
 //
-// Every subcommand exits with the same statuses, after sysexits.h (run
-// exits with its command's own status when the command ran to its end):
+// Every subcommand exits with the same statuses, after sysexits.h (run and
+// elect exit with their command's own status when the command ran to its
+// end):
 //
 //	 0  success; also explicit help (-h, --help, fencelock help [command])
 //	 1  demo: the stale write was accepted; conformance: a case failed;
 //	    chaos: a violation was found
 //	64  usage error: unknown command or flag, missing or extra arguments
-//	65  invalid URL, lock name or option
+//	65  invalid URL, lock or election name, value or option
 //	69  backend unavailable (unreachable, timed out, or failed otherwise)
 //	75  not acquired: the lock is held by someone else (run --no-wait), or
-//	    run --wait-timeout passed
-//	76  lease lost while the command ran, or run --max-hold reached
+//	    run --wait-timeout passed; elect: the campaign was given up
+//	76  lease or term lost while the command ran, or --max-hold reached
 //	77  permission denied by the backend (ACL, role, credentials)
 //
 // Errors are printed one line each, prefixed "fencelock <command>: ".
 //
-// status --json and bench --json print snake_case keys, durations as
+// leader exits 0 whether someone leads or not, and prints which; it never
+// says "no leader" when the backend could not be reached (69).
+//
+// status --json, leader --json and bench --json print snake_case keys, durations as
 // seconds in float64 (keys ending in _seconds) and fencing tokens as
 // decimal strings (JSON numbers lose precision above 2^53).
 package main
@@ -50,6 +56,11 @@ const usage = `usage: fencelock <command> [flags]
 commands:
   run     run a command while holding a lock, with its fencing token in
           FENCELOCK_TOKEN (fencelock run -h)
+  elect   campaign in an election and run a command while this process
+          leads, with its term in FENCELOCK_TOKEN; --forever campaigns
+          again when it ends (fencelock elect -h)
+  leader  show who leads an election (value, term), or every change with
+          --watch (fencelock leader -h)
   status  show who holds and who waits for a lock (fencelock status -h)
   bench   measure a backend: uncontended latency, contended grants/s and
           handoff time (fencelock bench -h)
@@ -65,7 +76,7 @@ commands:
   version print the version, Go version, VCS revision and URL schemes
 
 Backend URLs (--url, default $FENCELOCK_URL): etcd:// etcds:// zk:// zks://
-redis:// rediss:// mem://, e.g. etcd://127.0.0.1:2379/locks?ttl=10s,
+redis:// rediss:// postgres:// mem://, e.g. etcd://127.0.0.1:2379/locks?ttl=10s,
 zk://127.0.0.1:2181/locks, redis://127.0.0.1:6379?prefix=locks.
 
 ` + exitTable
@@ -93,6 +104,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "run":
 		return runCmd(args[1:], stdout, stderr)
+	case "elect":
+		return electCmd(args[1:], stdout, stderr)
+	case "leader":
+		return leaderCmd(ctx, args[1:], stdout, stderr)
 	case "status":
 		return statusCmd(ctx, args[1:], stdout, stderr)
 	case "bench":
@@ -129,7 +144,7 @@ func unknownCommand(stderr io.Writer, name string) int {
 // isCommand reports whether name is a subcommand with its own help.
 func isCommand(name string) bool {
 	switch name {
-	case "run", "status", "bench", "demo", "conformance", "chaos", "version":
+	case "run", "elect", "leader", "status", "bench", "demo", "conformance", "chaos", "version":
 		return true
 	}
 	return false

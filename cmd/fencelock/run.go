@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
@@ -72,15 +73,8 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-sigs:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	ctx, stopWatching := untilSignal(sigs)
+	defer stopWatching()
 
 	locker, err := openWithin(ctx, *url, *connect)
 	if err != nil {
@@ -99,10 +93,37 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		return report(stderr, "run", err)
 	}
 	acquired := time.Now()
-	cancel() // from here on, signals go to the command
+	stopWatching() // from here on, signals go to the command
 	defer lease.Release(context.Background())
-	hold := holdLimit{max: effectiveMaxHold(*url, *maxHold), acquired: acquired}
-	return supervise(lease, cmdArgs, *grace, hold, sigs, stdout, stderr)
+	return supervise(lease, job{
+		verb: "run", held: "lease", args: cmdArgs, grace: *grace,
+		env:  []string{"FENCELOCK_TOKEN=" + lease.Token().String(), "FENCELOCK_LOCK=" + lease.Name()},
+		hold: holdLimit{max: effectiveMaxHold(*url, *maxHold), acquired: acquired},
+	}, sigs, stdout, stderr).code
+}
+
+// untilSignal returns a context that ends when a signal arrives on sigs
+// (a wait for the lock is given up then), and a function that stops
+// watching sigs and reports whether a signal ended the context. Once it
+// has returned, sigs is the caller's alone again (for supervise).
+func untilSignal(sigs <-chan os.Signal) (context.Context, func() bool) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	signalled := false
+	go func() {
+		defer close(done)
+		select {
+		case <-sigs:
+			signalled = true
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() bool {
+		cancel()
+		<-done
+		return signalled
+	}
 }
 
 // effectiveMaxHold is the max hold the lease was acquired with: --max-hold,
@@ -160,16 +181,40 @@ func acquireForRun(ctx context.Context, l *backend.Locker, name string, noWait b
 	return l.Acquire(ctx, name, opts...)
 }
 
-// supervise runs the command under lease and returns the exit status: the
-// command's own, or exitLockLost if it was stopped because the lease was
-// lost or ran out of its max hold.
-func supervise(lease *backend.Lease, args []string, grace time.Duration, hold holdLimit, sigs <-chan os.Signal, stdout, stderr io.Writer) int {
-	cmd := exec.Command(args[0], args[1:]...)
+// job is a command that supervise runs under a lease: fencelock run's,
+// or fencelock elect's under a term.
+type job struct {
+	verb  string        // the subcommand, which prefixes the error lines: "run", "elect"
+	held  string        // what was granted, for the messages: "lease", "term"
+	args  []string      // the command and its arguments
+	env   []string      // added to fencelock's own environment
+	grace time.Duration // between SIGTERM and SIGKILL when the lease is lost
+	hold  holdLimit
+}
+
+// outcome is how a job's command ended.
+type outcome struct {
+	code    int  // the exit status: the command's own, exitLockLost, or 127
+	started bool // false: the command could not be started (code 127)
+	lost    bool // it was stopped because the lease was lost or ran out of its max hold
+	stopped bool // a signal that asks to stop (stopSignals) was passed on to it
+}
+
+// stopSignals are the forwarded signals that ask fencelock to stop, not
+// only its command: elect --forever campaigns no more after one.
+var stopSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
+// supervise runs the job's command under lease and returns how it ended:
+// its own exit status, or exitLockLost if it was stopped because the lease
+// was lost or ran out of its max hold. Signals from sigs are passed on to
+// the command.
+func supervise(lease *backend.Lease, j job, sigs <-chan os.Signal, stdout, stderr io.Writer) outcome {
+	cmd := exec.Command(j.args[0], j.args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
-	cmd.Env = append(os.Environ(), "FENCELOCK_TOKEN="+lease.Token().String(), "FENCELOCK_LOCK="+lease.Name())
+	cmd.Env = append(os.Environ(), j.env...)
 	if err := cmd.Start(); err != nil {
-		printErr(stderr, "run", err.Error())
-		return 127
+		printErr(stderr, j.verb, err.Error())
+		return outcome{code: 127}
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
@@ -177,40 +222,42 @@ func supervise(lease *backend.Lease, args []string, grace time.Duration, hold ho
 	// Stop the command grace before the local deadline, so that SIGKILL
 	// lands no later than the deadline, itself before the server's expiry.
 	// A grace over TTL/3 would fire before the renewal due at TTL/3.
-	grace = min(grace, lease.TTL()/3)
+	grace := min(j.grace, lease.TTL()/3)
 	stopTimer := time.NewTimer(time.Until(lease.Deadline()) - grace)
 	defer stopTimer.Stop()
-	lost := false
+	out := outcome{started: true}
 	var kill <-chan time.Time
 	terminate := func(why string) {
-		if lost {
+		if out.lost {
 			return
 		}
-		lost = true
-		printErr(stderr, "run", why+": stopping the command")
+		out.lost = true
+		printErr(stderr, j.verb, why+": stopping the command")
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		kill = time.After(min(grace, max(time.Until(lease.Deadline()), 0)))
 	}
 	for {
 		select {
 		case <-exited:
-			if lost {
-				return exitLockLost
+			out.code = exitStatus(cmd.ProcessState)
+			if out.lost {
+				out.code = exitLockLost
 			}
-			return exitStatus(cmd.ProcessState)
+			return out
 		case s := <-sigs:
+			out.stopped = out.stopped || slices.Contains(stopSignals, s)
 			_ = cmd.Process.Signal(s)
 		case <-lease.Done():
-			terminate(fmt.Sprintf("lease lost (%v)", stripPrefixes(lease.Err().Error())))
+			terminate(fmt.Sprintf("%s lost (%v)", j.held, stripPrefixes(lease.Err().Error())))
 		case <-stopTimer.C:
 			if until := time.Until(lease.Deadline()); until > grace {
 				stopTimer.Reset(until - grace) // renewed meanwhile
 				continue
 			}
-			if hold.reached() {
-				terminate(fmt.Sprintf("max hold of %v reached", hold.max))
+			if j.hold.reached() {
+				terminate(fmt.Sprintf("max hold of %v reached", j.hold.max))
 			} else {
-				terminate("lease not renewed in time")
+				terminate(j.held + " not renewed in time")
 			}
 		case <-kill:
 			_ = cmd.Process.Kill()
