@@ -167,12 +167,13 @@ func (s *suite) testElectionObserve(t *testing.T) {
 	obsLocker := s.locker(t)
 	eo := elector(t, obsLocker, election.WithPollInterval(observePoll))
 	o, stop := s.observe(t, eo, name)
-	var terms []observedTerm
-	// seen waits until the observer shows term with value.
+	var terms []observedTerm // granted, in order, with their values
+	// at is the index of the first observation not yet matched.
 	at := o.await(t, 0, s.prompt, "no leader before the first campaign", func(obs election.Observation) bool {
 		return obs.Err == nil && obs.Leader == nil
 	})
 	require.Equal(t, 1, at, "the first observation is no leader: %s", describe(o.snapshot()))
+	// seen waits until the observer shows term with value.
 	seen := func(term *election.Term, value, what string) {
 		t.Helper()
 		at = o.await(t, at, s.prompt, fmt.Sprintf("%s (term %d, %q)", what, term.Token(), value), func(obs election.Observation) bool {
