@@ -133,7 +133,7 @@ func (ls *Lease) Proclaim(ctx context.Context, value string) error {
 	if ls.s.value == nil {
 		return fmt.Errorf("fencelock: proclaim %q: %w: the lease was acquired without WithValue", ls.name, ErrInvalidOption)
 	}
-	if err := checkValue(value); err != nil {
+	if err := CheckValue(value); err != nil {
 		return fmt.Errorf("fencelock: proclaim %q: %w", ls.name, err)
 	}
 	ls.opMu.Lock() // one at a time, and never beside Release

@@ -104,8 +104,11 @@ const MaxValueLen = 4096
 // none: a lock stores its holder identity and metadata.
 func WithValue(v string) Option { return func(s *settings) { s.value = &v } }
 
-// checkValue reports why v cannot be stored as a value, or nil.
-func checkValue(v string) error {
+// CheckValue reports why v cannot be stored as a value (WithValue,
+// Lease.Proclaim), with an error matching ErrInvalidOption, or nil. It
+// sends nothing: a command line checks its input with it before it
+// connects.
+func CheckValue(v string) error {
 	switch {
 	case len(v) > MaxValueLen:
 		return fmt.Errorf("%w: value is %d bytes, more than %d", ErrInvalidOption, len(v), MaxValueLen)
@@ -144,7 +147,7 @@ func resolve(base settings, drv driver.Driver, caps driver.Capabilities, opts []
 		return s, fmt.Errorf("%w: max hold must not be negative, got %v", ErrInvalidOption, s.maxHold)
 	}
 	if s.value != nil {
-		if err := checkValue(*s.value); err != nil {
+		if err := CheckValue(*s.value); err != nil {
 			return s, err
 		}
 	}

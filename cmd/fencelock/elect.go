@@ -9,9 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/election"
@@ -162,7 +160,7 @@ func parseElect(args []string, stdout, stderr io.Writer) (f electFlags, code int
 	for _, err := range []error{
 		backend.CheckURL(f.url),
 		backend.ValidateName(f.name),
-		checkValue(f.value),
+		checkValueFlag(f.value),
 		checkDurations(f.ttl, f.maxHold),
 	} {
 		if err != nil {
@@ -189,16 +187,11 @@ func isSet(fs *flag.FlagSet, name string) bool {
 	return set
 }
 
-// checkValue reports why backend.WithValue would refuse v, so that elect
-// refuses it before it connects.
-func checkValue(v string) error {
-	switch {
-	case len(v) > backend.MaxValueLen:
-		return fmt.Errorf("%w: --value is %d bytes, more than %d", backend.ErrInvalidOption, len(v), backend.MaxValueLen)
-	case !utf8.ValidString(v):
-		return fmt.Errorf("%w: --value is not valid UTF-8", backend.ErrInvalidOption)
-	case strings.IndexByte(v, 0) >= 0:
-		return fmt.Errorf("%w: --value holds a NUL byte", backend.ErrInvalidOption)
+// checkValueFlag reports why backend.WithValue would refuse --value, so
+// that elect refuses it before it connects.
+func checkValueFlag(v string) error {
+	if err := backend.CheckValue(v); err != nil {
+		return fmt.Errorf("--value: %w", err)
 	}
 	return nil
 }
