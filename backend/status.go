@@ -40,10 +40,14 @@ type Entry struct {
 }
 
 // Status reports who holds and who waits for the lock called name. It
-// returns an error matching errors.ErrUnsupported if the backend cannot tell.
+// returns an error matching errors.ErrUnsupported if the backend cannot tell,
+// and one matching ErrClosed once the Locker is closed.
 func (l *Locker) Status(ctx context.Context, name string) (Status, error) {
 	if err := ValidateName(name); err != nil {
 		return Status{}, err
+	}
+	if l.isClosed() {
+		return Status{}, fmt.Errorf("fencelock: status %q: %w", name, ErrClosed)
 	}
 	st, err := l.drv.Inspect(ctx, name)
 	if err != nil {
@@ -101,4 +105,11 @@ func (l *Locker) RevokeID(ctx context.Context, name, id string) (found bool, err
 		return false, fmt.Errorf("fencelock: revoke %q id %q: %w", name, id, err)
 	}
 	return found, nil
+}
+
+// isClosed reports whether Close or Shutdown has started.
+func (l *Locker) isClosed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
 }

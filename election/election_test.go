@@ -166,3 +166,23 @@ func TestObserveReportsUnknown(t *testing.T) {
 	require.ErrorIs(t, err, backend.ErrUnavailable)
 	require.NotErrorIs(t, err, election.ErrNoLeader)
 }
+
+func TestObserveEndsWithTheLocker(t *testing.T) {
+	srv := mem.NewServer()
+	l, err := mem.New(srv.Connect())
+	require.NoError(t, err)
+	e, err := election.New(l, election.WithPollInterval(5*time.Millisecond))
+	require.NoError(t, err)
+	ch, err := e.Observe(context.Background(), "job")
+	require.NoError(t, err)
+	require.Nil(t, next(t, ch).Leader)
+	require.NoError(t, l.Close())
+	o := next(t, ch)
+	require.ErrorIs(t, o.Err, backend.ErrClosed)
+	select {
+	case _, ok := <-ch:
+		require.False(t, ok, "an observation after the Locker closed")
+	case <-time.After(10 * time.Second):
+		t.Fatal("Observe still running 10s after the Locker closed")
+	}
+}

@@ -2,10 +2,12 @@ package election
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/fencing"
 )
 
 // Observation is one state of an election as Observe saw it: who leads,
@@ -18,14 +20,16 @@ type Observation struct {
 	Err error
 }
 
-// Observe follows the election called name until ctx ends, and then closes
-// the channel it returns. It reads the leader every poll interval (see
+// Observe follows the election called name until ctx ends or the Locker
+// is closed (after an Observation whose Err matches backend.ErrClosed),
+// and then closes the channel it returns. It reads the leader every poll interval (see
 // WithPollInterval) and delivers an Observation each time what it sees
 // changes: a new leader, the same leader with a new value (Proclaim),
 // nobody leading, or the backend unreachable (Err set), and then the state
 // once it is reachable again. It never delivers a term older than one it
-// delivered before: a read that shows an older token (a lagging replica, a
-// slow answer) is skipped. A term shorter than the poll interval may be
+// delivered before, nor a term again once it saw it end: a read that shows
+// one (a lagging replica, a slow answer) is skipped. A leader elected by
+// another library, with token zero, is delivered whenever it changes. A term shorter than the poll interval may be
 // missed. Each observation is the state when it was read: a consumer that
 // reads the channel late gets it late, never out of order. A bad name
 // fails at once.
@@ -40,12 +44,12 @@ func (e *Elector) Observe(ctx context.Context, name string) (<-chan Observation,
 
 // observer is what observe delivered last.
 type observer struct {
-	delivered bool   // anything yet
-	unknown   bool   // the last delivery was an error
-	leader    Leader // the last leader delivered, while leading is true
-	leading   bool
-	newest    Leader // the newest term delivered, for the order check
-	seen      bool   // newest is set
+	delivered bool          // anything yet
+	unknown   bool          // the last delivery was an error
+	leading   bool          // the last delivery was a leader
+	leader    Leader        // the last leader delivered, while leading is true
+	newest    fencing.Token // the largest term number delivered
+	ended     bool          // the newest term was seen to end (no leader, or another leader)
 }
 
 // next returns what to deliver for a read of the election, and whether to
@@ -62,19 +66,36 @@ func (o *observer) next(name string, st backend.Status, err error) (Observation,
 		if o.delivered && !o.unknown && !o.leading {
 			return Observation{}, false
 		}
-		o.delivered, o.unknown, o.leading = true, false, false
+		o.delivered, o.unknown, o.leading, o.ended = true, false, false, true
 		return Observation{}, true
 	}
 	l := leaderOf(name, st.Holder)
-	if o.seen && l.Token < o.newest.Token {
-		return Observation{}, false // older than a term already delivered
+	if o.stale(l) {
+		return Observation{}, false
 	}
 	if o.delivered && !o.unknown && o.leading && l == o.leader {
 		return Observation{}, false
 	}
 	o.delivered, o.unknown, o.leading, o.leader = true, false, true, l
-	o.newest, o.seen = l, true
+	switch {
+	case l.Token > o.newest:
+		o.newest, o.ended = l.Token, false
+	case l.Token != o.newest:
+		o.ended = true // another library's leader, with no token
+	}
 	return Observation{Leader: &l}, true
+}
+
+// stale reports whether l is a term that ended before what was delivered:
+// older than the newest term delivered, or that term itself again once it
+// was seen to end (a lagging read after "no leader" or a newer term). A
+// leader with token zero (another library's, which issues none) has no
+// place in the order, and is never stale.
+func (o *observer) stale(l Leader) bool {
+	if l.Token == 0 || o.newest == 0 {
+		return false
+	}
+	return l.Token < o.newest || l.Token == o.newest && o.ended
 }
 
 func (e *Elector) observe(ctx context.Context, name string, ch chan<- Observation) {
@@ -98,6 +119,9 @@ func (e *Elector) observe(ctx context.Context, name string, ch chan<- Observatio
 			case <-ctx.Done():
 				return
 			}
+		}
+		if errors.Is(err, backend.ErrClosed) {
+			return
 		}
 		t.Reset(e.poll)
 	}
