@@ -28,4 +28,45 @@
 // ErrPermission; the client's own error is kept in the chain for errors.Is
 // and errors.As. Other client errors are returned wrapped, matching none
 // of them.
+//
+// # Telemetry
+//
+// A Locker records nothing and logs nothing by default, at no cost: no
+// goroutine and no allocation on the lock path. Its options turn on, through
+// the OpenTelemetry API (the SDK and exporters are the application's
+// choice), metrics (WithMeterProvider), spans (WithTracerProvider) and
+// log/slog lines (WithLogger); pass otel.GetMeterProvider() and
+// otel.GetTracerProvider() for the global providers. The metrics, all with
+// the attribute fencelock.backend ("etcd", "zookeeper", "redis",
+// "postgres", "mem"), and fencelock.lock.name only with
+// WithLockNameAttribute(true):
+//
+//   - fencelock.acquire.duration (histogram, s): by fencelock.acquire.result
+//     (granted, not_acquired, cancelled, error) and fencelock.acquire.wait
+//     (true for Acquire, false for TryAcquire)
+//   - fencelock.hold.duration (histogram, s): from grant to release or loss
+//   - fencelock.renewals (counter): background renewals, held or waiting, by
+//     fencelock.renewal.result (ok, failed, lost)
+//   - fencelock.renewal.headroom (histogram, s): time left before the local
+//     deadline when a renewal succeeded
+//   - fencelock.losses (counter): held leases lost, by fencelock.loss.cause:
+//     backend (the backend said the lease or key is gone: revoked, expired,
+//     deleted), deadline (no renewal succeeded by the local deadline),
+//     max_hold (WithMaxHold stopped the renewals), closed (Locker.Close
+//     released it)
+//   - fencelock.leases.held and fencelock.waiters (up-down counters): leases
+//     held now, and Acquire calls in the backend's wait now
+//
+// The spans are "fencelock.acquire" (events "queued", when the request to
+// wait is sent, and "granted"; the attribute fencelock.token once granted)
+// and "fencelock.release", children of the span in the caller's context;
+// an error is recorded on the span, whose status is Error unless the lock
+// was merely held or the wait given up. The log lines are a lost lease
+// (Warn), a failed renewal that will be retried (Info) and a suspended or
+// resumed connection (Info, where the backend reports it: ZooKeeper), with
+// the lock name and token.
+//
+// Every Locker also keeps the hold times of the names it grants, in bounded
+// memory, whether telemetry is on or not: Locker.HoldTimes returns their
+// percentiles, and AdviseTTL recommends a TTL from them.
 package backend

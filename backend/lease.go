@@ -48,6 +48,7 @@ type Lease struct {
 	deadline   time.Time // zero while no expiry clock runs
 	renewAt    time.Time
 	acquired   time.Time
+	holding    bool   // granted and not ended: the hold is measured
 	value      string // the stored value (WithValue)
 
 	opMu      sync.RWMutex // Refresh holds it shared, Release exclusively
@@ -235,7 +236,15 @@ func (ls *Lease) Refresh(ctx context.Context) error {
 // it cannot tell that from a lost lease, returns an error matching
 // ErrLeaseLost. The lock is not held by this lease either way.
 func (ls *Lease) Release(ctx context.Context) error {
-	ls.end(&releasedError{name: ls.name})
+	if t := ls.locker.tel; t.traces {
+		return t.release(ctx, ls)
+	}
+	return ls.release(ctx)
+}
+
+// release is Release, without its span (telemetry.release adds it).
+func (ls *Lease) release(ctx context.Context) error {
+	ls.end(&releasedError{name: ls.name}, endReleased)
 	ls.opMu.Lock() // waits for a Refresh in flight
 	err := ls.releaseDriver(ctx)
 	ls.opMu.Unlock()
@@ -267,9 +276,18 @@ func (ls *Lease) Release(ctx context.Context) error {
 // releasedError is the cause of a released lease's end (matching
 // ErrReleased), its message formatted only when asked for: every
 // acquisition ends so.
-type releasedError struct{ name string }
+type releasedError struct {
+	name    string
+	byClose bool // released by Locker.Close, not by its holder
+}
 
-func (e *releasedError) Error() string { return fmt.Sprintf("%v: %q", ErrReleased, e.name) }
+func (e *releasedError) Error() string {
+	if e.byClose {
+		return fmt.Sprintf("%v: %q (the Locker was closed)", ErrReleased, e.name)
+	}
+	return fmt.Sprintf("%v: %q", ErrReleased, e.name)
+}
+
 func (e *releasedError) Unwrap() error { return ErrReleased }
 
 // releaseRetries is how many times releaseDriver asks again after the
@@ -340,6 +358,8 @@ func (ls *Lease) granted(g driver.Grant) error {
 	if ls.deadline.IsZero() || !ls.acquired.Before(ls.deadline) {
 		return fmt.Errorf("%w: granted after the local deadline", ErrLeaseLost)
 	}
+	ls.holding = true
+	ls.locker.tel.holding(ls)
 	if !ls.s.autoRenew || ls.s.maxHold > 0 {
 		ls.scheduleLocked() // the renewal schedule of a holder differs from a waiter's
 	}
@@ -360,7 +380,7 @@ const abandonGrace = 100 * time.Millisecond
 // the TTL has passed (the backend then removes it itself), or for
 // closeReleaseTimeout once the Locker closes (Close waits for it).
 func (ls *Lease) abandon() {
-	ls.end(fmt.Errorf("%w: acquisition failed", ErrReleased))
+	ls.end(fmt.Errorf("%w: acquisition failed", ErrReleased), endReleased)
 	l := ls.locker
 	l.pending.Add(1) // the failed acquisition holds a slot: Close is not past Wait
 	done := make(chan struct{})
@@ -437,17 +457,20 @@ func (ls *Lease) scheduleLocked() {
 	}
 }
 
-// end fires the loss signal with cause and stops the timer; a tick in flight
-// sees the cancel and does not set it again.
-func (ls *Lease) end(cause error) {
+// end fires the loss signal with cause (the lease ended how) and stops the
+// timer; a tick in flight sees the cancel and does not set it again.
+func (ls *Lease) end(cause error, how ending) {
 	ls.mu.Lock()
-	ls.endLocked(cause)
+	h := ls.endLocked(cause, how)
 	ls.mu.Unlock()
+	ls.endHold(h)
 }
 
 // endLocked is end with ls.mu held. Cancelling under ls.mu orders the loss
-// with extensions: none moves the deadline once the signal fired.
-func (ls *Lease) endLocked(cause error) {
+// with extensions: none moves the deadline once the signal fired. It
+// returns the hold it ended, for endHold once ls.mu is released.
+func (ls *Lease) endLocked(cause error, how ending) hold {
+	first := ls.ctx.Err() == nil
 	ls.cancel(cause)
 	if ls.lockCancel != nil {
 		ls.lockCancel(context.Cause(ls.ctx)) // the first cause, if ended before
@@ -456,6 +479,30 @@ func (ls *Lease) endLocked(cause error) {
 		ls.timer.Stop()
 		ls.armed = time.Time{}
 	}
+	if !first || !ls.holding {
+		return hold{}
+	}
+	ls.holding = false
+	return hold{ended: true, d: time.Since(ls.acquired), how: how, cause: cause}
+}
+
+// hold is how a held lease ended (ended is false if it was not held, or
+// had ended before).
+type hold struct {
+	ended bool
+	d     time.Duration
+	how   ending
+	cause error
+}
+
+// endHold records a hold that ended: in the Locker's hold times, its
+// metrics and its log.
+func (ls *Lease) endHold(h hold) {
+	if !h.ended {
+		return
+	}
+	ls.locker.holds.record(ls.name, h.d)
+	ls.locker.tel.ended(ls, int64(ls.token), h.d, h.how, h.cause)
 }
 
 // lose fires the loss signal and, in the background, removes the lock key if
@@ -463,10 +510,12 @@ func (ls *Lease) endLocked(cause error) {
 func (ls *Lease) lose(cause error) {
 	ls.mu.Lock()
 	first := ls.ctx.Err() == nil
+	var h hold
 	if first {
-		ls.endLocked(cause)
+		h = ls.endLocked(cause, endLostBackend)
 	}
 	ls.mu.Unlock()
+	ls.endHold(h)
 	if first {
 		ls.cleanUpLost()
 	}
@@ -515,7 +564,9 @@ func (ls *Lease) tick() {
 	}
 	ls.armed = time.Time{} // fired
 	deadline := ls.deadline
+	token := ls.token
 	if !now.Before(deadline) {
+		how := endLostDeadline
 		cause := fmt.Errorf("%w: %q: no renewal succeeded before the local deadline", ErrLeaseLost, ls.name)
 		switch {
 		case ls.renewing != nil:
@@ -526,11 +577,13 @@ func (ls *Lease) tick() {
 			cause = fmt.Errorf("%w: %q: no renewal succeeded before the local deadline (last error: %w)", ErrLeaseLost, ls.name, ls.lastErr)
 		case ls.maxHoldStoppedLocked():
 			cause = fmt.Errorf("%w: %q: %w (%v): renewals stopped", ErrLeaseLost, ls.name, ErrMaxHold, ls.s.maxHold)
+			how = endLostMaxHold
 		case !ls.acquired.IsZero() && !ls.s.autoRenew:
 			cause = fmt.Errorf("%w: %q: not refreshed before the local deadline (auto-renew is off)", ErrLeaseLost, ls.name)
 		}
-		ls.endLocked(cause)
+		h := ls.endLocked(cause, how)
 		ls.mu.Unlock()
+		ls.endHold(h)
 		ls.cleanUpLost()
 		return
 	}
@@ -545,6 +598,7 @@ func (ls *Lease) tick() {
 	ls.mu.Unlock()
 
 	err := ls.renew(deadline)
+	ls.locker.tel.renewed(ls, int64(token), err, deadline)
 
 	ls.mu.Lock()
 	ls.renewing = nil

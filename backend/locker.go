@@ -20,9 +20,11 @@ const closeReleaseTimeout = 5 * time.Second
 // so two acquisitions of one name through one Locker exclude each other and
 // get different tokens.
 type Locker struct {
-	drv  driver.Driver
-	caps driver.Capabilities // read once, at New
-	base settings
+	drv   driver.Driver
+	caps  driver.Capabilities // read once, at New
+	base  settings
+	tel   *telemetry // metrics, spans and logs (telemetry.go)
+	holds *holdStats // hold times per name (holdstats.go)
 	// aborted is cancelled when the context of Shutdown ends (Close's
 	// after closeReleaseTimeout): background clean-ups stop then.
 	aborted context.Context
@@ -44,18 +46,20 @@ type Locker struct {
 // the failure) shuts it down.
 func New(drv driver.Driver, opts ...Option) (*Locker, error) {
 	caps := drv.Capabilities()
-	base, err := defaults(drv, caps, opts)
+	base, obs, err := defaults(drv, caps, opts)
 	if err != nil {
 		return nil, errors.Join(err, shutdownNow(drv))
 	}
 	aborted, abort := context.WithCancel(context.Background())
 	return &Locker{drv: drv, caps: caps, base: base, aborted: aborted, abort: abort,
+		tel: newTelemetry(caps.Name, obs), holds: newHoldStats(holdStatsNames),
 		held: make(map[*Lease]struct{}), acquiring: make(map[*Lease]context.CancelCauseFunc)}, nil
 }
 
 // defaults applies opts to the default settings (with the driver's default
-// TTL, if it declares one) and checks the result.
-func defaults(drv driver.Driver, caps driver.Capabilities, opts []Option) (settings, error) {
+// TTL, if it declares one) and checks the result. It returns the Locker-only
+// options apart (nil if none was given).
+func defaults(drv driver.Driver, caps driver.Capabilities, opts []Option) (settings, *observeOptions, error) {
 	base := defaultSettings()
 	if caps.DefaultTTL > 0 {
 		base.ttl = caps.DefaultTTL
@@ -65,8 +69,10 @@ func defaults(drv driver.Driver, caps driver.Capabilities, opts []Option) (setti
 			o(&base)
 		}
 	}
+	obs := base.obs
+	base.obs = nil
 	_, err := resolve(base, drv, caps, nil)
-	return base, err
+	return base, obs, err
 }
 
 // shutdownNow shuts down a driver that no Locker owns, bounded as Close is.
@@ -108,6 +114,15 @@ func (l *Locker) TryAcquire(ctx context.Context, name string, opts ...Option) (*
 }
 
 func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []Option) (*Lease, error) {
+	if t := l.tel; t.metrics || t.traces || t.log != nil {
+		return t.acquire(ctx, l, name, wait, opts)
+	}
+	return l.acquireLease(ctx, name, wait, opts)
+}
+
+// acquireLease is Acquire (wait) or TryAcquire, without its span and
+// duration (telemetry.acquire adds them).
+func (l *Locker) acquireLease(ctx context.Context, name string, wait bool, opts []Option) (*Lease, error) {
 	if err := ValidateName(name); err != nil {
 		return nil, err
 	}
@@ -137,12 +152,14 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []Opt
 	}
 	dl, started, err := l.drv.NewLease(ctx, req)
 	if err != nil {
-		ls.end(fmt.Errorf("%w: acquisition failed", ErrReleased))
+		ls.end(fmt.Errorf("%w: acquisition failed", ErrReleased), endReleased)
 		return nil, acquireError(ctx, name, err)
 	}
 	ls.attach(dl, started, cancel) // a loss ends ctx
+	l.tel.locking(ctx, name, wait)
 	g, err := dl.Lock(ctx, wait)
 	ls.lockReturned()
+	l.tel.locked(ctx, name, wait, g.Token, err)
 	if err == nil {
 		err = ls.granted(g)
 	}
@@ -283,6 +300,9 @@ func (l *Locker) Shutdown(ctx context.Context) error {
 		held = append(held, ls)
 	}
 	l.mu.Unlock()
+	for _, ls := range held {
+		ls.end(&releasedError{name: ls.name, byClose: true}, endClosed)
+	}
 	// Release concurrently: one unreachable backend would otherwise spend
 	// the whole bound on the first lease.
 	relErrs := make([]error, len(held))

@@ -16,7 +16,10 @@ const DefaultTTL = 15 * time.Second
 
 // Option configures a Locker (as defaults for all its acquisitions, given to
 // New or Open) or one acquisition (given to Acquire or TryAcquire, overriding
-// the Locker's defaults).
+// the Locker's defaults). The telemetry options (WithMeterProvider,
+// WithTracerProvider, WithLogger, WithLockNameAttribute) configure the
+// Locker only: given to Acquire or TryAcquire they are rejected with an
+// error matching ErrInvalidOption.
 type Option func(*settings)
 
 // settings is the resolved configuration of one acquisition.
@@ -29,6 +32,9 @@ type settings struct {
 	holder    string
 	metadata  map[string]string
 	value     *string
+	// obs holds the Locker-only options, set only while New reads them
+	// (nil in every acquisition's settings).
+	obs *observeOptions
 }
 
 func defaultSettings() settings {
@@ -127,6 +133,9 @@ func resolve(base settings, drv driver.Driver, caps driver.Capabilities, opts []
 	s := base
 	if len(opts) > 0 {
 		s = apply(base, opts) // s itself does not escape: no allocation without options
+	}
+	if s.obs != nil {
+		return s, fmt.Errorf("%w: %s configures the Locker: give it to New or Open, not to an acquisition", ErrInvalidOption, s.obs.first)
 	}
 	if s.ttl <= 0 {
 		return s, fmt.Errorf("%w: TTL must be positive, got %v", ErrInvalidOption, s.ttl)

@@ -46,7 +46,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := defaults(drv, drv.Capabilities(), common); err != nil {
+	if _, _, err := defaults(drv, drv.Capabilities(), common); err != nil {
 		err = fmt.Errorf("%w: %s: %w", ErrInvalidURL, urlkit.Redact(u), err)
 		return nil, errors.Join(err, shutdownNow(drv))
 	}

@@ -220,7 +220,7 @@ func (d *pgDriver) ready(ctx context.Context) error {
 
 // Capabilities implements driver.Driver.
 func (d *pgDriver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{MinTTL: MinTTL}
+	return driver.Capabilities{Name: "postgres", MinTTL: MinTTL}
 }
 
 // CheckTTL implements driver.Driver: expiries are whole milliseconds.

@@ -214,7 +214,7 @@ func newDriver(client Client, cfg Config, owned io.Closer) (*redisDriver, error)
 
 // Capabilities implements driver.Driver.
 func (d *redisDriver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{MinTTL: MinTTL}
+	return driver.Capabilities{Name: "redis", MinTTL: MinTTL}
 }
 
 // CheckTTL implements driver.Driver: PX counts whole milliseconds.

@@ -411,7 +411,7 @@ func checkTTLShape(ttl time.Duration) error {
 func (d *zkDriver) Capabilities() driver.Capabilities {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return driver.Capabilities{MinTTL: MinTTL, DefaultTTL: d.defaultTTL}
+	return driver.Capabilities{Name: "zookeeper", MinTTL: MinTTL, DefaultTTL: d.defaultTTL}
 }
 
 // CheckTTL implements driver.Driver: the TTL is a session timeout, so

@@ -53,6 +53,10 @@ type Driver interface {
 
 // Capabilities is what a Driver declares about its backend.
 type Capabilities struct {
+	// Name is the backend's name, as its URL scheme is spelled ("etcd",
+	// "zookeeper", "redis", "postgres", "mem"): package backend reports it
+	// as the fencelock.backend attribute of its metrics and spans.
+	Name string
 	// MinTTL is the shortest TTL the backend honours; backend rejects
 	// shorter ones with ErrInvalidOption before calling the driver.
 	MinTTL time.Duration

@@ -50,7 +50,7 @@ type memDriver struct {
 
 // Capabilities implements driver.Driver.
 func (d *memDriver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{MinTTL: MinTTL}
+	return driver.Capabilities{Name: "mem", MinTTL: MinTTL}
 }
 
 // CheckTTL implements driver.Driver: any TTL of MinTTL or more.
