@@ -45,6 +45,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("ElectionCancelledCampaign", s.testElectionCancelledCampaign)
 	t.Run("ElectionProclaim", s.testElectionProclaim)
 	t.Run("ElectionValueInStatus", s.testElectionValueInStatus)
+	t.Run("Telemetry", s.testTelemetry)
 	if p, ok := h.(Partitioner); ok {
 		t.Run("Partitioned", func(t *testing.T) { s.testPartitioned(t, p) })
 		t.Run("Unavailable", func(t *testing.T) { s.testUnavailable(t, p) })
