@@ -26,6 +26,29 @@
 // error), Do, Admit, Gate and Highest; fencing/fencetest is the suite they
 // all pass.
 //
+// # Telemetry
+//
+// Every guard reports what it decides through the OpenTelemetry API when it
+// is given a Telemetry: fencing.WithTelemetry for Memory, the WithTelemetry
+// option of sqlfence, redisfence, etcdfence, filefence and httpfence, and
+// sqlfence.WithLeaseTelemetry for a LeaseGuard. Each Do adds one to the
+// counter fencelock.guard.decisions and records its time in the histogram
+// fencelock.guard.duration (seconds), both with the attributes
+// fencelock.guard.decision and fencelock.guard.kind (memory, sql,
+// sql_lease, redis, etcd, file, http), and runs in a span
+// "fencelock.guard.do" carrying fencelock.token, the decision and, when Do
+// fails, its error; the write function runs in that span. The decision is
+// accepted when the token was admitted and the write committed, stale when
+// the error matches ErrStaleToken (a newer token was admitted; for a
+// LeaseGuard also a lease that ended, sqlfence.ErrLeaseEnded), and error
+// for anything else: the write function's error, an unreachable store, a
+// failed commit, an invalid token (DecisionOf). Resource names become the
+// attribute fencelock.guard.resource only with Telemetry.ResourceNames, to
+// keep the number of series bounded. Telemetry is off by default: a guard
+// without providers starts no span, records nothing and allocates nothing
+// more per Do. Only the API is imported; the SDK and exporters are the
+// application's choice.
+//
 // This package does not depend on any lock client: a storage service that
 // only checks tokens imports fencing and nothing heavier.
 package fencing

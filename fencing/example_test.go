@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"go.opentelemetry.io/otel"
+
 	"github.com/fencelock/fencelock/fencing"
 )
 
@@ -28,4 +30,25 @@ func ExampleMemory() {
 	// <nil>
 	// true 100
 	// fencing: stale token 33 for "balance": token 34 was already admitted
+}
+
+// A guard reports its decisions to the meter and tracer providers it is
+// given: here the global ones, which the application sets up with the SDK
+// and exporters of its choice (until it does, they record nothing). Every
+// guard package has the same WithTelemetry option.
+func ExampleTelemetry() {
+	ctx := context.Background()
+	guard := fencing.NewMemory(fencing.WithTelemetry(fencing.Telemetry{
+		MeterProvider:  otel.GetMeterProvider(),
+		TracerProvider: otel.GetTracerProvider(),
+	}))
+	for _, token := range []fencing.Token{34, 33} {
+		err := guard.Do(ctx, "balance", token, func(ctx context.Context) error {
+			return nil // ctx carries the "fencelock.guard.do" span
+		})
+		fmt.Println(token, fencing.DecisionOf(err)) // the fencelock.guard.decision attribute
+	}
+	// Output:
+	// 34 accepted
+	// 33 stale
 }

@@ -51,7 +51,10 @@ func TestMemoryConformance(t *testing.T) {
 	var mu sync.Mutex
 	fencetest.Run(t, fencetest.Harness[struct{}]{
 		Volatile: true,
-		Open: func(t *testing.T) fencetest.Store[struct{}] {
+		Kind:     "memory",
+		// The state is the Memory: a subtest's later Opens get its first
+		// Store, with the first Open's telemetry.
+		Open: func(t *testing.T, tel fencing.Telemetry) fencetest.Store[struct{}] {
 			mu.Lock()
 			defer mu.Unlock()
 			if shared == nil {
@@ -60,7 +63,7 @@ func TestMemoryConformance(t *testing.T) {
 			if s := shared[t]; s != nil {
 				return s // one state per subtest
 			}
-			s := &memStore{m: fencing.NewMemory(), vals: map[string]string{}}
+			s := &memStore{m: fencing.NewMemory(fencing.WithTelemetry(tel)), vals: map[string]string{}}
 			shared[t] = s
 			return s
 		},

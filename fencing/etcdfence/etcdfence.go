@@ -47,6 +47,7 @@ const DefaultPrefix = "fencelock-fences/"
 type Guard struct {
 	c      *clientv3.Client
 	prefix string
+	ins    *fencing.Instruments
 }
 
 // Option configures a Guard made by New.
@@ -56,6 +57,15 @@ type Option func(*Guard)
 // kept at prefix+r (default DefaultPrefix, "fencelock-fences/"). New rejects
 // an empty prefix, which would make every resource name a bare key.
 func WithPrefix(prefix string) Option { return func(g *Guard) { g.prefix = prefix } }
+
+// WithTelemetry makes the Guard report its decisions, durations and spans
+// (kind "etcd"; see fencing.Telemetry) for every Do, Admit and Gate
+// included (default: the zero Telemetry, off). A write refused by a
+// condition of its own (ErrConditionFailed) counts as an error, not as
+// stale.
+func WithTelemetry(t fencing.Telemetry) Option {
+	return func(g *Guard) { g.ins = t.Instruments("etcd") }
+}
 
 // New returns a Guard over the etcd cluster of c.
 func New(c *clientv3.Client, opts ...Option) (*Guard, error) {
@@ -113,6 +123,13 @@ func pad(t fencing.Token) string { return fmt.Sprintf("%020d", uint64(t)) }
 // ErrConditionFailed. If write returns an error nothing is sent. A nil
 // write stores the token alone (see Admit).
 func (g *Guard) Do(ctx context.Context, resource string, token fencing.Token, write func(ctx context.Context, t *Txn) error) error {
+	ctx, obs := g.ins.Start(ctx, resource, token)
+	err := g.do(ctx, resource, token, write)
+	obs.End(err)
+	return err
+}
+
+func (g *Guard) do(ctx context.Context, resource string, token fencing.Token, write func(ctx context.Context, t *Txn) error) error {
 	if token == 0 {
 		return fmt.Errorf("%w: zero token", fencing.ErrInvalidToken)
 	}

@@ -2,16 +2,19 @@ package etcdfence_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/fencing/etcdfence"
 	"github.com/fencelock/fencelock/fencing/fencetest"
 	"github.com/fencelock/fencelock/internal/etcdtest"
+	"github.com/fencelock/fencelock/internal/freeport"
 )
 
 type store struct {
@@ -39,10 +42,19 @@ func TestConformance(t *testing.T) {
 	srv := etcdtest.Start(t)
 	fencetest.Run(t, fencetest.Harness[*etcdfence.Txn]{
 		Rollback: true,
-		Open: func(t *testing.T) fencetest.Store[*etcdfence.Txn] {
+		Kind:     "etcd",
+		Open: func(t *testing.T, tel fencing.Telemetry) fencetest.Store[*etcdfence.Txn] {
 			c := srv.NewClient(t)
 			prefix := "/" + t.Name() + "/" // one state per subtest
-			return store{newGuard(t, c, etcdfence.WithPrefix(prefix+"fence/")), c, prefix}
+			return store{newGuard(t, c, etcdfence.WithPrefix(prefix+"fence/"), etcdfence.WithTelemetry(tel)), c, prefix}
+		},
+		Unreachable: func(t *testing.T, tel fencing.Telemetry) fencing.StoreGuard[*etcdfence.Txn] {
+			port, err := freeport.Port()
+			require.NoError(t, err)
+			c, err := clientv3.New(clientv3.Config{Endpoints: []string{fmt.Sprintf("http://127.0.0.1:%d", port)}, Logger: zap.NewNop()})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = c.Close() })
+			return newGuard(t, c, etcdfence.WithTelemetry(tel))
 		},
 	})
 }

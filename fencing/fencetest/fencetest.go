@@ -16,7 +16,11 @@
 //     did through the store's handle is discarded;
 //   - after a restart of the store (a new Guard over the same durable state,
 //     and where the harness can, a restart of the server) the highest token
-//     is still known.
+//     is still known;
+//   - with a fencing.Telemetry, every Do is reported as accepted, stale or
+//     error, with its duration and a span the write function runs in, to a
+//     real OpenTelemetry SDK (Recorder, which guards outside the suite can
+//     use too).
 //
 // A guard's test supplies a Store: the guard as a fencing.StoreGuard[S], with
 // S its store handle (*sql.Tx, *redisfence.Batch, ...), plus how a write
@@ -60,10 +64,19 @@ type Gater interface {
 
 // Harness opens stores over the durable state of one test.
 type Harness[S any] struct {
-	// Open returns a new Store over the test's state. Called more than once
-	// per test, every Store sees the same state. Close what it opens with
-	// t.Cleanup.
-	Open func(t *testing.T) Store[S]
+	// Open returns a new Store over the test's state, whose guard reports
+	// to tel (its package's WithTelemetry option; the zero Telemetry in
+	// every case but the telemetry one). Called more than once per test,
+	// every Store sees the same state. Close what it opens with t.Cleanup.
+	Open func(t *testing.T, tel fencing.Telemetry) Store[S]
+	// Kind is the guard's fencelock.guard.kind attribute ("sql", "redis",
+	// ...), which the telemetry case expects.
+	Kind string
+	// Unreachable, if set, returns a guard like Open's, reporting to tel,
+	// whose store cannot be reached (no server listens at its address, its
+	// directory is gone): the telemetry case expects its Do to fail within
+	// a few seconds and be counted as an error.
+	Unreachable func(t *testing.T, tel fencing.Telemetry) fencing.StoreGuard[S]
 	// Restart, if set, restarts the store's server or process, keeping its
 	// durable state. Stores opened earlier may stop working.
 	Restart func(t *testing.T)
@@ -91,6 +104,7 @@ func Run[S any](t *testing.T, h Harness[S]) {
 	t.Run("HigherTokenDuringWrite", func(t *testing.T) { higherDuringWrite(t, h) })
 	t.Run("ConcurrentWritersNeverGoBackwards", func(t *testing.T) { concurrent(t, h) })
 	t.Run("Gate", func(t *testing.T) { gate(t, h) })
+	t.Run("Telemetry", func(t *testing.T) { telemetry(t, h) })
 	if !h.Volatile {
 		t.Run("NewStoreKeepsHighest", func(t *testing.T) { restart(t, h, false) })
 		if h.Restart != nil {
@@ -135,7 +149,7 @@ func mustStale(t *testing.T, err error, res string, tok, highest fencing.Token) 
 }
 
 func rejectsLower[S any](t *testing.T, h Harness[S]) {
-	ctx, s := ctxT(t), h.Open(t)
+	ctx, s := ctxT(t), h.Open(t, fencing.Telemetry{})
 	if err := put(ctx, s, "doc", 34, "by 34"); err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +168,7 @@ func rejectsLower[S any](t *testing.T, h Harness[S]) {
 }
 
 func equalPass[S any](t *testing.T, h Harness[S]) {
-	ctx, s := ctxT(t), h.Open(t)
+	ctx, s := ctxT(t), h.Open(t, fencing.Telemetry{})
 	for i, v := range []string{"one", "two", "three"} {
 		if err := put(ctx, s, "doc", 7, v); err != nil {
 			t.Fatalf("write %d with the same token: %v", i, err)
@@ -164,7 +178,7 @@ func equalPass[S any](t *testing.T, h Harness[S]) {
 }
 
 func failedWrite[S any](t *testing.T, h Harness[S]) {
-	ctx, s := ctxT(t), h.Open(t)
+	ctx, s := ctxT(t), h.Open(t, fencing.Telemetry{})
 	if err := put(ctx, s, "doc", 5, "by 5"); err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +202,7 @@ func failedWrite[S any](t *testing.T, h Harness[S]) {
 }
 
 func admitOnly[S any](t *testing.T, h Harness[S]) {
-	ctx, s := ctxT(t), h.Open(t)
+	ctx, s := ctxT(t), h.Open(t, fencing.Telemetry{})
 	if err := put(ctx, s, "doc", 3, "by 3"); err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +215,7 @@ func admitOnly[S any](t *testing.T, h Harness[S]) {
 }
 
 func zeroToken[S any](t *testing.T, h Harness[S]) {
-	ctx, s := ctxT(t), h.Open(t)
+	ctx, s := ctxT(t), h.Open(t, fencing.Telemetry{})
 	if err := put(ctx, s, "doc", 0, "no token"); !errors.Is(err, fencing.ErrInvalidToken) {
 		t.Fatalf("token 0: err = %v, want ErrInvalidToken", err)
 	}
@@ -209,7 +223,7 @@ func zeroToken[S any](t *testing.T, h Harness[S]) {
 }
 
 func independent[S any](t *testing.T, h Harness[S]) {
-	ctx, s := ctxT(t), h.Open(t)
+	ctx, s := ctxT(t), h.Open(t, fencing.Telemetry{})
 	if err := put(ctx, s, "a", 100, "a100"); err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +249,7 @@ func concurrent[S any](t *testing.T, h Harness[S]) {
 	ctx := ctxT(t)
 	stores := make([]Store[S], writers)
 	for i := range stores {
-		stores[i] = h.Open(t)
+		stores[i] = h.Open(t, fencing.Telemetry{})
 	}
 	var completed atomic.Uint64 // highest token whose write has returned nil
 	var maxOK atomic.Uint64
@@ -303,7 +317,7 @@ func concurrent[S any](t *testing.T, h Harness[S]) {
 }
 
 func restart[S any](t *testing.T, h Harness[S], server bool) {
-	ctx, s := ctxT(t), h.Open(t)
+	ctx, s := ctxT(t), h.Open(t, fencing.Telemetry{})
 	if err := put(ctx, s, "doc", 10, "by 10"); err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +327,7 @@ func restart[S any](t *testing.T, h Harness[S], server bool) {
 	if server {
 		h.Restart(t)
 	}
-	s2 := h.Open(t)
+	s2 := h.Open(t, fencing.Telemetry{})
 	mustStale(t, put(ctx, s2, "doc", 9, "by 9"), "doc", 9, 10)
 	mustStale(t, put(ctx, s2, "other", 19, "by 19"), "other", 19, 20)
 	mustGet(t, ctx, s2, "doc", "by 10")
@@ -330,7 +344,7 @@ func restart[S any](t *testing.T, h Harness[S], server bool) {
 // function returns) must reject the write as stale and discard what it
 // staged through the handle.
 func higherDuringWrite[S any](t *testing.T, h Harness[S]) {
-	ctx, s, s2 := ctxT(t), h.Open(t), h.Open(t)
+	ctx, s, s2 := ctxT(t), h.Open(t, fencing.Telemetry{}), h.Open(t, fencing.Telemetry{})
 	if err := put(ctx, s, "doc", 5, "by 5"); err != nil {
 		t.Fatal(err)
 	}
@@ -378,7 +392,7 @@ func higherDuringWrite[S any](t *testing.T, h Harness[S]) {
 // token, records nothing when that function fails, and leaves the value
 // alone (its write function has no handle to the store).
 func gate[S any](t *testing.T, h Harness[S]) {
-	ctx, s := ctxT(t), h.Open(t)
+	ctx, s := ctxT(t), h.Open(t, fencing.Telemetry{})
 	gs, ok := any(s).(Gater)
 	if !ok {
 		t.Skip("the store has no Gate")

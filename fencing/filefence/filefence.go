@@ -49,6 +49,7 @@ const header = "fencelock-token "
 type Guard struct {
 	path string
 	mode fs.FileMode
+	ins  *fencing.Instruments
 }
 
 // Option configures a Guard made by New.
@@ -58,6 +59,13 @@ type Option func(*Guard)
 // 0o600: read and written by the owner only). The lock files are 0o644,
 // before the umask, and a directory New creates is 0o755.
 func WithFileMode(perm fs.FileMode) Option { return func(g *Guard) { g.mode = perm } }
+
+// WithTelemetry makes the Guard report its decisions, durations and spans
+// (kind "file"; see fencing.Telemetry) for every Do, Admit, WriteFile and
+// Gate included (default: the zero Telemetry, off).
+func WithTelemetry(t fencing.Telemetry) Option {
+	return func(g *Guard) { g.ins = t.Instruments("file") }
+}
 
 // New returns a Guard over the directory path, creating it if needed.
 func New(path string, opts ...Option) (*Guard, error) {
@@ -134,9 +142,17 @@ func (x gate) Do(ctx context.Context, resource string, token fencing.Token, writ
 	return x.d.do(ctx, resource, token, func(ctx context.Context, _ io.Writer) error { return write(ctx) }, true)
 }
 
-// do is Do; keep says the old content is copied after what write wrote
-// (nothing, for Admit and the Gate).
+// do is Do, observed; keep says the old content is copied after what write
+// wrote (nothing, for Admit and the Gate).
 func (d *Guard) do(ctx context.Context, resource string, token fencing.Token, write func(ctx context.Context, w io.Writer) error, keep bool) error {
+	ctx, obs := d.ins.Start(ctx, resource, token)
+	err := d.replace(ctx, resource, token, write, keep)
+	obs.End(err)
+	return err
+}
+
+// replace is do without the observation.
+func (d *Guard) replace(ctx context.Context, resource string, token fencing.Token, write func(ctx context.Context, w io.Writer) error, keep bool) error {
 	if token == 0 {
 		return fmt.Errorf("%w: zero token", fencing.ErrInvalidToken)
 	}

@@ -39,7 +39,8 @@ func TestConformance(t *testing.T) {
 	dirs := map[*testing.T]string{}
 	fencetest.Run(t, fencetest.Harness[io.Writer]{
 		Rollback: true,
-		Open: func(t *testing.T) fencetest.Store[io.Writer] {
+		Kind:     "file",
+		Open: func(t *testing.T, tel fencing.Telemetry) fencetest.Store[io.Writer] {
 			mu.Lock()
 			dir, ok := dirs[t]
 			if !ok {
@@ -47,9 +48,17 @@ func TestConformance(t *testing.T) {
 				dirs[t] = dir
 			}
 			mu.Unlock()
-			d, err := filefence.New(dir)
+			d, err := filefence.New(dir, filefence.WithTelemetry(tel))
 			require.NoError(t, err)
 			return store{d}
+		},
+		Unreachable: func(t *testing.T, tel fencing.Telemetry) fencing.StoreGuard[io.Writer] {
+			dir := t.TempDir() + "/gone"
+			d, err := filefence.New(dir, filefence.WithTelemetry(tel))
+			require.NoError(t, err)
+			require.NoError(t, os.Remove(dir))
+			require.NoError(t, os.WriteFile(dir, nil, 0o600)) // a file where the directory was
+			return d
 		},
 	})
 }

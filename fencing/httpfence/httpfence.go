@@ -61,9 +61,10 @@ type config struct {
 	resource func(*http.Request) string
 	fenced   func(*http.Request) bool
 	optional bool
+	ins      *fencing.Instruments
 }
 
-// Option configures Middleware.
+// Option configures Middleware and Handler.
 type Option func(*config)
 
 // WithHeader sets the token header name (default DefaultHeader).
@@ -81,6 +82,19 @@ func WithFenced(f func(*http.Request) bool) Option { return func(c *config) { c.
 // Middleware only: a Handler cannot run without its guard's store handle,
 // so it keeps answering 428.
 func WithOptionalToken() Option { return func(c *config) { c.optional = true } }
+
+// WithTelemetry makes Middleware and Handler report the decision on every
+// fenced request, with its duration and a span (kind "http"; see
+// fencing.Telemetry) around the guard's Do and the handler (default: the
+// zero Telemetry, off). Accepted is a response sent with a status below
+// 400; stale is the 409; error is everything else: the handler's own
+// error status, a missing (428) or malformed (400) token, a failed commit.
+// Requests that are not fenced, and those WithOptionalToken lets through
+// without a token, are not counted. The guard's own telemetry, if it has
+// any, records its Do separately (as a child span).
+func WithTelemetry(t fencing.Telemetry) Option {
+	return func(c *config) { c.ins = t.Instruments("http") }
+}
 
 type tokenKey struct{}
 
@@ -156,7 +170,9 @@ type handler struct {
 // handlerFailed carries a handler's own error response out of Do.
 type handlerFailed struct{ rec *recorder }
 
-func (handlerFailed) Error() string { return "httpfence: handler answered with an error status" }
+func (f handlerFailed) Error() string {
+	return fmt.Sprintf("httpfence: handler answered with status %d", f.rec.status)
+}
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !h.c.fenced(r) {
@@ -164,20 +180,36 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	raw, present := r.Header[http.CanonicalHeaderKey(h.c.header)]
-	if !present {
-		if h.c.optional {
-			h.next.ServeHTTP(w, r)
-			return
-		}
-		http.Error(w, fmt.Sprintf("fencing: this request needs a %s header with the lock's fencing token", h.c.header), http.StatusPreconditionRequired)
+	if !present && h.c.optional {
+		h.next.ServeHTTP(w, r)
 		return
 	}
-	tok, err := fencing.ParseToken(strings.Join(raw, ","))
+	resource := h.c.resource(r)
+	var tok fencing.Token
+	var err error
+	if present {
+		tok, err = fencing.ParseToken(strings.Join(raw, ","))
+	}
+	ctx, obs := h.c.ins.Start(r.Context(), resource, tok)
+	if h.c.ins != nil {
+		r = r.WithContext(ctx)
+	}
+	obs.End(h.serve(w, r, resource, tok, present, err))
+}
+
+// serve answers a fenced request, whose token is tok (or the error parsing
+// it, or not present), and returns what failed: nil for a response below
+// 400.
+func (h *handler) serve(w http.ResponseWriter, r *http.Request, resource string, tok fencing.Token, present bool, err error) error {
+	if !present {
+		http.Error(w, fmt.Sprintf("fencing: this request needs a %s header with the lock's fencing token", h.c.header), http.StatusPreconditionRequired)
+		return errNoToken
+	}
 	if err != nil {
 		http.Error(w, fmt.Sprintf("%s header: %v", h.c.header, err), http.StatusBadRequest)
-		return
+		return err
 	}
-	rec, err := h.do(r, h.c.resource(r), tok)
+	rec, err := h.do(r, resource, tok)
 	var stale *fencing.StaleTokenError
 	var failed handlerFailed
 	switch {
@@ -195,7 +227,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		http.Error(w, "fencing: the write was not committed: "+err.Error(), http.StatusInternalServerError)
 	}
+	return err
 }
+
+// errNoToken is the error a fenced request without a token is observed
+// with.
+var errNoToken = errors.New("httpfence: no token on a fenced request")
 
 // recorder buffers a response until the guard's Do has returned.
 type recorder struct {

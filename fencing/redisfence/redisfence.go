@@ -58,6 +58,7 @@ var fenceScript = redis.NewScript(fenceLua)
 type Guard struct {
 	c        redis.Scripter
 	tokenKey func(resource string) string
+	ins      *fencing.Instruments
 }
 
 // Option configures a Guard made by New.
@@ -67,6 +68,13 @@ type Option func(*Guard)
 // TokenKey, "{resource}:fence"). In Redis Cluster it must hash to the slot
 // of the resource's data keys.
 func WithTokenKey(f func(resource string) string) Option { return func(g *Guard) { g.tokenKey = f } }
+
+// WithTelemetry makes the Guard report its decisions, durations and spans
+// (kind "redis"; see fencing.Telemetry) for every Do, Admit and Gate
+// included (default: the zero Telemetry, off).
+func WithTelemetry(t fencing.Telemetry) Option {
+	return func(g *Guard) { g.ins = t.Instruments("redis") }
+}
 
 // TokenKey is the default token key of resource: "{resource}:fence".
 func TokenKey(resource string) string { return "{" + resource + "}:fence" }
@@ -119,20 +127,19 @@ func (b *Batch) add(name, key string, args ...string) {
 // the *fencing.StaleTokenError. If write returns an error nothing is sent. A
 // nil write records the token alone (see Admit).
 func (g *Guard) Do(ctx context.Context, resource string, token fencing.Token, write func(ctx context.Context, b *Batch) error) error {
-	return g.do(ctx, resource, token, write != nil, func(ctx context.Context, b *Batch) error {
-		if write == nil {
-			return nil
-		}
-		return write(ctx, b)
-	})
+	ctx, obs := g.ins.Start(ctx, resource, token)
+	err := g.do(ctx, resource, token, write)
+	obs.End(err)
+	return err
 }
 
-func (g *Guard) do(ctx context.Context, resource string, token fencing.Token, precheck bool, write func(ctx context.Context, b *Batch) error) error {
+func (g *Guard) do(ctx context.Context, resource string, token fencing.Token, write func(ctx context.Context, b *Batch) error) error {
 	if token == 0 {
 		return fmt.Errorf("%w: zero token", fencing.ErrInvalidToken)
 	}
 	key := g.tokenKey(resource)
-	if precheck {
+	b := &Batch{}
+	if write != nil {
 		cur, err := g.highest(ctx, key)
 		if err != nil {
 			return err
@@ -140,10 +147,9 @@ func (g *Guard) do(ctx context.Context, resource string, token fencing.Token, pr
 		if token < cur {
 			return &fencing.StaleTokenError{Resource: resource, Token: token, Highest: cur}
 		}
-	}
-	b := &Batch{}
-	if err := write(ctx, b); err != nil {
-		return err
+		if err := write(ctx, b); err != nil {
+			return err
+		}
 	}
 	res, err := fenceScript.Run(ctx, g.c, append([]string{key}, b.keys...), append([]any{token.String()}, b.args...)...).Slice()
 	if err != nil {

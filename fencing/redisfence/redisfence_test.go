@@ -3,6 +3,8 @@ package redisfence_test
 import (
 	"context"
 	"errors"
+	"net"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/fencing/fencetest"
 	"github.com/fencelock/fencelock/fencing/redisfence"
+	"github.com/fencelock/fencelock/internal/freeport"
 	"github.com/fencelock/fencelock/internal/redistest"
 )
 
@@ -44,7 +47,8 @@ func TestConformance(t *testing.T) {
 	seen := map[*testing.T]bool{}
 	fencetest.Run(t, fencetest.Harness[*redisfence.Batch]{
 		Rollback: true,
-		Open: func(t *testing.T) fencetest.Store[*redisfence.Batch] {
+		Kind:     "redis",
+		Open: func(t *testing.T, tel fencing.Telemetry) fencetest.Store[*redisfence.Batch] {
 			c := srv.NewClient(t)
 			mu.Lock()
 			first := !seen[t]
@@ -53,9 +57,16 @@ func TestConformance(t *testing.T) {
 			if first {
 				require.NoError(t, c.FlushAll(context.Background()).Err())
 			}
-			return store{newGuard(t, c), c}
+			return store{newGuard(t, c, redisfence.WithTelemetry(tel)), c}
 		},
 		Restart: func(t *testing.T) { require.NoError(t, srv.Restart()) },
+		Unreachable: func(t *testing.T, tel fencing.Telemetry) fencing.StoreGuard[*redisfence.Batch] {
+			port, err := freeport.Port()
+			require.NoError(t, err)
+			c := redis.NewClient(&redis.Options{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), MaxRetries: -1})
+			t.Cleanup(func() { _ = c.Close() })
+			return newGuard(t, c, redisfence.WithTelemetry(tel))
+		},
 	})
 }
 

@@ -19,6 +19,7 @@ type Guard struct {
 	db    *sql.DB
 	table string
 	opts  *sql.TxOptions
+	ins   *fencing.Instruments
 }
 
 // Option configures a Guard made by New.
@@ -34,6 +35,14 @@ func WithTable(name string) Option { return func(g *Guard) { g.table = name } }
 // Under SERIALIZABLE, concurrent writers of one resource get serialization
 // failures to retry.
 func WithTxOptions(opts *sql.TxOptions) Option { return func(g *Guard) { g.opts = opts } }
+
+// WithTelemetry makes the Guard report its decisions, durations and spans
+// (kind "sql"; see fencing.Telemetry) for every Do and DoTx, Admit and Gate
+// included (default: the zero Telemetry, off). A DoTx is accepted when the
+// token is admitted and write returns nil: the commit is the caller's.
+func WithTelemetry(t fencing.Telemetry) Option {
+	return func(g *Guard) { g.ins = t.Instruments("sql") }
+}
 
 // New returns a Guard over a fence table in db. Call CreateTable once, or
 // create the table yourself with the same columns.
@@ -67,7 +76,14 @@ func (g *Guard) CreateTable(ctx context.Context) error {
 // back and the token is not raised. Statements run on the *sql.DB instead
 // are outside the transaction and escape the fence. A nil write raises the
 // token alone (see Admit).
-func (g *Guard) Do(ctx context.Context, resource string, token fencing.Token, write func(ctx context.Context, tx *sql.Tx) error) (err error) {
+func (g *Guard) Do(ctx context.Context, resource string, token fencing.Token, write func(ctx context.Context, tx *sql.Tx) error) error {
+	ctx, obs := g.ins.Start(ctx, resource, token)
+	err := g.do(ctx, resource, token, write)
+	obs.End(err)
+	return err
+}
+
+func (g *Guard) do(ctx context.Context, resource string, token fencing.Token, write func(ctx context.Context, tx *sql.Tx) error) (err error) {
 	if err := checkToken(token); err != nil {
 		return err
 	}
@@ -80,7 +96,7 @@ func (g *Guard) Do(ctx context.Context, resource string, token fencing.Token, wr
 			_ = tx.Rollback()
 		}
 	}()
-	if err := g.DoTx(ctx, tx, resource, token, write); err != nil {
+	if err := g.doTx(ctx, tx, resource, token, write); err != nil {
 		return err
 	}
 	return tx.Commit()
@@ -91,6 +107,13 @@ func (g *Guard) Do(ctx context.Context, resource string, token fencing.Token, wr
 // and the write commit or roll back together. After a stale rejection tx is
 // still usable (nothing was changed).
 func (g *Guard) DoTx(ctx context.Context, tx *sql.Tx, resource string, token fencing.Token, write func(ctx context.Context, tx *sql.Tx) error) error {
+	ctx, obs := g.ins.Start(ctx, resource, token)
+	err := g.doTx(ctx, tx, resource, token, write)
+	obs.End(err)
+	return err
+}
+
+func (g *Guard) doTx(ctx context.Context, tx *sql.Tx, resource string, token fencing.Token, write func(ctx context.Context, tx *sql.Tx) error) error {
 	if err := checkToken(token); err != nil {
 		return err
 	}

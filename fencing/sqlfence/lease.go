@@ -39,6 +39,7 @@ type LeaseGuard struct {
 	db    *sql.DB
 	table string // {prefix}_locks
 	check string // the FOR SHARE check
+	ins   *fencing.Instruments
 }
 
 var _ fencing.StoreGuard[*sql.Tx] = (*LeaseGuard)(nil)
@@ -46,7 +47,10 @@ var _ fencing.StoreGuard[*sql.Tx] = (*LeaseGuard)(nil)
 // LeaseOption configures a LeaseGuard made by NewLeaseGuard.
 type LeaseOption func(*leaseConfig)
 
-type leaseConfig struct{ prefix string }
+type leaseConfig struct {
+	prefix string
+	tel    fencing.Telemetry
+}
 
 // WithLockPrefix sets the table prefix the postgres adapter was given
 // (default DefaultLockPrefix): the guard reads {prefix}_locks. A plain SQL
@@ -54,6 +58,16 @@ type leaseConfig struct{ prefix string }
 // else.
 func WithLockPrefix(prefix string) LeaseOption {
 	return func(c *leaseConfig) { c.prefix = prefix }
+}
+
+// WithLeaseTelemetry makes the LeaseGuard report its decisions, durations
+// and spans (kind "sql_lease"; see fencing.Telemetry) for every Do and DoTx,
+// Gate included (default: the zero Telemetry, off). A token whose lease
+// ended (ErrLeaseEnded) counts as stale, like one a newer grant overtook; a
+// DoTx is accepted when the check passes and write returns nil (the commit
+// is the caller's).
+func WithLeaseTelemetry(t fencing.Telemetry) LeaseOption {
+	return func(c *leaseConfig) { c.tel = t }
 }
 
 // NewLeaseGuard returns a LeaseGuard over the lock table of the postgres
@@ -75,6 +89,7 @@ func NewLeaseGuard(db *sql.DB, opts ...LeaseOption) (*LeaseGuard, error) {
 		db:    db,
 		table: table,
 		check: fmt.Sprintf(`SELECT 1 FROM %s WHERE name = $1 AND token = $2 AND owner IS NOT NULL AND expires > clock_timestamp() FOR SHARE`, table),
+		ins:   c.tel.Instruments("sql_lease"),
 	}, nil
 }
 
@@ -113,7 +128,14 @@ func NewLeaseGuard(db *sql.DB, opts ...LeaseOption) (*LeaseGuard, error) {
 // another connection, another database or service) are not checked and
 // land whatever the token; effects of write outside the database happen
 // even if the commit then fails.
-func (g *LeaseGuard) Do(ctx context.Context, name string, token fencing.Token, write func(ctx context.Context, tx *sql.Tx) error) (err error) {
+func (g *LeaseGuard) Do(ctx context.Context, name string, token fencing.Token, write func(ctx context.Context, tx *sql.Tx) error) error {
+	ctx, obs := g.ins.Start(ctx, name, token)
+	err := g.do(ctx, name, token, write)
+	obs.End(err)
+	return err
+}
+
+func (g *LeaseGuard) do(ctx context.Context, name string, token fencing.Token, write func(ctx context.Context, tx *sql.Tx) error) (err error) {
 	if err := checkToken(token); err != nil {
 		return err
 	}
@@ -126,7 +148,7 @@ func (g *LeaseGuard) Do(ctx context.Context, name string, token fencing.Token, w
 			_ = tx.Rollback()
 		}
 	}()
-	if err := g.DoTx(ctx, tx, name, token, write); err != nil {
+	if err := g.doTx(ctx, tx, name, token, write); err != nil {
 		return err
 	}
 	return tx.Commit()
@@ -138,6 +160,13 @@ func (g *LeaseGuard) Do(ctx context.Context, name string, token fencing.Token, w
 // commit (or roll back) soon. On a rejection the caller must not commit
 // what tx did before: roll back.
 func (g *LeaseGuard) DoTx(ctx context.Context, tx *sql.Tx, name string, token fencing.Token, write func(ctx context.Context, tx *sql.Tx) error) error {
+	ctx, obs := g.ins.Start(ctx, name, token)
+	err := g.doTx(ctx, tx, name, token, write)
+	obs.End(err)
+	return err
+}
+
+func (g *LeaseGuard) doTx(ctx context.Context, tx *sql.Tx, name string, token fencing.Token, write func(ctx context.Context, tx *sql.Tx) error) error {
 	if err := checkToken(token); err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/fencing/fencetest"
 	"github.com/fencelock/fencelock/fencing/sqlfence"
+	"github.com/fencelock/fencelock/internal/freeport"
 	"github.com/fencelock/fencelock/internal/pgtest"
 )
 
@@ -42,9 +43,9 @@ func (s *guardStore) Get(ctx context.Context, res string) (string, error) {
 	return v, err
 }
 
-func openGuard(t *testing.T, dsn string) *guardStore {
+func openGuard(t *testing.T, dsn string, opts ...sqlfence.Option) *guardStore {
 	db := pgtest.Open(t, dsn)
-	g, err := sqlfence.New(db)
+	g, err := sqlfence.New(db, opts...)
 	require.NoError(t, err)
 	return &guardStore{Guard: g, db: db}
 }
@@ -55,7 +56,8 @@ func TestGuardConformance(t *testing.T) {
 	dsns := map[*testing.T]string{}
 	fencetest.Run(t, fencetest.Harness[*sql.Tx]{
 		Rollback: true,
-		Open: func(t *testing.T) fencetest.Store[*sql.Tx] {
+		Kind:     "sql",
+		Open: func(t *testing.T, tel fencing.Telemetry) fencetest.Store[*sql.Tx] {
 			mu.Lock()
 			dsn, ok := dsns[t]
 			if !ok {
@@ -63,7 +65,7 @@ func TestGuardConformance(t *testing.T) {
 				dsns[t] = dsn
 			}
 			mu.Unlock()
-			s := openGuard(t, dsn)
+			s := openGuard(t, dsn, sqlfence.WithTelemetry(tel))
 			if !ok {
 				ctx := context.Background()
 				require.NoError(t, s.CreateTable(ctx))
@@ -74,6 +76,13 @@ func TestGuardConformance(t *testing.T) {
 			return s
 		},
 		Restart: func(t *testing.T) { c.Restart(t) },
+		Unreachable: func(t *testing.T, tel fencing.Telemetry) fencing.StoreGuard[*sql.Tx] {
+			port, err := freeport.Port()
+			require.NoError(t, err)
+			g, err := sqlfence.New(pgtest.Open(t, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/nobody?sslmode=disable", port)), sqlfence.WithTelemetry(tel))
+			require.NoError(t, err)
+			return g
+		},
 	})
 }
 
