@@ -169,6 +169,18 @@
 // connection rather than its Watcher: New refuses a client whose Watcher is
 // wrapped (namespace.NewWatcher); give the namespace as the prefix instead.
 //
+// # Client logs
+//
+// A Locker opened from a URL gives its clientv3 client zap.NewNop: nothing
+// it logs (retries, a cluster out of reach) reaches os.Stderr. A Locker
+// from New logs through the client it is given, as its Config.Logger
+// (clientv3's default, when nil, writes JSON lines at warn level to
+// os.Stderr). gRPC's own logger is process-wide (grpclog.SetLoggerV2) and
+// the adapter leaves it alone: by default it writes only ERROR lines,
+// which a client sees on protocol faults (a GOAWAY for too many pings),
+// not on an unreachable or restarted cluster; GRPC_GO_LOG_SEVERITY_LEVEL
+// turns more on.
+//
 // # Caveats
 //
 //   - etcd leases have whole-second TTLs, and a server raises a TTL below its

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/internal/faultproxy"
@@ -22,7 +23,7 @@ func TestReleaseRetriedAfterConnectionDied(t *testing.T) {
 	px, err := faultproxy.Start(strings.TrimPrefix(srv.Endpoints()[0], "http://"))
 	require.NoError(t, err)
 	defer px.Close()
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + px.Addr()}, DialTimeout: 10 * time.Second})
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + px.Addr()}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
 	require.NoError(t, err)
 	defer c.Close()
 	pfx := testPrefix(t)

@@ -230,6 +230,13 @@
 // transaction-mode pooler, or hand-written lease tables of their own. This
 // adapter's locks exclude only its own, and other tools see them as rows.
 //
+// # Client logs
+//
+// pgx logs nothing unless a tracer is set (pgx.ConnConfig.Tracer), and
+// the adapter sets none on the pool and the listener it opens for a URL:
+// nothing of theirs reaches os.Stderr. A Locker from New uses the caller's
+// pool, with the caller's tracer.
+//
 // # Clients
 //
 // New takes a *pgxpool.Pool (or anything with its Exec, Query and QueryRow

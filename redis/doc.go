@@ -355,6 +355,24 @@
 // last epoch needs storage that survives exactly the events it guards
 // against, and the server's clock is such storage for free.
 //
+// # Client logs
+//
+// go-redis (v9) logs through one process-wide logger, to os.Stderr by
+// default ("redis: ... connection pool: failed to dial after 5 attempts"
+// for every failed dial while a server is down), and has no per-client
+// logger. A client the adapter opens for a URL must not write there, and
+// the application's own clients must keep go-redis's default, so the
+// package installs, when it is initialised, a logger that writes every
+// line as go-redis's default does (same prefix, flags, file and line, on
+// os.Stderr) except the lines about the clients it opened, which it drops:
+// those of their commands (by context) and of their failed dials (by the
+// error, which their dialer registers). A Locker from New or NewWithConfig
+// uses the caller's client, whose lines go wherever go-redis's logger
+// sends them. An application that calls goredis.SetLogger (or
+// logging.Disable) replaces the package's logger, as it would replace
+// go-redis's default: every client's lines, the adapter's too, then go
+// where it says.
+//
 // # Caveats
 //
 //   - Expiry is wall-clock time on the server: a server clock stepped

@@ -73,9 +73,13 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	// client's read timeout: Acquire's deadline holds while the server
 	// cannot be reached.
 	opt.ContextTimeoutEnabled = true
+	// What go-redis logs for this client goes nowhere (see clientLogger):
+	// backend.Open hands the adapter no logger.
+	logs := &clientLog{}
 	dials := &dialLog{}
-	opt.Dialer = dials.dialer(opt)
+	opt.Dialer = dials.dialer(opt, logs)
 	c := goredis.NewClient(opt)
+	c.AddHook(logHook{logs})
 	d, err := newDriver(c, cfg, c)
 	if err != nil {
 		_ = c.Close()
@@ -196,7 +200,9 @@ func plainRESP(ctx context.Context, addr string) bool {
 }
 
 // dialLog is the client's dialer (go-redis's, with the TLS handshake's
-// error made explicit), keeping its last failure for Open's error.
+// error made explicit), keeping its last failure for Open's error and
+// registering each failure in ownedDials, so that go-redis's line about it
+// goes to the client's clientLog.
 type dialLog struct {
 	mu  sync.Mutex
 	err error
@@ -208,9 +214,10 @@ func (l *dialLog) last() error {
 	return l.err
 }
 
-func (l *dialLog) dialer(opt *goredis.Options) func(ctx context.Context, network, addr string) (net.Conn, error) {
+func (l *dialLog) dialer(opt *goredis.Options, logs *clientLog) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := dialTLS(ctx, opt, network, addr)
+		ownedDials.add(err, logs)
 		l.mu.Lock()
 		l.err = err
 		l.mu.Unlock()

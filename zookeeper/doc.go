@@ -327,6 +327,16 @@
 // soon as a probe finds the port speaks TLS, with an error that says to use
 // zks://.
 //
+// # Client logs
+//
+// go-zookeeper's own log lines (a failed connection, a receive loop that
+// ended) never reach os.Stderr through the adapter: Dial hands them to
+// Config.Logger at debug level with client=go-zookeeper, and drops them
+// when it is nil, as a Locker opened from a URL does. A Locker from New
+// shares the caller's connection, whose logger is the caller's
+// (zk.WithLogger; go-zookeeper's default writes to the standard log
+// package).
+//
 // # Caveats
 //
 //   - The lock directory's data is reserved: every acquisition empties it

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -87,8 +88,14 @@ type Config struct {
 	// certificate): once every server has failed one round in a row, Dial
 	// gives up with the TLS error rather than wait for ctx.
 	TLS *tls.Config
-	// Logger receives go-zookeeper's log lines; nil discards them.
-	Logger zk.Logger
+	// Logger receives go-zookeeper's own log lines (a failed connection,
+	// a terminated receive loop, ...), at slog.LevelDebug with the
+	// attribute client=go-zookeeper: the Locker reports what they mean
+	// (a suspended session, a lost lease) through its errors and its own
+	// logs. nil (the default) discards them; go-zookeeper's default
+	// logger, which writes to the standard log package (os.Stderr), is
+	// never used.
+	Logger *slog.Logger
 }
 
 // Dial opens a Locker that owns its ZooKeeper sessions: one per distinct
@@ -242,10 +249,7 @@ func (s *session) timeout() time.Duration {
 // anyTimeout, a server that grants another timeout is refused.
 func (d *zkDriver) dial(ctx context.Context, ttl time.Duration, anyTimeout bool) (*session, error) {
 	s := newSession(true)
-	logger := d.cfg.Logger
-	if logger == nil {
-		logger = quiet{}
-	}
+	logger := zkLogger{d.cfg.Logger}
 	var td *tlsDialer
 	if d.cfg.TLS != nil {
 		td = newTLSDialer(d.cfg.TLS, d.cfg.Dialer, len(d.cfg.Servers))
@@ -556,10 +560,17 @@ func call(ctx context.Context, f func() error) error {
 	}
 }
 
-// quiet discards go-zookeeper's log lines.
-type quiet struct{}
+// zkLogger hands go-zookeeper's log lines to an slog.Logger at debug
+// level, or drops them, unformatted, if it is nil or not enabled there.
+type zkLogger struct{ l *slog.Logger }
 
-func (quiet) Printf(string, ...any) {}
+// Printf implements zk.Logger.
+func (z zkLogger) Printf(format string, args ...any) {
+	if z.l == nil || !z.l.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	z.l.Debug(fmt.Sprintf(format, args...), slog.String("client", "go-zookeeper"))
+}
 
 // connDown reports errors after which the request may or may not have
 // been applied and the session may still be alive.

@@ -58,7 +58,7 @@ func TestNegotiatedTimeoutIsWhatTheServerGranted(t *testing.T) {
 		{"above the maximum", zktest.MaxSessionTimeout + 80*time.Second, zktest.MaxSessionTimeout},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			conn, _, err := zk.Connect([]string{srv.Addr()}, tc.asked, zk.WithLogInfo(false))
+			conn, _, err := zk.Connect([]string{srv.Addr()}, tc.asked, zk.WithLogger(zktest.Quiet()), zk.WithLogInfo(false))
 			require.NoError(t, err)
 			defer conn.Close()
 			got, err := NegotiatedTimeout(conn, 10*time.Second)

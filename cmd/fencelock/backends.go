@@ -26,8 +26,10 @@ type discardLogger struct{}
 func (discardLogger) Printf(context.Context, string, ...any) {}
 
 // quietClientLogs keeps the backend clients' own logging off the user's
-// terminal. The etcd and ZooKeeper adapters already discard their clients'
-// logs by default; go-redis's logger is global.
+// terminal. The adapters already keep the lines of the clients they open
+// for a URL off os.Stderr (TestNoClientLogsOnStderr); go-redis's logger is
+// process-wide, and the command, a program, turns it off for every client
+// it may make itself too.
 func quietClientLogs() {
 	goredis.SetLogger(discardLogger{})
 }

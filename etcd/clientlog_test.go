@@ -1,0 +1,89 @@
+package etcd
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/internal/etcdtest"
+	"github.com/fencelock/fencelock/internal/stderrcheck"
+)
+
+// A Locker opened from a URL writes nothing to os.Stderr while its cluster
+// is down and back: neither clientv3's zap logger (the adapter gives it
+// zap.NewNop) nor gRPC's (silent below ERROR unless
+// GRPC_GO_LOG_SEVERITY_LEVEL says otherwise). A Locker over the
+// application's client logs through that client's logger, here a zap
+// logger on os.Stdout, which shows the outage made clientv3 log. The
+// child process holds a lock on each and retries through a restart.
+func TestClientLogsOffStderr(t *testing.T) {
+	if stderrcheck.Child(t) {
+		clientLogsChild(t)
+		return
+	}
+	s := etcdtest.Start(t)
+	p := stderrcheck.Start(t, "ETCD_ADDR="+strings.TrimPrefix(s.Endpoints()[0], "http://"))
+	p.WaitFor(t, "held", time.Minute)
+	s.Stop()
+	p.WaitFor(t, "failed", time.Minute)
+	require.NoError(t, s.Restart())
+	stdout, stderr := p.Wait(t, 2*time.Minute)
+	require.Contains(t, stdout, "recovered")
+	assert.Empty(t, stderr)
+	assert.Contains(t, stdout, `{"level":"warn"`, "the application's client logged through its own logger")
+}
+
+func clientLogsChild(t *testing.T) {
+	addr := os.Getenv("ETCD_ADDR")
+	ctx := context.Background()
+	byURL, err := backend.Open(ctx, "etcd://"+addr+"/clientlog-url?ttl=4s&dial_timeout=1s")
+	require.NoError(t, err)
+	defer byURL.Close()
+	cfg := zap.NewProductionConfig()
+	cfg.OutputPaths, cfg.ErrorOutputPaths = []string{"stdout"}, []string{"stdout"}
+	lg, err := cfg.Build()
+	require.NoError(t, err)
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + addr}, DialTimeout: time.Second, Logger: lg})
+	require.NoError(t, err)
+	defer c.Close()
+	users, err := New(c, "clientlog-user")
+	require.NoError(t, err)
+	defer users.Close()
+	for _, l := range []*backend.Locker{byURL, users} {
+		_, err := l.Acquire(ctx, "a")
+		require.NoError(t, err)
+	}
+	stderrcheck.Mark("held")
+	failed := false
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); {
+		ok := true
+		for _, l := range []*backend.Locker{byURL, users} {
+			actx, cancel := context.WithTimeout(ctx, time.Second)
+			b, err := l.TryAcquire(actx, "b")
+			cancel()
+			if err != nil {
+				ok = false
+				continue
+			}
+			require.NoError(t, b.Release(ctx))
+		}
+		switch {
+		case ok && failed:
+			stderrcheck.Mark("recovered")
+			return
+		case !ok && !failed:
+			failed = true
+			stderrcheck.Mark("failed")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("the Lockers did not recover")
+}

@@ -1,0 +1,106 @@
+package redis
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/internal/freeport"
+	"github.com/fencelock/fencelock/internal/redistest"
+	"github.com/fencelock/fencelock/internal/stderrcheck"
+)
+
+// A Locker opened from a URL keeps go-redis's lines about its client off
+// os.Stderr while its server is down (the pool's failed dials), and the
+// application's own go-redis clients keep go-redis's default: their lines
+// still reach os.Stderr, as before. The child process holds a lock and
+// retries through a server crash; its own client dials a port where
+// nothing listens.
+func TestClientLogsOffStderr(t *testing.T) {
+	if stderrcheck.Child(t) {
+		clientLogsChild(t)
+		return
+	}
+	s := redistest.Start(t)
+	port, err := freeport.Port()
+	require.NoError(t, err)
+	userAddr := net.JoinHostPort("127.0.0.1", fmt.Sprint(port))
+	p := stderrcheck.Start(t, "LOCKER_ADDR="+s.Addr(), "USER_ADDR="+userAddr)
+	p.WaitFor(t, "held", time.Minute)
+	s.Kill()
+	p.WaitFor(t, "failed", time.Minute)
+	require.NoError(t, s.Restart())
+	stdout, stderr := p.Wait(t, 2*time.Minute)
+	t.Logf("child's stderr:\n%s", stderr)
+	require.Contains(t, stdout, "recovered")
+	assert.Contains(t, stderr, userAddr, "the application's client logs as go-redis does by default")
+	assert.Regexp(t, `(?m)^redis: \d{4}/\d\d/\d\d \d\d:\d\d:\d\d \w+\.go:\d+: `, stderr, "go-redis's default format, file and line")
+	assert.NotContains(t, stderr, s.Addr(), "no line about the Locker's client")
+}
+
+func clientLogsChild(t *testing.T) {
+	addr, userAddr := os.Getenv("LOCKER_ADDR"), os.Getenv("USER_ADDR")
+	ctx := context.Background()
+	l, err := backend.Open(ctx, "redis://"+addr+"?prefix=clientlog&ttl=2s&dial_timeout=300ms")
+	require.NoError(t, err)
+	defer l.Close()
+	_, err = l.Acquire(ctx, "a")
+	require.NoError(t, err)
+	stderrcheck.Mark("held")
+
+	user := goredis.NewClient(&goredis.Options{Addr: userAddr, DialTimeout: 300 * time.Millisecond, MaxRetries: -1})
+	defer user.Close()
+	failed := false
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); {
+		actx, cancel := context.WithTimeout(ctx, time.Second)
+		b, err := l.TryAcquire(actx, "b")
+		cancel()
+		if err == nil {
+			if failed {
+				stderrcheck.Mark("recovered")
+				require.NoError(t, b.Release(ctx))
+				return
+			}
+			require.NoError(t, b.Release(ctx))
+		} else if !failed {
+			failed = true
+			require.Error(t, user.Ping(ctx).Err())
+			stderrcheck.Mark("failed")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("the Locker did not recover")
+}
+
+// The logger this package installs sends a line to the clientLog of the
+// client it is about (by the context or by the dial error), at debug level
+// with client=go-redis, and every other line to os.Stderr as go-redis's
+// default logger would.
+func TestClientLoggerRoutes(t *testing.T) {
+	var std, routed bytes.Buffer
+	c := clientLogger{stderr: log.New(&std, "redis: ", 0)}
+	to := &clientLog{l: slog.New(slog.NewTextHandler(&routed, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	c.Printf(withClientLog(context.Background(), to), "marked %d", 1)
+	dialErr := &net.OpError{Op: "dial", Err: errors.New("refused")}
+	ownedDials.add(dialErr, to)
+	c.Printf(context.Background(), "failed to dial after %d attempts: %v", 5, dialErr)
+	c.Printf(context.Background(), "failed to dial after %d attempts: %v", 5, &net.OpError{Op: "dial", Err: errors.New("refused")})
+	c.Printf(withClientLog(context.Background(), &clientLog{}), "dropped")
+	assert.Equal(t, "redis: failed to dial after 5 attempts: dial: refused\n", std.String())
+	assert.Contains(t, routed.String(), `level=DEBUG msg="marked 1" client=go-redis`)
+	assert.Contains(t, routed.String(), `level=DEBUG msg="failed to dial after 5 attempts: dial: refused" client=go-redis`)
+	assert.Equal(t, 2, strings.Count(routed.String(), "\n"))
+}

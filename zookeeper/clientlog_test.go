@@ -1,0 +1,81 @@
+package zookeeper
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/internal/stderrcheck"
+	"github.com/fencelock/fencelock/internal/zktest"
+)
+
+// go-zookeeper's lines about a server that went away (failed connections,
+// terminated loops) never reach os.Stderr: a Locker opened from a URL
+// drops them, and one dialled with Config.Logger hands them to that
+// logger at debug level. The child process holds a lock on each and
+// retries through a server restart.
+func TestClientLogsOffStderr(t *testing.T) {
+	if stderrcheck.Child(t) {
+		clientLogsChild(t)
+		return
+	}
+	s := zktest.Start(t)
+	p := stderrcheck.Start(t, "ZK_ADDR="+s.Addr())
+	p.WaitFor(t, "held", time.Minute)
+	s.Stop()
+	p.WaitFor(t, "failed", time.Minute)
+	require.NoError(t, s.Restart())
+	stdout, stderr := p.Wait(t, 2*time.Minute)
+	require.Contains(t, stdout, "recovered")
+	assert.Empty(t, stderr)
+	assert.Regexp(t, `level=DEBUG msg=".*" client=go-zookeeper`, stdout, "Config.Logger got go-zookeeper's lines")
+	assert.Equal(t, 1, strings.Count(stdout, "recovered"))
+}
+
+func clientLogsChild(t *testing.T) {
+	addr := os.Getenv("ZK_ADDR")
+	ctx := context.Background()
+	byURL, err := backend.Open(ctx, "zk://"+addr+"/clientlog-url?ttl=4s")
+	require.NoError(t, err)
+	defer byURL.Close()
+	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	dialled, err := Dial(ctx, Config{Servers: []string{addr}, Prefix: "/clientlog-dial", SessionTimeout: 4 * time.Second, Logger: logger})
+	require.NoError(t, err)
+	defer dialled.Close()
+	for _, l := range []*backend.Locker{byURL, dialled} {
+		_, err := l.Acquire(ctx, "a")
+		require.NoError(t, err)
+	}
+	stderrcheck.Mark("held")
+	failed := false
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); {
+		ok := true
+		for _, l := range []*backend.Locker{byURL, dialled} {
+			actx, cancel := context.WithTimeout(ctx, time.Second)
+			b, err := l.TryAcquire(actx, "b")
+			cancel()
+			if err != nil {
+				ok = false
+				continue
+			}
+			require.NoError(t, b.Release(ctx))
+		}
+		switch {
+		case ok && failed:
+			stderrcheck.Mark("recovered")
+			return
+		case !ok && !failed:
+			failed = true
+			stderrcheck.Mark("failed")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("the Lockers did not recover")
+}
