@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
 	"github.com/fencelock/fencelock/backend/driver"
 	"github.com/fencelock/fencelock/fencing"
 )
@@ -79,5 +81,20 @@ func TestTelemetryOffAllocatesNothing(t *testing.T) {
 	}
 	if h, ok := l.HoldTimes("alloc"); !ok || h.Count < 2000 {
 		t.Errorf("hold times %+v, %v: the holds were not measured", h, ok)
+	}
+}
+
+// With metrics on (the SDK, a manual reader) the lock path allocates no
+// more either: the attribute sets are made once, at New.
+func TestTelemetryMetricsAllocateNothing(t *testing.T) {
+	l, err := New(&syncDriver{}, WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, wait := range []bool{true, false} {
+		if n := acquireReleaseAllocs(t, l, wait); n != allocsAtBase {
+			t.Errorf("wait=%v: %v allocations per Acquire+Release with metrics on, %d before telemetry", wait, n, allocsAtBase)
+		}
 	}
 }

@@ -167,10 +167,46 @@ type telemetry struct {
 	waiters    metric.Int64UpDownCounter
 
 	// The attribute sets without a lock name, made once.
-	common      metric.MeasurementOption
-	acquireSets [2][len(acquireResults)]metric.MeasurementOption // by wait, result
-	renewal     [len(renewalResults)]metric.MeasurementOption
-	loss        [len(lossCauses)]metric.MeasurementOption
+	common      attrs
+	acquireSets [2][len(acquireResults)]attrs // by wait, result
+	renewal     [len(renewalResults)]attrs
+	loss        [len(lossCauses)]attrs
+}
+
+// attrs is an attribute set, made once, as the options of both kinds of
+// measurement: passing them allocates nothing.
+type attrs struct {
+	set attribute.Set
+	add []metric.AddOption
+	rec []metric.RecordOption
+}
+
+func newAttrs(kvs ...attribute.KeyValue) attrs {
+	set := attribute.NewSet(kvs...)
+	o := metric.WithAttributeSet(set)
+	return attrs{set: set, add: []metric.AddOption{o}, rec: []metric.RecordOption{o}}
+}
+
+// named returns a with the lock name added.
+func named(a attrs, name string) metric.MeasurementOption {
+	return metric.WithAttributes(append(a.set.ToSlice(), attribute.String(attrLockName, name))...)
+}
+
+// add returns the options of a counter's measurement of lock name with a:
+// a's own, or with the name when lock names are attributes.
+func (t *telemetry) add(a attrs, name string) []metric.AddOption {
+	if !t.lockNames {
+		return a.add
+	}
+	return []metric.AddOption{named(a, name)}
+}
+
+// rec is add for a histogram's measurement.
+func (t *telemetry) rec(a attrs, name string) []metric.RecordOption {
+	if !t.lockNames {
+		return a.rec
+	}
+	return []metric.RecordOption{named(a, name)}
 }
 
 // secondsBuckets are the bucket bounds of the duration histograms, in
@@ -219,31 +255,21 @@ func newTelemetry(backend string, o *observeOptions) *telemetry {
 	t.waiters, _ = m.Int64UpDownCounter("fencelock.waiters", metric.WithUnit("{waiter}"),
 		metric.WithDescription("Acquire calls waiting for the backend to grant the lock now."))
 
-	t.common = metric.WithAttributeSet(attribute.NewSet(t.backend))
+	t.common = newAttrs(t.backend)
 	for w, wait := range []bool{false, true} {
 		for r, result := range acquireResults {
-			t.acquireSets[w][r] = metric.WithAttributeSet(attribute.NewSet(t.backend,
-				attribute.Bool(attrAcquireWait, wait), attribute.String(attrAcquireResult, result)))
+			t.acquireSets[w][r] = newAttrs(t.backend, attribute.Bool(attrAcquireWait, wait), attribute.String(attrAcquireResult, result))
 		}
 	}
 	for r, result := range renewalResults {
-		t.renewal[r] = metric.WithAttributeSet(attribute.NewSet(t.backend, attribute.String(attrRenewalResult, result)))
+		t.renewal[r] = newAttrs(t.backend, attribute.String(attrRenewalResult, result))
 	}
 	for c, cause := range lossCauses {
 		if cause != "" {
-			t.loss[c] = metric.WithAttributeSet(attribute.NewSet(t.backend, attribute.String(attrLossCause, cause)))
+			t.loss[c] = newAttrs(t.backend, attribute.String(attrLossCause, cause))
 		}
 	}
 	return t
-}
-
-// with returns the attributes of a measurement of lock name: pre, made
-// once, or, when lock names are attributes, pre's attributes with the name.
-func (t *telemetry) with(pre metric.MeasurementOption, name string, kvs ...attribute.KeyValue) metric.MeasurementOption {
-	if !t.lockNames {
-		return pre
-	}
-	return metric.WithAttributes(append(kvs, t.backend, attribute.String(attrLockName, name))...)
 }
 
 // logging reports whether a line at level would be written.
@@ -269,8 +295,7 @@ func (t *telemetry) acquire(ctx context.Context, l *Locker, name string, wait bo
 		if wait {
 			w = 1
 		}
-		t.acquireDur.Record(ctx, time.Since(start).Seconds(), t.with(t.acquireSets[w][result], name,
-			attribute.Bool(attrAcquireWait, wait), attribute.String(attrAcquireResult, acquireResults[result])))
+		t.acquireDur.Record(ctx, time.Since(start).Seconds(), t.rec(t.acquireSets[w][result], name)...)
 	}
 	if span != nil {
 		span.SetAttributes(attribute.String(attrAcquireResult, acquireResults[result]))
@@ -302,7 +327,7 @@ func (t *telemetry) locking(ctx context.Context, name string, wait bool) {
 		return
 	}
 	if t.metrics {
-		t.waiters.Add(ctx, 1, t.with(t.common, name))
+		t.waiters.Add(ctx, 1, t.add(t.common, name)...)
 	}
 	if t.traces {
 		trace.SpanFromContext(ctx).AddEvent("queued")
@@ -313,7 +338,7 @@ func (t *telemetry) locking(ctx context.Context, name string, wait bool) {
 // counted, and a grant is the span's event "granted" with the token.
 func (t *telemetry) locked(ctx context.Context, name string, wait bool, token fencing.Token, err error) {
 	if wait && t.metrics {
-		t.waiters.Add(ctx, -1, t.with(t.common, name))
+		t.waiters.Add(ctx, -1, t.add(t.common, name)...)
 	}
 	if err == nil && t.traces {
 		span := trace.SpanFromContext(ctx)
@@ -325,7 +350,7 @@ func (t *telemetry) locked(ctx context.Context, name string, wait bool, token fe
 // holding marks a lease granted: it is counted as held.
 func (t *telemetry) holding(ls *Lease) {
 	if t.metrics {
-		t.held.Add(context.Background(), 1, t.with(t.common, ls.name))
+		t.held.Add(context.Background(), 1, t.add(t.common, ls.name)...)
 	}
 }
 
@@ -334,10 +359,10 @@ func (t *telemetry) holding(ls *Lease) {
 func (t *telemetry) ended(ls *Lease, token int64, d time.Duration, how ending, cause error) {
 	if t.metrics {
 		ctx := context.Background()
-		t.held.Add(ctx, -1, t.with(t.common, ls.name))
-		t.holdDur.Record(ctx, d.Seconds(), t.with(t.common, ls.name))
+		t.held.Add(ctx, -1, t.add(t.common, ls.name)...)
+		t.holdDur.Record(ctx, d.Seconds(), t.rec(t.common, ls.name)...)
 		if how != endReleased {
-			t.losses.Add(ctx, 1, t.with(t.loss[how], ls.name, attribute.String(attrLossCause, lossCauses[how])))
+			t.losses.Add(ctx, 1, t.add(t.loss[how], ls.name)...)
 		}
 	}
 	if how == endReleased {
@@ -370,9 +395,9 @@ func (t *telemetry) renewed(ls *Lease, token int64, err error, deadline time.Tim
 	}
 	if t.metrics {
 		ctx := context.Background()
-		t.renewals.Add(ctx, 1, t.with(t.renewal[result], ls.name, attribute.String(attrRenewalResult, renewalResults[result])))
+		t.renewals.Add(ctx, 1, t.add(t.renewal[result], ls.name)...)
 		if result == renewalOK {
-			t.headroom.Record(ctx, time.Until(deadline).Seconds(), t.with(t.common, ls.name))
+			t.headroom.Record(ctx, time.Until(deadline).Seconds(), t.rec(t.common, ls.name)...)
 		}
 	}
 	// A failure that will be retried is Info, not Warn: the lease is still
