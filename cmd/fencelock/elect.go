@@ -30,8 +30,9 @@ COMMAND while it runs; one that comes while fencelock campaigns gives the
 campaign up.
 
 With --forever, fencelock campaigns again each time COMMAND exits or the
-term is lost, and while the backend cannot be reached (with a growing
-pause between campaigns, up to 10s), until a signal comes while it
+term is lost (at once after a term of 10s or more; after a shorter one
+with a pause from 0.5s that doubles, up to 10s, while terms stay short),
+and while the backend cannot be reached (with the same growing pause), until a signal comes while it
 campaigns, or SIGINT, SIGTERM, SIGHUP or SIGQUIT while COMMAND runs (passed
 on to COMMAND: fencelock exits once COMMAND has).
 
@@ -55,6 +56,10 @@ flags:
 const (
 	retryMin = 500 * time.Millisecond
 	retryMax = 10 * time.Second
+	// steadyTerm is how long a term must last for --forever to campaign
+	// again at once when it ends; after a shorter one it waits the pause,
+	// which doubles while terms stay short.
+	steadyTerm = 10 * time.Second
 )
 
 // electFlags are fencelock elect's settings.
@@ -79,7 +84,17 @@ func electCmd(args []string, stdout, stderr io.Writer) int {
 	defer signal.Stop(sigs)
 	ctx, stopWatching := untilSignal(sigs)
 	locker, err := openWithin(ctx, f.url, f.connect)
-	stopWatching()
+	if stopWatching() {
+		// A signal while connecting gives the campaign up, as one while
+		// campaigning does.
+		if err == nil {
+			_ = locker.Close()
+		}
+		if f.forever {
+			return exitOK
+		}
+		return report(stderr, "elect", fmt.Errorf("fencelock: campaign %q: %w: a signal came while connecting", f.name, backend.ErrNotAcquired))
+	}
 	if err != nil {
 		return report(stderr, "elect", err)
 	}
@@ -112,11 +127,29 @@ func electCmd(args []string, stdout, stderr io.Writer) int {
 		case err != nil:
 			return report(stderr, "elect", err)
 		}
-		pause = retryMin
+		began := time.Now()
 		out := lead(term, f, sigs, stdout, stderr)
 		if !f.forever || out.stopped || !out.started {
 			return out.code
 		}
+		why := fmt.Sprintf("the command exited with status %d", out.code)
+		if out.lost {
+			why = "the term was lost"
+		}
+		held := time.Since(began)
+		if held >= steadyTerm {
+			pause = retryMin
+			printErr(stderr, "elect", fmt.Sprintf("term %s ended (%s): campaigning again", term.Token(), why))
+			continue
+		}
+		// A command that fails at once, or a term lost as soon as it is
+		// granted, must not spin: wait, longer each time.
+		printErr(stderr, "elect", fmt.Sprintf("term %s ended after %v (%s): campaigning again in %v",
+			term.Token(), held.Round(time.Millisecond), why, pause))
+		if sleepOrSignal(pause, sigs) {
+			return exitOK
+		}
+		pause = min(2*pause, retryMax)
 	}
 }
 

@@ -349,7 +349,11 @@ while :; do sleep 0.05; done`
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	r := p.wait(t)
 	assert.Equal(t, exitOK, r.code, "the command's own status after SIGTERM: %+v", r)
-	assert.Regexp(t, `^fencelock elect: term lost \(.*\): stopping the command\n$`, r.stderr, "one loss")
+	// One line per term that ended (the first, short, with the pause
+	// before the next campaign), and one loss.
+	assert.Regexp(t, `^fencelock elect: term \d+ ended after .* \(the command exited with status 0\): campaigning again in 500ms\n`+
+		`fencelock elect: term lost \(.*\): stopping the command\n`+
+		`fencelock elect: term \d+ ended( after .*)? \(the term was lost\): campaigning again( in 1s)?\n$`, r.stderr)
 	b, err := os.ReadFile(filepath.Join(dir, "stopped"))
 	require.NoError(t, err)
 	assert.Equal(t, "2\n3\n", string(b), "the revoked term's command, then the last one on SIGTERM")
@@ -656,10 +660,13 @@ while :; do sleep 0.05; done`
 			assert.Equal(t, exitOK, r.code, "%+v", r)
 			lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
 			assert.Regexp(t, `^fencelock elect: term (lost \(.*\)|not renewed in time): stopping the command$`, lines[0])
-			for _, l := range lines[1:] {
+			// The short term ends with a pause before the next campaign
+			// (it must not spin), then failed campaigns wait too.
+			assert.Regexp(t, `^fencelock elect: term \d+ ended( after .*)? \(the term was lost\): campaigning again( in 500ms)?$`, lines[1])
+			for _, l := range lines[2:] {
 				assert.Regexp(t, `^fencelock elect: .*backend unavailable.*: campaigning again in \d+(\.\d+)?m?s$`, l)
 			}
-			t.Logf("campaigns that failed while the backend was down: %d", len(lines)-1)
+			t.Logf("campaigns that failed while the backend was down: %d", len(lines)-2)
 			b, err := os.ReadFile(filepath.Join(dir, "tokens"))
 			require.NoError(t, err)
 			tokens := strings.Fields(string(b))
@@ -667,4 +674,24 @@ while :; do sleep 0.05; done`
 			assert.Greater(t, parseToken(t, tokens[1]), parseToken(t, tokens[0]))
 		})
 	}
+}
+
+// elect --forever over a command that fails at once does not spin: short
+// terms are followed by a pause that doubles (0.5s, 1s, 2s ...), so in
+// about 2.5s the command runs 3 times, not thousands.
+func TestElectForeverDoesNotSpin(t *testing.T) {
+	dir := t.TempDir()
+	p := startBinary(t, "elect", "--url", "mem://spin", "--name", "spin", "--forever", "--",
+		"sh", "-c", `echo run >> "$1/runs"; exit 1`, "sh", dir)
+	waitFile(t, filepath.Join(dir, "runs"), p)
+	time.Sleep(2500 * time.Millisecond)
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	r := p.wait(t)
+	assert.Equal(t, exitOK, r.code, "%+v", r)
+	b, err := os.ReadFile(filepath.Join(dir, "runs"))
+	require.NoError(t, err)
+	runs := strings.Count(string(b), "run")
+	assert.LessOrEqual(t, runs, 5, "elect --forever restarted a failing command %d times in 2.5s", runs)
+	assert.GreaterOrEqual(t, runs, 2, "elect --forever did not campaign again")
+	assert.Contains(t, r.stderr, "(the command exited with status 1): campaigning again in 500ms")
 }

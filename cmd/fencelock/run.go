@@ -93,7 +93,12 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		return report(stderr, "run", err)
 	}
 	acquired := time.Now()
-	stopWatching() // from here on, signals go to the command
+	if stopWatching() { // from here on, signals go to the command
+		// The signal came as the lock was granted: it was meant to give
+		// the wait up, so the command does not run.
+		_ = lease.Release(context.Background())
+		return report(stderr, "run", fmt.Errorf("%w: a signal arrived while acquiring %q", backend.ErrNotAcquired, *name))
+	}
 	defer lease.Release(context.Background())
 	return supervise(lease, job{
 		verb: "run", held: "lease", args: cmdArgs, grace: *grace,
