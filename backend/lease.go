@@ -276,19 +276,20 @@ func (ls *Lease) release(ctx context.Context) error {
 // releasedError is the cause of a released lease's end (matching
 // ErrReleased), its message formatted only when asked for: every
 // acquisition ends so.
-type releasedError struct {
-	name    string
-	byClose bool // released by Locker.Close, not by its holder
-}
+type releasedError struct{ name string }
 
-func (e *releasedError) Error() string {
-	if e.byClose {
-		return fmt.Sprintf("%v: %q (the Locker was closed)", ErrReleased, e.name)
-	}
-	return fmt.Sprintf("%v: %q", ErrReleased, e.name)
-}
-
+func (e *releasedError) Error() string { return fmt.Sprintf("%v: %q", ErrReleased, e.name) }
 func (e *releasedError) Unwrap() error { return ErrReleased }
+
+// closedError is the cause of the end of a lease that Locker.Close
+// released (matching ErrReleased).
+type closedError struct{ name string }
+
+func (e *closedError) Error() string {
+	return fmt.Sprintf("%v: %q (the Locker was closed)", ErrReleased, e.name)
+}
+
+func (e *closedError) Unwrap() error { return ErrReleased }
 
 // releaseRetries is how many times releaseDriver asks again after the
 // backend was unavailable, releaseBackoff the first pause (doubled each

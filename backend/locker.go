@@ -301,7 +301,7 @@ func (l *Locker) Shutdown(ctx context.Context) error {
 	}
 	l.mu.Unlock()
 	for _, ls := range held {
-		ls.end(&releasedError{name: ls.name, byClose: true}, endClosed)
+		ls.end(&closedError{name: ls.name}, endClosed)
 	}
 	// Release concurrently: one unreachable backend would otherwise spend
 	// the whole bound on the first lease.
