@@ -49,7 +49,7 @@ func binary(t *testing.T, args ...string) runResult {
 // Explicit help exits 0 and prints the usage on stdout, for every
 // subcommand and every spelling.
 func TestHelpExitsZero(t *testing.T) {
-	for _, cmd := range []string{"run", "status", "bench", "demo", "conformance", "chaos", "version"} {
+	for _, cmd := range []string{"run", "status", "advise", "bench", "demo", "conformance", "chaos", "version"} {
 		for _, h := range []string{"-h", "-help", "--help"} {
 			r := cli(cmd, h)
 			assert.Equal(t, exitOK, r.code, "%s %s: %+v", cmd, h, r)

@@ -85,7 +85,7 @@ var testBackends = []testBackend{
 func init() { quietClientLogs() }
 
 // Every subcommand works on every backend of the module, each a real
-// server on this machine: run, status, bench and demo --url.
+// server on this machine: run, status, bench, advise and demo --url.
 func TestSubcommandsOnEveryBackend(t *testing.T) {
 	for _, b := range testBackends {
 		t.Run(b.name, func(t *testing.T) {
@@ -93,6 +93,7 @@ func TestSubcommandsOnEveryBackend(t *testing.T) {
 			t.Run("run", func(t *testing.T) { testRunOn(t, url("cli-run")) })
 			t.Run("status", func(t *testing.T) { testStatusOn(t, b, url("cli-status")) })
 			t.Run("bench", func(t *testing.T) { testBenchOn(t, url("cli-bench")) })
+			t.Run("advise", func(t *testing.T) { testAdviseOn(t, url("cli-advise")) })
 			t.Run("demo", func(t *testing.T) {
 				r := cli("demo", "--url", url("cli-demo"), "--ttl", "2s")
 				require.Equal(t, exitOK, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
@@ -107,6 +108,7 @@ func TestSubcommandsOnEveryBackend(t *testing.T) {
 				for _, args := range [][]string{
 					{"status", "--url", down, "--timeout", "3s", "x"},
 					{"bench", "--url", down, "--connect-timeout", "3s", "-n", "1", "-c", "1"},
+					{"advise", "--url", down, "--connect-timeout", "3s", "--duration", "1s", "x"},
 				} {
 					r := cli(args...)
 					assert.Equal(t, exitUnavailable, r.code, "%q: %+v", args, r)

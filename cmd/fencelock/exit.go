@@ -16,7 +16,7 @@ import (
 // exits with its command's own status when the command ran to its end.
 const (
 	exitOK          = 0  // success, and explicit help (-h, --help, help)
-	exitFailure     = 1  // demo: the stale write was accepted; conformance: a case failed; chaos: a violation
+	exitFailure     = 1  // demo: the stale write was accepted; conformance: a case failed; chaos: a violation; advise: too few holds
 	exitUsage       = 64 // EX_USAGE: unknown command or flag, missing or extra arguments
 	exitInvalid     = 65 // EX_DATAERR: bad URL, lock name or option
 	exitUnavailable = 69 // EX_UNAVAILABLE: backend unreachable or failing (and any error not below)

@@ -4,6 +4,7 @@
 //	fencelock elect        run a command while this process leads an election
 //	fencelock leader       show who leads an election, or follow it (--watch)
 //	fencelock status       show who holds and who waits for a lock
+//	fencelock advise       measure a lock's hold times and recommend a TTL
 //	fencelock bench        measure a backend: latency, grants/s, handoff time
 //	fencelock demo         play the stale-holder timeline (embedded etcd, or --url)
 //	fencelock conformance  run the conformance suite against a backend URL
@@ -21,7 +22,7 @@
 //
 //	 0  success; also explicit help (-h, --help, fencelock help [command])
 //	 1  demo: the stale write was accepted; conformance: a case failed;
-//	    chaos: a violation was found
+//	    chaos: a violation was found; advise: too few holds seen to advise
 //	64  usage error: unknown command or flag, missing or extra arguments
 //	65  invalid URL, lock or election name, value or option
 //	69  backend unavailable (unreachable, timed out, or failed otherwise)
@@ -62,6 +63,8 @@ commands:
   leader  show who leads an election (value, term), or every change with
           --watch (fencelock leader -h)
   status  show who holds and who waits for a lock (fencelock status -h)
+  advise  measure how long a lock is held, from outside, and recommend
+          a TTL: p99.9 hold + headroom + drift (fencelock advise -h)
   bench   measure a backend: uncontended latency, contended grants/s and
           handoff time (fencelock bench -h)
   demo    play the stale-holder timeline on an embedded etcd server, or on
@@ -110,6 +113,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return leaderCmd(ctx, args[1:], stdout, stderr)
 	case "status":
 		return statusCmd(ctx, args[1:], stdout, stderr)
+	case "advise":
+		return adviseCmd(ctx, args[1:], stdout, stderr)
 	case "bench":
 		return benchCmd(ctx, args[1:], stdout, stderr)
 	case "demo":
@@ -144,7 +149,7 @@ func unknownCommand(stderr io.Writer, name string) int {
 // isCommand reports whether name is a subcommand with its own help.
 func isCommand(name string) bool {
 	switch name {
-	case "run", "elect", "leader", "status", "bench", "demo", "conformance", "chaos", "version":
+	case "run", "elect", "leader", "status", "advise", "bench", "demo", "conformance", "chaos", "version":
 		return true
 	}
 	return false

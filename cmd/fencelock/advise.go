@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/fencelock/fencelock/backend"
+)
+
+const adviseUsage = `usage: fencelock advise --url URL [--duration D] [--interval D] [--json] NAME
+
+Measures the hold times of the lock NAME from outside, whoever takes it,
+and recommends a TTL for it (backend.AdviseTTL): the p99.9 hold + renewal
+headroom (--headroom) + the drift margin, explained in one line.
+
+It asks the backend who holds NAME every --interval for --duration (or
+until SIGINT/SIGTERM, which ends the measuring early). A grant is a holder
+appearing; its hold ends when that holder is gone. Only holds whose start
+and end were both seen count, each at its longest possible length: from
+the last poll before it was seen to the poll that saw it end, so a hold is
+never counted shorter than it was (at most one --interval longer). Holds
+shorter than --interval may be missed: keep --interval well below them.
+
+--json prints one object; durations are seconds (float64, keys ending in
+_seconds); "ttl_seconds" is null when there is no advice:
+  {"name": "job", "holds": 42, "measured_seconds": 60, "interval_seconds": 0.05,
+   "p50_seconds": 0.15, "p99_seconds": 0.3, "p999_seconds": 0.3,
+   "max_seconds": 0.3, "ttl_seconds": 2, "headroom_seconds": 0.5,
+   "drift_seconds": 0.025, "explanation": "TTL 2s: ..."}
+
+Exit status: 0 advice given (also for -h), 1 too few holds seen (fewer
+than --min-holds): no advice, 64 usage error, 65 invalid URL or name,
+69 backend unavailable, 77 permission denied by the backend.
+
+flags:
+`
+
+// adviseJSON is the --json output of fencelock advise.
+type adviseJSON struct {
+	Name            string   `json:"name"`
+	Holds           uint64   `json:"holds"`
+	MeasuredSeconds float64  `json:"measured_seconds"`
+	IntervalSeconds float64  `json:"interval_seconds"`
+	P50Seconds      float64  `json:"p50_seconds"`
+	P99Seconds      float64  `json:"p99_seconds"`
+	P999Seconds     float64  `json:"p999_seconds"`
+	MaxSeconds      float64  `json:"max_seconds"`
+	TTLSeconds      *float64 `json:"ttl_seconds"` // null: too few holds
+	HeadroomSeconds float64  `json:"headroom_seconds"`
+	DriftSeconds    float64  `json:"drift_seconds"`
+	Explanation     string   `json:"explanation"`
+}
+
+func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("advise", adviseUsage)
+	url := fs.String("url", os.Getenv("FENCELOCK_URL"), "backend URL (default $FENCELOCK_URL)")
+	duration := fs.Duration("duration", time.Minute, "measure for this long")
+	interval := fs.Duration("interval", 50*time.Millisecond, "ask who holds the lock this often")
+	headroom := fs.Duration("headroom", 500*time.Millisecond, "renewal headroom added to the p99.9 hold")
+	minHolds := fs.Int("min-holds", 10, "advise only after seeing this many holds (status 1 otherwise)")
+	asJSON := fs.Bool("json", false, "print JSON (see above)")
+	connectTimeout := connectTimeoutFlag(fs)
+	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+		return code
+	}
+	switch {
+	case *url == "":
+		return usageErr(stderr, "advise", "no backend URL: give --url or set FENCELOCK_URL")
+	case fs.NArg() != 1:
+		return usageErr(stderr, "advise", "give one lock name after the flags")
+	case *duration <= 0, *interval <= 0, *connectTimeout <= 0:
+		return usageErr(stderr, "advise", "--duration, --interval and --connect-timeout must be positive")
+	case *headroom < 0:
+		return usageErr(stderr, "advise", "--headroom must not be negative")
+	case *minHolds < 1:
+		return usageErr(stderr, "advise", "--min-holds must be at least 1")
+	}
+	name := fs.Arg(0)
+	if err := backend.ValidateName(name); err != nil {
+		return report(stderr, "advise", err)
+	}
+	locker, err := openWithin(ctx, *url, *connectTimeout)
+	if err != nil {
+		return report(stderr, "advise", err)
+	}
+	defer locker.Close()
+	start := time.Now()
+	holds, err := measureHolds(ctx, locker, name, *duration, *interval)
+	if err != nil {
+		return report(stderr, "advise", err)
+	}
+	h := holdTimesOf(holds)
+	a := backend.AdviseTTL(h, *headroom)
+	enough := len(holds) >= *minHolds
+	if !enough {
+		a.TTL = 0
+		a.Explanation = fmt.Sprintf("too few holds seen: %d of the %d needed; measure longer (--duration) or more often (--interval)", len(holds), *minHolds)
+	}
+	if *asJSON {
+		out := adviseJSON{
+			Name: name, Holds: h.Count, MeasuredSeconds: time.Since(start).Seconds(), IntervalSeconds: interval.Seconds(),
+			P50Seconds: h.P50.Seconds(), P99Seconds: h.P99.Seconds(), P999Seconds: h.P999.Seconds(), MaxSeconds: h.Max.Seconds(),
+			HeadroomSeconds: a.Headroom.Seconds(), DriftSeconds: a.Drift.Seconds(), Explanation: a.Explanation,
+		}
+		if enough {
+			s := a.TTL.Seconds()
+			out.TTLSeconds = &s
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(out)
+	} else {
+		fmt.Fprintf(stdout, "lock %q: %d holds seen in %v (polled every %v)\n", name, h.Count, time.Since(start).Round(time.Millisecond), *interval)
+		if h.Count > 0 {
+			ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+			fmt.Fprintf(stdout, "hold times: p50 %v, p99 %v, p99.9 %v, max %v\n", ms(h.P50), ms(h.P99), ms(h.P999), ms(h.Max))
+		}
+		if enough {
+			fmt.Fprintf(stdout, "recommended TTL: %v\n", a.TTL)
+		}
+		fmt.Fprintln(stdout, a.Explanation)
+	}
+	if !enough {
+		return exitFailure
+	}
+	return exitOK
+}
+
+// measureHolds polls the holder of lock name every interval for d, or until
+// ctx ends, and returns the holds whose start and end it saw, each from the
+// last poll before its start was seen to the poll that saw its end. A
+// failed poll ends the measuring with its error.
+func measureHolds(ctx context.Context, l *backend.Locker, name string, d, interval time.Duration) ([]time.Duration, error) {
+	end := time.Now().Add(d)
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	var (
+		holds  []time.Duration
+		holder string    // the acquisition holding at the last poll; "" if none
+		from   time.Time // the poll before holder was first seen; zero if its start was not seen
+		last   time.Time // the last poll
+	)
+	for first := true; ; first = false {
+		// A signal ends the measuring, not the poll under way.
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		polled := time.Now()
+		st, err := l.Status(pctx, name)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		now := ""
+		if st.Holder != nil {
+			now = st.Holder.ID + "\x00" + st.Holder.Token.String()
+		}
+		if now != holder {
+			if holder != "" && !from.IsZero() {
+				holds = append(holds, polled.Sub(from))
+			}
+			holder, from = now, time.Time{}
+			if now != "" && !first {
+				from = last
+			}
+		}
+		last = polled
+		if !time.Now().Before(end) {
+			return holds, nil
+		}
+		select {
+		case <-ctx.Done():
+			return holds, nil
+		case <-ticker.C:
+		}
+	}
+}
+
+// holdTimesOf returns the statistics of holds as backend.HoldTimes, with
+// exact percentiles (the hold of rank ceil(q*count), as the Locker's
+// estimates take).
+func holdTimesOf(holds []time.Duration) backend.HoldTimes {
+	if len(holds) == 0 {
+		return backend.HoldTimes{}
+	}
+	s := slices.Sorted(slices.Values(holds))
+	at := func(q float64) time.Duration { return s[max(int(math.Ceil(q*float64(len(s))))-1, 0)] }
+	return backend.HoldTimes{Count: uint64(len(s)), Max: s[len(s)-1], P50: at(0.5), P99: at(0.99), P999: at(0.999)}
+}
