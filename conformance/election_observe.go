@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -20,10 +21,22 @@ import (
 // term lasts until the observer has shown it, many intervals at least.
 const observePoll = 20 * time.Millisecond
 
-// observed records what an Observe channel delivered, until it closes.
+// observeReadTimeout is election.Observe's bound on one read of the
+// leader: a read through a partition is reported unknown after it.
+const observeReadTimeout = 5 * time.Second
+
+// observedSlack is how much later than its delivery the observer's
+// goroutine may record an observation's time on a loaded machine. The
+// next read starts after the delivery, so a read began at the previous
+// observation's recorded time less this at the earliest.
+const observedSlack = 250 * time.Millisecond
+
+// observed records what an Observe channel delivered, and when, until it
+// closes.
 type observed struct {
 	mu     sync.Mutex
 	log    []election.Observation
+	times  []time.Time // when each observation was received
 	closed chan struct{}
 }
 
@@ -38,8 +51,10 @@ func (s *suite) observe(t *testing.T, e *election.Elector, name string) (*observ
 	go func() {
 		defer close(o.closed)
 		for obs := range ch {
+			now := time.Now()
 			o.mu.Lock()
 			o.log = append(o.log, obs)
+			o.times = append(o.times, now)
 			o.mu.Unlock()
 		}
 	}()
@@ -54,6 +69,13 @@ func (o *observed) snapshot() []election.Observation {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return slices.Clone(o.log)
+}
+
+// snapshotTimes returns the observations and when each was received.
+func (o *observed) snapshotTimes() ([]election.Observation, []time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.log), slices.Clone(o.times)
 }
 
 // await waits up to d for an observation from index from on that matches,
@@ -94,19 +116,46 @@ func describe(log []election.Observation) string {
 	return s + "]"
 }
 
-// observedTerm is one term of ElectionObserve and the values it had, in
-// order.
+// observedTerm is one term of ElectionObserve: its token, the values it
+// had in order, when the test saw it granted (its Campaign returned, after
+// the backend granted it) and when the test began to end it (before the
+// backend could end it; zero while it lasts).
 type observedTerm struct {
-	token  fencing.Token
-	values []string
+	token   fencing.Token
+	values  []string
+	granted time.Time
+	ending  time.Time
 }
 
-// checkObservations checks what an observer delivered against the terms
-// granted, in grant order: a leader's token never goes back, no term shows
-// after a later one, every term is seen, a token shows only the values its
-// term had, in order (Proclaim keeps the token), and no token shows that
-// was not granted. It returns one line per violation.
-func checkObservations(log []election.Observation, terms []observedTerm) []string {
+// leaderless reports whether nobody may have led at some instant between
+// lo and hi (lo zero: from the start): before the first term was granted,
+// from the moment the test began to end a term until the next was granted,
+// or once the test began to end the last one.
+func leaderless(lo, hi time.Time, terms []observedTerm) bool {
+	if len(terms) == 0 || !lo.After(terms[0].granted) {
+		return true
+	}
+	for i, tm := range terms {
+		if tm.ending.IsZero() || tm.ending.After(hi) {
+			continue
+		}
+		if i+1 == len(terms) || !terms[i+1].granted.Before(lo) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkObservations checks what an observer delivered (and when each
+// observation was received) against the terms granted, in grant order: a
+// leader's token never goes back, no term shows after a later one or after
+// a "no leader" that followed it (it was seen to end), every term is seen,
+// a token shows only the values its term had, in order (Proclaim keeps the
+// token), no token shows that was not granted, "no leader" shows only if
+// it was read while nobody may have led (the read began after the previous
+// delivery and ended before this one), and an unknown is an error matching
+// backend.ErrUnavailable. It returns one line per violation.
+func checkObservations(log []election.Observation, times []time.Time, terms []observedTerm) []string {
 	var bad []string
 	index := make(map[fencing.Token]int, len(terms))
 	for i, tm := range terms {
@@ -114,8 +163,24 @@ func checkObservations(log []election.Observation, terms []observedTerm) []strin
 	}
 	seen := make([]bool, len(terms))
 	cur, val := -1, -1 // the newest term shown, and its newest value
+	ended := false     // a "no leader" showed after the newest term
 	for k, o := range log {
-		if o.Leader == nil {
+		switch {
+		case o.Err != nil:
+			if !errors.Is(o.Err, backend.ErrUnavailable) {
+				bad = append(bad, fmt.Sprintf("observation %d: unknown with an error that is not ErrUnavailable: %v", k, o.Err))
+			}
+			continue
+		case o.Leader == nil:
+			var lo time.Time
+			if k > 0 {
+				lo = times[k-1].Add(-observedSlack)
+			}
+			if !leaderless(lo, times[k], terms) {
+				bad = append(bad, fmt.Sprintf("observation %d: no leader, read between %s and %s while a term held throughout", k,
+					lo.Format("15:04:05.000"), times[k].Format("15:04:05.000")))
+			}
+			ended = cur >= 0
 			continue
 		}
 		i, ok := index[o.Leader.Token]
@@ -130,6 +195,10 @@ func checkObservations(log []election.Observation, terms []observedTerm) []strin
 			bad = append(bad, fmt.Sprintf("observation %d: term %d after the later term %d", k, o.Leader.Token, terms[cur].token))
 			continue
 		}
+		if i == cur && ended {
+			bad = append(bad, fmt.Sprintf("observation %d: term %d again after no leader showed it ended", k, o.Leader.Token))
+			continue
+		}
 		v := slices.Index(terms[i].values, o.Leader.Value)
 		switch {
 		case v < 0:
@@ -140,7 +209,7 @@ func checkObservations(log []election.Observation, terms []observedTerm) []strin
 		if i > cur {
 			val = -1
 		}
-		cur, val = i, max(val, v)
+		cur, val, ended = i, max(val, v), false
 		seen[i] = true
 	}
 	for i, ok := range seen {
@@ -155,19 +224,24 @@ func checkObservations(log []election.Observation, terms []observedTerm) []strin
 // sees every term in order and never an older term after a newer one
 // (etcd#18163: Observe reported a leader that had been replaced), sees a
 // Proclaim'd value with the same token, and shows "no leader" before the
-// first term and after the last. The leader hands over by Resign, is
-// crashed (the next leads within the expiry bound), revoked, paused (no
-// renewal past its TTL), and, when the harness is a Partitioner, cut off
-// by a partition (its Done fires, and the next leader's term is larger).
-// Every term lasts until the observer has shown it: the poll interval is
-// small next to the bounds, so that is a fair requirement on a loaded
-// machine, and a term the observer skips fails the case.
+// first term and after the last, and only while nobody may lead (the test
+// notes when each term was granted and when it began to end it). The
+// leader hands over by Resign, is crashed (the next leads within the
+// expiry bound), revoked, paused (no renewal past its TTL), and, when the
+// harness is a Partitioner, cut off by a partition (its Done fires, and the
+// next leader's term is larger); then the observer itself is partitioned
+// for a while: it shows unknown (an error matching ErrUnavailable), never
+// "no leader", while a term is held, and once the partition heals the
+// leader with the value it proclaimed meanwhile. Every term lasts until the
+// observer has shown it: the poll interval is small next to the bounds, so
+// that is a fair requirement on a loaded machine, and a term the observer
+// skips fails the case.
 func (s *suite) testElectionObserve(t *testing.T) {
 	name := lockName(t)
 	obsLocker := s.locker(t)
 	eo := elector(t, obsLocker, election.WithPollInterval(observePoll))
 	o, stop := s.observe(t, eo, name)
-	var terms []observedTerm // granted, in order, with their values
+	var terms []observedTerm // granted, in order, with their values and times
 	// at is the index of the first observation not yet matched.
 	at := o.await(t, 0, s.prompt, "no leader before the first campaign", func(obs election.Observation) bool {
 		return obs.Err == nil && obs.Leader == nil
@@ -180,8 +254,18 @@ func (s *suite) testElectionObserve(t *testing.T) {
 			return obs.Leader != nil && obs.Leader.Token == term.Token() && obs.Leader.Value == value
 		})
 	}
-	record := func(term *election.Term, values ...string) {
-		terms = append(terms, observedTerm{term.Token(), values})
+	// record notes a term the test saw granted at granted, and the values
+	// it will have.
+	record := func(term *election.Term, granted time.Time, values ...string) {
+		terms = append(terms, observedTerm{token: term.Token(), values: values, granted: granted})
+	}
+	// endAt notes that the test began to end term at when (nothing ended
+	// it earlier).
+	endAt := func(term *election.Term, when time.Time) {
+		t.Helper()
+		i := slices.IndexFunc(terms, func(tm observedTerm) bool { return tm.token == term.Token() })
+		require.GreaterOrEqual(t, i, 0, "term %d not recorded", term.Token())
+		terms[i].ending = when
 	}
 	c := ctx(t, 3*time.Minute)
 	// waiting campaigns in the background, and returns once it is queued.
@@ -195,15 +279,17 @@ func (s *suite) testElectionObserve(t *testing.T) {
 
 	// Resign, with a Proclaim before it.
 	a := s.campaign(t, elector(t, s.locker(t)), name, "a", s.prompt)
-	record(a, "a", "a2")
+	record(a, time.Now(), "a", "a2")
 	seen(a, "a", "the first leader")
 	require.NoError(t, a.Proclaim(ctx(t, s.prompt), "a2"))
 	s.requireLeader(t, eo, a, "a2", "Proclaim keeps the term")
 	seen(a, "a2", "the first leader's Proclaim")
 	chB := waiting("b")
+	endAt(a, time.Now())
 	require.NoError(t, a.Resign(ctx(t, s.prompt)))
-	b := elected(t, chB, s.prompt, "b after a resigned").term
-	record(b, "b")
+	rb := elected(t, chB, s.prompt, "b after a resigned")
+	b := rb.term
+	record(b, rb.at, "b")
 	seen(b, "b", "the leader after a Resign")
 
 	// Crash: the next leads once the crashed leader's short TTL ran out.
@@ -211,70 +297,136 @@ func (s *suite) testElectionObserve(t *testing.T) {
 	chC := goCampaign(t, c, elector(t, cLocker), name, "c", s.shortTTL()...)
 	requireCampaigning(t, chC, s.settle, "c")
 	s.requireQueued(t, obsLocker, name, 1)
+	endAt(b, time.Now())
 	require.NoError(t, b.Resign(ctx(t, s.prompt)))
-	cTerm := elected(t, chC, s.prompt, "c after b resigned").term
-	record(cTerm, "c")
+	rc := elected(t, chC, s.prompt, "c after b resigned")
+	cTerm := rc.term
+	record(cTerm, rc.at, "c")
 	seen(cTerm, "c", "the leader that will crash")
 	chD := waiting("d", s.shortTTL()...) // to be revoked: see the Loss case
+	endAt(cTerm, time.Now())
 	s.h.Crash(t, cLocker)
 	rd := elected(t, chD, s.expiry, "d after the leader crashed")
 	d := rd.term
 	require.Greater(t, d.Token(), cTerm.Token())
 	requireNotBefore(t, rd.at, cTerm.Lease())
 	requireClosed(t, cTerm.Done(), s.expiry, "the crashed leader's Done")
-	record(d, "d")
+	record(d, rd.at, "d")
 	seen(d, "d", "the leader after a crash")
 
 	// Revoke.
 	chE := waiting("e")
+	endAt(d, time.Now())
 	s.h.Revoke(t, d.Lease())
-	e := elected(t, chE, s.expiry, "e after the leader was revoked").term
+	re := elected(t, chE, s.expiry, "e after the leader was revoked")
+	e := re.term
 	require.Greater(t, e.Token(), d.Token())
 	requireClosed(t, d.Done(), s.expiry, "the revoked leader's Done")
-	record(e, "e")
+	record(e, re.at, "e")
 	seen(e, "e", "the leader after a revoke")
 
-	// Pause: a leader that does not renew loses its term at its TTL. Its
-	// TTL is at least a second, so that the observer sees it first.
+	// Pause: a leader that does not renew loses its term at its TTL. It
+	// renews by hand (Refresh) until the observer has shown it, so that a
+	// stall of a loaded machine longer than its TTL cannot end it unseen,
+	// and then stops.
 	pTTL := max(s.short, time.Second)
 	chP := waiting("p", backend.WithTTL(pTTL), backend.WithAutoRenew(false))
+	endAt(e, time.Now())
 	require.NoError(t, e.Resign(ctx(t, s.prompt)))
-	p := elected(t, chP, s.prompt, "p after e resigned").term
-	record(p, "p")
+	rp := elected(t, chP, s.prompt, "p after e resigned")
+	p := rp.term
+	record(p, rp.at, "p")
+	stopRefresh, refreshed := make(chan struct{}), make(chan time.Time, 1)
+	go func() {
+		// last is when the last Refresh that succeeded began: the backend
+		// ends the term after it.
+		last := rp.at
+		defer func() { refreshed <- last }()
+		tick := time.NewTicker(pTTL / 5)
+		defer tick.Stop()
+		for {
+			start := time.Now()
+			rctx, cancel := context.WithTimeout(context.Background(), pTTL)
+			err := p.Lease().Refresh(rctx)
+			cancel()
+			if err != nil {
+				return // the term ended: seen below fails, or saw it first
+			}
+			last = start
+			select {
+			case <-stopRefresh:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
 	seen(p, "p", "the leader that will pause")
+	close(stopRefresh)
+	endAt(p, <-refreshed)
 	chQ := waiting("q")
 	rq := elected(t, chQ, pTTL+s.expiry, "q after the leader paused past its TTL")
 	q := rq.term
 	require.Greater(t, q.Token(), p.Token())
 	requireNotBefore(t, rq.at, p.Lease())
 	require.True(t, isClosed(p.Done()), "the paused leader's Done has not fired although the next leads")
-	record(q, "q")
+	record(q, rq.at, "q")
 	seen(q, "q", "the leader after a pause")
-	last := q
+	last, lastValue := q, "q"
 
-	// Partition: the cut-off leader's Done fires, the next leads.
 	if pt, ok := s.h.(Partitioner); ok {
+		// Partition: the cut-off leader's Done fires, the next leads.
 		fLocker := s.locker(t)
 		chF := goCampaign(t, c, elector(t, fLocker), name, "f", s.shortTTL()...)
 		requireCampaigning(t, chF, s.settle, "f")
 		s.requireQueued(t, obsLocker, name, 1)
+		endAt(q, time.Now())
 		require.NoError(t, q.Resign(ctx(t, s.prompt)))
-		f := elected(t, chF, s.prompt, "f after q resigned").term
-		record(f, "f")
+		rf := elected(t, chF, s.prompt, "f after q resigned")
+		f := rf.term
+		record(f, rf.at, "f")
 		seen(f, "f", "the leader that will be partitioned")
 		chG := waiting("g")
+		endAt(f, time.Now())
 		heal := healOnce(t, pt.Partition(t, fLocker))
 		requireClosed(t, f.Done(), s.expiry, "the partitioned leader's Done")
 		rg := elected(t, chG, s.expiry+s.prompt, "g after the leader was partitioned")
 		g := rg.term
 		require.Greater(t, g.Token(), f.Token())
 		requireNotBefore(t, rg.at, f.Lease())
-		record(g, "g")
+		record(g, rg.at, "g")
 		seen(g, "g", "the leader after a partition")
 		heal()
-		last = g
+		last, lastValue = g, "g"
+
+		// The observer partitioned while g leads: unknown, never "no
+		// leader"; g proclaims meanwhile, and the observer shows its new
+		// value once the partition heals.
+		cut := len(o.snapshot())
+		healObs := healOnce(t, pt.Partition(t, obsLocker))
+		at = o.await(t, at, observeReadTimeout+s.prompt, "unknown while the observer is partitioned", func(obs election.Observation) bool {
+			return obs.Err != nil || obs.Leader == nil // "no leader" fails below
+		})
+		lastValue = "g2"
+		terms[len(terms)-1].values = append(terms[len(terms)-1].values, lastValue)
+		require.NoError(t, g.Proclaim(ctx(t, s.prompt), lastValue))
+		time.Sleep(observeReadTimeout / 2) // the observer's reads go on failing
+		during := o.snapshot()[cut:]
+		healObs()
+		unknown := 0
+		for _, obs := range during {
+			switch {
+			case obs.Err != nil:
+				unknown++
+				assert.ErrorIs(t, obs.Err, backend.ErrUnavailable, "an unknown while the observer is partitioned")
+			case obs.Leader == nil:
+				assert.Failf(t, "no leader through a partition", "the partitioned observer showed no leader while g leads, not unknown: %s", describe(during))
+			}
+		}
+		require.Positive(t, unknown, "the partitioned observer showed no unknown: %s", describe(during))
+		seen(g, lastValue, "the leader's new value once the observer's partition healed")
 	}
 
+	endAt(last, time.Now())
 	require.NoError(t, last.Resign(ctx(t, s.prompt)))
 	o.await(t, at, s.prompt, "no leader after the last Resign", func(obs election.Observation) bool {
 		return obs.Err == nil && obs.Leader == nil
@@ -282,13 +434,13 @@ func (s *suite) testElectionObserve(t *testing.T) {
 	stop()
 	requireClosed(t, o.closed, s.prompt, "the Observe channel after its context ended")
 
-	log := o.snapshot()
+	log, times := o.snapshotTimes()
 	unknown := 0
 	for _, obs := range log {
 		if obs.Err != nil {
 			unknown++
 		}
 	}
-	t.Logf("%d observations of %d terms (%d unknown): %s", len(log), len(terms), unknown, describe(log))
-	assert.Empty(t, checkObservations(log, terms), "observations")
+	t.Logf("%d observations of %d terms (%d unknown; last value %q): %s", len(log), len(terms), unknown, lastValue, describe(log))
+	assert.Empty(t, checkObservations(log, times, terms), "observations")
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -65,10 +66,13 @@ func (s *suite) requireFencedOff(t testing.TB, guard fencing.Guard, resource str
 // token (Leader and Status show the new value with the same term number);
 // after the term is revoked or lapsed a Proclaim returns ErrLeaseLost and
 // stores nothing: what Leader shows does not change, even when the next
-// leader's record is already there (a Proclaim must never overwrite it);
-// and the stale leader's writes through a fencing guard are rejected once
-// the next leader wrote (kubernetes#23731: a leader without fencing
-// corrupts what the next one writes).
+// leader's record is already there; and the stale leader's writes through
+// a fencing guard are rejected once the next leader wrote
+// (kubernetes#23731: a leader without fencing corrupts what the next one
+// writes). Those Proclaims are refused by the Lease once it saw its loss,
+// before the driver; with a Partitioner, InFlight has the backend itself
+// refuse a Proclaim that reaches it after the next leader's record is
+// there (a Proclaim must never overwrite it).
 func (s *suite) testElectionProclaim(t *testing.T) {
 	admin := s.locker(t)
 	eo := elector(t, admin)
@@ -152,6 +156,64 @@ func (s *suite) testElectionProclaim(t *testing.T) {
 		require.True(t, isClosed(old.Done()), "the paused leader's Done has not fired although the next leads")
 		require.NoError(t, cur.Resign(ctx(t, s.prompt)))
 	})
+
+	// A Proclaim sent while the term was this lease's, held by a partition
+	// until the term was revoked on the server and the next leader
+	// proclaimed: the backend must refuse it when it arrives, as only the
+	// term's own record may be changed (a driver that writes the value
+	// unconditionally overwrites the next leader's). The old leader does
+	// not renew and has the long TTL, so that nothing ends its term before
+	// the Proclaim started: its Proclaim reaches the driver.
+	if pt, ok := s.h.(Partitioner); ok {
+		t.Run("InFlight", func(t *testing.T) {
+			name := lockName(t)
+			oldLocker := s.locker(t)
+			old := s.campaign(t, elector(t, oldLocker), name, "old", s.prompt, backend.WithAutoRenew(false))
+			ch := goCampaign(t, ctx(t, s.long), elector(t, s.locker(t)), name, "next")
+			requireCampaigning(t, ch, s.settle, "next candidate")
+			s.requireQueued(t, admin, name, 1)
+
+			heal := healOnce(t, pt.Partition(t, oldLocker))
+			pctx := ctx(t, s.long)
+			proclaimed := make(chan error, 1)
+			go func() { proclaimed <- old.Proclaim(pctx, "late") }()
+			select {
+			case err := <-proclaimed:
+				require.FailNowf(t, "Proclaim returned through a partition", "Proclaim of a held term returned before its partition healed: %v", err)
+			case <-time.After(s.settle):
+			}
+			// The term was still held when Proclaim began (a loss is for
+			// good), so it went to the driver.
+			require.NoError(t, old.Err(), "the term ended before its Proclaim was sent")
+
+			s.h.Revoke(t, old.Lease())
+			cur := elected(t, ch, s.expiry, "next candidate after the revoke").term
+			require.Greater(t, cur.Token(), old.Token())
+			require.NoError(t, cur.Proclaim(ctx(t, s.prompt), "next2"))
+			s.requireLeader(t, eo, cur, "next2", "the next leader's Proclaim")
+
+			heal()
+			select {
+			case err := <-proclaimed:
+				t.Logf("the Proclaim held by the partition: %v", err)
+				require.Error(t, err, "a Proclaim that reached the backend after the term was revoked succeeded")
+				if !errors.Is(err, backend.ErrLeaseLost) {
+					require.ErrorIs(t, err, backend.ErrUnavailable, "the Proclaim held by the partition")
+				}
+			case <-time.After(s.expiry + s.prompt):
+				require.FailNowf(t, "Proclaim hung", "the Proclaim held by the partition has not returned %v after it healed", s.expiry+s.prompt)
+			}
+			require.Equal(t, "old", old.Value(), "a failed Proclaim changed the term's value")
+			// What the partition held may reach the backend after the call
+			// returned (on the loss signal): a request through the old
+			// Locker, behind it, and a moment for the rest.
+			_, _ = oldLocker.Status(ctx(t, s.prompt), name)
+			time.Sleep(s.settle)
+			s.requireLeader(t, eo, cur, "next2", "a Proclaim held by a partition overwrote the next leader's value")
+			s.requireStatusValue(t, admin, name, cur.Token(), "next2", "a Proclaim held by a partition overwrote the next leader's value")
+			require.NoError(t, cur.Resign(ctx(t, s.prompt)))
+		})
+	}
 
 	// A lock acquired without a value has none to proclaim.
 	t.Run("LockLease", func(t *testing.T) {
