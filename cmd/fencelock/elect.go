@@ -48,6 +48,11 @@ while it ran; 0 if one stopped it while campaigning), else:
   77 permission denied by the backend
   127 COMMAND could not be started         0 for -h
 
+--metrics-addr HOST:PORT serves the term's metrics (fencelock_acquire_duration_seconds,
+fencelock_leases_held, ...: see the backend package's documentation) in the
+Prometheus text format at http://HOST:PORT/metrics while fencelock runs; an
+address that is not HOST:PORT, or cannot be listened on, is a usage error.
+
 flags:
 `
 
@@ -69,6 +74,7 @@ type electFlags struct {
 	waitTimeout, grace time.Duration
 	connect            time.Duration
 	forever            bool
+	metricsAddr        string
 	args               []string // the command
 }
 
@@ -78,12 +84,18 @@ func electCmd(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 
+	metrics, observe, err := serveMetrics(f.metricsAddr)
+	if err != nil {
+		return usageErr(stderr, "elect", err.Error())
+	}
+	defer metrics.close()
+
 	// Signals that arrive while campaigning give the campaign up.
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
 	ctx, stopWatching := untilSignal(sigs)
-	locker, err := openWithin(ctx, f.url, f.connect)
+	locker, err := openWithin(ctx, f.url, f.connect, observe...)
 	if stopWatching() {
 		// A signal while connecting gives the campaign up, as one while
 		// campaigning does.
@@ -167,6 +179,7 @@ func parseElect(args []string, stdout, stderr io.Writer) (f electFlags, code int
 	fs.DurationVar(&f.grace, "grace", 2*time.Second, "time between SIGTERM and SIGKILL when the term is lost (at most TTL/3)")
 	fs.BoolVar(&f.forever, "forever", false, "campaign again when COMMAND exits or the term is lost, until a signal stops fencelock")
 	connect := connectTimeoutFlag(fs)
+	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve the term's metrics in the Prometheus text format at http://HOST:PORT/metrics; none if empty")
 	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
 		return f, code, false
 	}
@@ -189,6 +202,8 @@ func parseElect(args []string, stdout, stderr io.Writer) (f electFlags, code int
 		return f, usageErr(stderr, "elect", "--grace must be positive"), false
 	case f.connect <= 0:
 		return f, usageErr(stderr, "elect", "--connect-timeout must be positive"), false
+	case f.metricsAddr != "" && checkMetricsAddr(f.metricsAddr) != nil:
+		return f, usageErr(stderr, "elect", checkMetricsAddr(f.metricsAddr).Error()), false
 	}
 	for _, err := range []error{
 		backend.CheckURL(f.url),

@@ -135,12 +135,12 @@ func connectTimeoutFlag(fs *flag.FlagSet) *time.Duration {
 	return fs.Duration("connect-timeout", 30*time.Second, "give up reaching the backend after this long (status 69)")
 }
 
-// openWithin opens the backend at url, giving up after d. An Open that
+// openWithin opens the backend at url with opts, giving up after d. An Open that
 // runs out of time returns an error matching backend.ErrUnavailable.
-func openWithin(ctx context.Context, url string, d time.Duration) (*backend.Locker, error) {
+func openWithin(ctx context.Context, url string, d time.Duration, opts ...backend.Option) (*backend.Locker, error) {
 	octx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	l, err := backend.Open(octx, url)
+	l, err := backend.Open(octx, url, opts...)
 	if err != nil && ctx.Err() == nil && octx.Err() != nil && !errors.Is(err, backend.ErrUnavailable) {
 		err = fmt.Errorf("%w: no answer within --connect-timeout %v: %w", backend.ErrUnavailable, d, err)
 	}

@@ -34,6 +34,11 @@ end, else:
   77 permission denied by the backend
   127 COMMAND could not be started         0 for -h
 
+--metrics-addr HOST:PORT serves the lock's metrics (fencelock_acquire_duration_seconds,
+fencelock_leases_held, ...: see the backend package's documentation) in the
+Prometheus text format at http://HOST:PORT/metrics while fencelock runs; an
+address that is not HOST:PORT, or cannot be listened on, is a usage error.
+
 flags:
 `
 
@@ -50,6 +55,7 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	maxHold := fs.Duration("max-hold", 0, "stop renewing after this long, so the lease ends within one TTL more; 0: no limit")
 	grace := fs.Duration("grace", 2*time.Second, "time between SIGTERM and SIGKILL when the lease is lost (at most TTL/3)")
 	connect := connectTimeoutFlag(fs)
+	metricsAddr := metricsAddrFlag(fs)
 	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
 		return code
 	}
@@ -67,7 +73,14 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		return usageErr(stderr, "run", "--grace must be positive")
 	case *connect <= 0:
 		return usageErr(stderr, "run", "--connect-timeout must be positive")
+	case *metricsAddr != "" && checkMetricsAddr(*metricsAddr) != nil:
+		return usageErr(stderr, "run", checkMetricsAddr(*metricsAddr).Error())
 	}
+	metrics, observe, err := serveMetrics(*metricsAddr)
+	if err != nil {
+		return usageErr(stderr, "run", err.Error())
+	}
+	defer metrics.close()
 
 	// Signals that arrive before the command starts cancel the wait.
 	sigs := make(chan os.Signal, 8)
@@ -76,7 +89,7 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	ctx, stopWatching := untilSignal(sigs)
 	defer stopWatching()
 
-	locker, err := openWithin(ctx, *url, *connect)
+	locker, err := openWithin(ctx, *url, *connect, observe...)
 	if err != nil {
 		return report(stderr, "run", err)
 	}
