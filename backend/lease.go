@@ -124,8 +124,11 @@ func (ls *Lease) Value() string {
 // Proclaim replaces the value stored with the lock (see WithValue) while
 // the lease holds it, keeping its token: status tools and election
 // observers see the new value with the same token. It is stored only if
-// the lock is still this lease's; if it is not, Proclaim returns an error
-// matching ErrLeaseLost (and fires the loss signal). It returns an error
+// the lock is still this lease's on the server; if it is not, Proclaim
+// returns an error matching ErrLeaseLost (and fires the loss signal) and
+// stores nothing. A Proclaim in flight when the lease is lost locally (its
+// deadline passed) also returns ErrLeaseLost, though the server, where the
+// lock was still this lease's, may have stored it. It returns an error
 // matching ErrReleased after Release, ErrInvalidOption for a lease acquired
 // without WithValue or a value WithValue would refuse, and ErrUnavailable
 // if the backend did not answer (the new value may or may not be stored
@@ -542,7 +545,12 @@ func (ls *Lease) cleanUpLost() {
 		defer cancel()
 		stop := context.AfterFunc(ls.locker.aborted, cancel)
 		defer stop()
-		if err := ls.releaseDriver(ctx); err == nil || errors.Is(err, ErrLeaseLost) {
+		// As Release: after a Refresh or Proclaim in flight (the loss has
+		// cancelled it), never beside it.
+		ls.opMu.Lock()
+		err := ls.releaseDriver(ctx)
+		ls.opMu.Unlock()
+		if err == nil || errors.Is(err, ErrLeaseLost) {
 			ls.locker.forget(ls)
 		}
 	}()

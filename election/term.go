@@ -49,7 +49,8 @@ func (t *Term) Lease() *backend.Lease { return t.lease }
 
 // Proclaim replaces this leader's value without ending the term: the token
 // stays, and observers see the new value. It returns an error matching
-// backend.ErrLeaseLost if the term was lost (nothing is stored then), and
+// backend.ErrLeaseLost if the term was lost (nothing is stored once the
+// next term can be granted; see backend.Lease.Proclaim), and
 // backend.ErrUnavailable if the backend did not answer (the value may or
 // may not be stored: call it again).
 func (t *Term) Proclaim(ctx context.Context, value string) error {
