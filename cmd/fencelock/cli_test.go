@@ -238,7 +238,7 @@ func TestStatusJSONSchema(t *testing.T) {
 	assert.Equal(t, []any{}, got["waiters"])
 	holder, ok := got["holder"].(map[string]any)
 	require.True(t, ok, r.stdout)
-	assert.ElementsMatch(t, []string{"id", "holder", "token", "ttl_left_seconds", "metadata"}, keys(holder))
+	assert.ElementsMatch(t, []string{"id", "holder", "token", "ttl_left_seconds", "metadata", "value"}, keys(holder))
 	assert.Equal(t, "worker-a", holder["holder"])
 	assert.Equal(t, lease.Token().String(), holder["token"])
 	assert.Equal(t, map[string]any{"pid": "42"}, holder["metadata"])

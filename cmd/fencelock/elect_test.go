@@ -235,6 +235,9 @@ while [ ! -e "$1/a.stop" ]; do sleep 0.02; done; date +%s%N > "$1/a.end"`
 	assert.Equal(t, "node A", got.Leader.Value)
 	assert.Equal(t, tokA.String(), got.Leader.Token)
 	assert.NotEmpty(t, got.Leader.ID)
+	r = cli("status", "--url", url, "job")
+	require.Equal(t, exitOK, r.code, "%+v", r)
+	assert.Contains(t, r.stdout, `held by candidate "node A", token `+tokA.String(), "status shows a candidate's value")
 
 	require.Eventually(t, func() bool { return strings.Contains(w.out.String(), `leader "node A"`) },
 		30*time.Second, 20*time.Millisecond, "leader --watch did not see A: %q", w.out.String())

@@ -48,6 +48,7 @@ type entryJSON struct {
 	Token          string            `json:"token"`            // decimal; "" if unknown
 	TTLLeftSeconds *float64          `json:"ttl_left_seconds"` // null if unknown
 	Metadata       map[string]string `json:"metadata"`         // never null
+	Value          string            `json:"value"`            // backend.Entry.Value: an election candidate's value
 }
 
 func newStatusJSON(st backend.Status) statusJSON {
@@ -63,7 +64,7 @@ func newStatusJSON(st backend.Status) statusJSON {
 }
 
 func newEntryJSON(e backend.Entry) entryJSON {
-	out := entryJSON{ID: e.ID, Holder: e.Holder, Metadata: e.Metadata}
+	out := entryJSON{ID: e.ID, Holder: e.Holder, Metadata: e.Metadata, Value: e.Value}
 	if e.Token != 0 {
 		out.Token = e.Token.String()
 	}
@@ -127,7 +128,10 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // describe formats an entry in one line for the text output.
 func describe(e backend.Entry) string {
 	holder := e.Holder
-	if holder == "" {
+	switch {
+	case holder == "" && e.Value != "":
+		holder = fmt.Sprintf("candidate %q", e.Value) // an election's
+	case holder == "":
 		holder = "(unnamed holder)"
 	}
 	parts := []string{holder}
