@@ -85,7 +85,7 @@ func (r *Recorder) Expect(t *testing.T, kind string, want ...Observed) {
 			t.Helper()
 			got, has := attrs.Value(k)
 			if has != ok || ok && got != v {
-				t.Errorf("span %d (%+v): attribute %s = %v (present %v), want %v (present %v)", i, w, k, got.Emit(), has, v.Emit(), ok)
+				t.Errorf("span %d (%+v): attribute %s = %v (present %v), want %v (present %v)", i, w, k, got.String(), has, v.String(), ok)
 			}
 		}
 		check(fencing.TokenKey, attribute.Int64Value(int64(w.Token)), true)
