@@ -57,33 +57,5 @@ func clientLogsChild(t *testing.T) {
 	users, err := New(c, "clientlog-user")
 	require.NoError(t, err)
 	defer users.Close()
-	for _, l := range []*backend.Locker{byURL, users} {
-		_, err := l.Acquire(ctx, "a")
-		require.NoError(t, err)
-	}
-	stderrcheck.Mark("held")
-	failed := false
-	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); {
-		ok := true
-		for _, l := range []*backend.Locker{byURL, users} {
-			actx, cancel := context.WithTimeout(ctx, time.Second)
-			b, err := l.TryAcquire(actx, "b")
-			cancel()
-			if err != nil {
-				ok = false
-				continue
-			}
-			require.NoError(t, b.Release(ctx))
-		}
-		switch {
-		case ok && failed:
-			stderrcheck.Mark("recovered")
-			return
-		case !ok && !failed:
-			failed = true
-			stderrcheck.Mark("failed")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatal("the Lockers did not recover")
+	stderrcheck.HoldThroughOutage(t, nil, byURL, users)
 }

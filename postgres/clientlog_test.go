@@ -39,26 +39,5 @@ func clientLogsChild(t *testing.T) {
 	l, err := backend.Open(ctx, os.Getenv("PG_URL")+"&prefix=clientlog&ttl=4s&connect_timeout=1")
 	require.NoError(t, err)
 	defer l.Close()
-	_, err = l.Acquire(ctx, "a")
-	require.NoError(t, err)
-	stderrcheck.Mark("held")
-	failed := false
-	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); {
-		actx, cancel := context.WithTimeout(ctx, time.Second)
-		b, err := l.TryAcquire(actx, "b")
-		cancel()
-		switch {
-		case err == nil && failed:
-			stderrcheck.Mark("recovered")
-			require.NoError(t, b.Release(ctx))
-			return
-		case err == nil:
-			require.NoError(t, b.Release(ctx))
-		case !failed:
-			failed = true
-			stderrcheck.Mark("failed")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatal("the Locker did not recover")
+	stderrcheck.HoldThroughOutage(t, nil, l)
 }

@@ -49,33 +49,5 @@ func clientLogsChild(t *testing.T) {
 	dialled, err := Dial(ctx, Config{Servers: []string{addr}, Prefix: "/clientlog-dial", SessionTimeout: 4 * time.Second, Logger: logger})
 	require.NoError(t, err)
 	defer dialled.Close()
-	for _, l := range []*backend.Locker{byURL, dialled} {
-		_, err := l.Acquire(ctx, "a")
-		require.NoError(t, err)
-	}
-	stderrcheck.Mark("held")
-	failed := false
-	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); {
-		ok := true
-		for _, l := range []*backend.Locker{byURL, dialled} {
-			actx, cancel := context.WithTimeout(ctx, time.Second)
-			b, err := l.TryAcquire(actx, "b")
-			cancel()
-			if err != nil {
-				ok = false
-				continue
-			}
-			require.NoError(t, b.Release(ctx))
-		}
-		switch {
-		case ok && failed:
-			stderrcheck.Mark("recovered")
-			return
-		case !ok && !failed:
-			failed = true
-			stderrcheck.Mark("failed")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatal("the Lockers did not recover")
+	stderrcheck.HoldThroughOutage(t, nil, byURL, dialled)
 }

@@ -1,0 +1,56 @@
+package stderrcheck
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/backend"
+)
+
+// HoldThroughOutage is the child's side of an outage test: each of lockers
+// holds the lock "a" (then it marks "held"), and every 50ms takes and
+// releases "b", until a round fails (it calls onFailed, if not nil, and
+// marks "failed") and a later round succeeds on every Locker (it marks
+// "recovered" and returns). A release may find the server killed between
+// its grant and itself: that round fails, as the next attempt would. It
+// fails t if the Lockers do not recover within 90s.
+func HoldThroughOutage(t *testing.T, onFailed func(), lockers ...*backend.Locker) {
+	t.Helper()
+	ctx := context.Background()
+	for _, l := range lockers {
+		_, err := l.Acquire(ctx, "a")
+		require.NoError(t, err)
+	}
+	Mark("held")
+	failed := false
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		ok := true
+		for _, l := range lockers {
+			actx, cancel := context.WithTimeout(ctx, time.Second)
+			b, err := l.TryAcquire(actx, "b")
+			cancel()
+			if err == nil {
+				err = b.Release(ctx)
+				if err != nil {
+					require.ErrorIs(t, err, backend.ErrUnavailable)
+				}
+			}
+			ok = ok && err == nil
+		}
+		switch {
+		case ok && failed:
+			Mark("recovered")
+			return
+		case !ok && !failed:
+			failed = true
+			if onFailed != nil {
+				onFailed()
+			}
+			Mark("failed")
+		}
+	}
+	t.Fatal("the Lockers did not recover")
+}
