@@ -44,7 +44,7 @@ func TestClientLogsOffStderr(t *testing.T) {
 func clientLogsChild(t *testing.T) {
 	addr := os.Getenv("ETCD_ADDR")
 	ctx := context.Background()
-	byURL, err := backend.Open(ctx, "etcd://"+addr+"/clientlog-url?ttl=4s&dial_timeout=1s")
+	byURL, err := backend.Open(ctx, "etcd://"+addr+"/clientlog-url?ttl=4s&dial_timeout=5s")
 	require.NoError(t, err)
 	defer byURL.Close()
 	cfg := zap.NewProductionConfig()

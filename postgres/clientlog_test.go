@@ -36,7 +36,7 @@ func TestClientLogsOffStderr(t *testing.T) {
 
 func clientLogsChild(t *testing.T) {
 	ctx := context.Background()
-	l, err := backend.Open(ctx, os.Getenv("PG_URL")+"&prefix=clientlog&ttl=4s&connect_timeout=1")
+	l, err := backend.Open(ctx, os.Getenv("PG_URL")+"&prefix=clientlog&ttl=4s&connect_timeout=5")
 	require.NoError(t, err)
 	defer l.Close()
 	stderrcheck.HoldThroughOutage(t, nil, l)

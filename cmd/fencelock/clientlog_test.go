@@ -32,7 +32,7 @@ func TestNoClientLogsOnStderr(t *testing.T) {
 	}{
 		{"etcd", func(t *testing.T) (string, func(), func() error) {
 			srv := etcdtest.Start(t)
-			return etcdURL(srv, "clientlog") + "&dial_timeout=1s", srv.Stop, srv.Restart
+			return etcdURL(srv, "clientlog") + "&dial_timeout=5s", srv.Stop, srv.Restart
 		}},
 		{"zookeeper", func(t *testing.T) (string, func(), func() error) {
 			srv := zktest.Start(t)
@@ -40,14 +40,14 @@ func TestNoClientLogsOnStderr(t *testing.T) {
 		}},
 		{"redis", func(t *testing.T) (string, func(), func() error) {
 			srv := redistest.Start(t)
-			return "redis://" + srv.Addr() + "?prefix=clientlog&ttl=2s&dial_timeout=1s", srv.Stop, srv.Restart
+			return "redis://" + srv.Addr() + "?prefix=clientlog&ttl=2s&dial_timeout=5s", srv.Stop, srv.Restart
 		}},
 		{"postgres", func(t *testing.T) (string, func(), func() error) {
 			srv := pgtest.Start(t)
 			restart := func() error { srv.Restart(t); return nil }
-			return srv.NewDatabase(t) + "&prefix=clientlog&ttl=2s&connect_timeout=1", srv.Stop, restart
+			return srv.NewDatabase(t) + "&prefix=clientlog&ttl=2s&connect_timeout=5", srv.Stop, restart
 		}},
-	} {
+	} { // dial timeouts of 5s: a busy machine can take over 1s to connect at the start
 		t.Run(c.name, func(t *testing.T) {
 			url, stop, restart := c.start(t)
 			dir := t.TempDir()
@@ -62,6 +62,11 @@ func TestNoClientLogsOnStderr(t *testing.T) {
 			r := held.wait(t) // run releases once the server is back
 			assert.NotEqual(t, exitOK, r.code, "%+v", r)
 			time.Sleep(2 * time.Second) // the watch's clients reconnect
+			select {
+			case w := <-watch.done: // it must go on through the outage
+				t.Fatalf("leader --watch ended before it was signalled: %+v", w)
+			default:
+			}
 			require.NoError(t, watch.cmd.Process.Signal(syscall.SIGTERM))
 			w := watch.wait(t)
 			assert.Equal(t, exitOK, w.code, "%+v", w)

@@ -628,7 +628,7 @@ func TestElectForeverOutlivesBackendOutage(t *testing.T) {
 	}{
 		{"etcd", func(t *testing.T) (string, func(), func() error) {
 			srv := etcdtest.Start(t)
-			return etcdURL(srv, "elect-outage") + "&dial_timeout=1s", srv.Stop, srv.Restart
+			return etcdURL(srv, "elect-outage") + "&dial_timeout=5s", srv.Stop, srv.Restart
 		}},
 		{"zookeeper", func(t *testing.T) (string, func(), func() error) {
 			srv := zktest.Start(t)
@@ -636,12 +636,12 @@ func TestElectForeverOutlivesBackendOutage(t *testing.T) {
 		}},
 		{"redis", func(t *testing.T) (string, func(), func() error) {
 			srv := redistest.Start(t)
-			return "redis://" + srv.Addr() + "?prefix=elect-outage&ttl=2s&dial_timeout=1s", srv.Stop, srv.Restart
+			return "redis://" + srv.Addr() + "?prefix=elect-outage&ttl=2s&dial_timeout=5s", srv.Stop, srv.Restart
 		}},
 		{"postgres", func(t *testing.T) (string, func(), func() error) {
 			srv := pgtest.Start(t)
 			restart := func() error { srv.Restart(t); return nil }
-			return srv.NewDatabase(t) + "&prefix=elect_outage&ttl=2s&connect_timeout=1", srv.Stop, restart
+			return srv.NewDatabase(t) + "&prefix=elect_outage&ttl=2s&connect_timeout=5", srv.Stop, restart
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
