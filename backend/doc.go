@@ -68,5 +68,6 @@
 //
 // Every Locker also keeps the hold times of the names it grants, in bounded
 // memory, whether telemetry is on or not: Locker.HoldTimes returns their
-// percentiles, and AdviseTTL recommends a TTL from them.
+// percentiles, and Locker.AdviseTTL recommends a TTL from them that the
+// backend takes.
 package backend

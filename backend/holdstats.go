@@ -182,8 +182,45 @@ func AdviseTTL(h HoldTimes, headroom time.Duration) TTLAdvice {
 		unit, what = time.Second, "seconds"
 	}
 	a.TTL = (ttl + unit - 1) / unit * unit
-	a.Drift = min(a.TTL/100+5*time.Millisecond, a.TTL/10)
+	a.Drift = driftOf(a.TTL)
 	a.Explanation = fmt.Sprintf("TTL %v: p99.9 hold %v (of %d holds, max %v) + renewal headroom %v + drift margin %v, rounded up to whole %s",
 		a.TTL, a.Hold.Round(time.Millisecond), h.Count, h.Max.Round(time.Millisecond), a.Headroom, a.Drift, what)
+	return a
+}
+
+// driftOf is the default drift margin a Locker takes off ttl (resolve).
+func driftOf(ttl time.Duration) time.Duration { return min(ttl/100+5*time.Millisecond, ttl/10) }
+
+// AdviseTTL is the package's AdviseTTL fitted to this Locker's backend: a
+// TTL under the backend's minimum, or under the least a server with default
+// settings takes (etcd: 2s), is raised to it, and one the backend
+// cannot honour (etcd counts whole seconds) is rounded up to whole seconds,
+// so that the advice can be passed to WithTTL as it is (ZooKeeper over a
+// caller's connection, whose session timeout is fixed, is the exception).
+// The explanation says so when it happens.
+func (l *Locker) AdviseTTL(h HoldTimes, headroom time.Duration) TTLAdvice {
+	a := AdviseTTL(h, headroom)
+	if a.TTL == 0 {
+		return a
+	}
+	switch least := max(l.caps.MinTTL, l.caps.DefaultServerMinTTL); {
+	case a.TTL >= least:
+	case least == l.caps.MinTTL:
+		a.TTL = least
+		a.Explanation += fmt.Sprintf(", raised to the %s minimum of %v", l.caps.Name, least)
+	default:
+		a.TTL = least
+		a.Explanation += fmt.Sprintf(", raised to %v, the least that %s servers with default settings take", least, l.caps.Name)
+	}
+	if err := l.drv.CheckTTL(a.TTL); err != nil {
+		if up := (a.TTL + time.Second - 1) / time.Second * time.Second; l.drv.CheckTTL(up) == nil {
+			a.TTL = up
+			a.Explanation += fmt.Sprintf(", rounded up to %v (%v)", up, err)
+		}
+	}
+	if d := driftOf(a.TTL); d != a.Drift {
+		a.Drift = d
+		a.Explanation += fmt.Sprintf(" (drift margin then %v)", d)
+	}
 	return a
 }

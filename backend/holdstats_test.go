@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fencelock/fencelock/backend/driver"
 )
 
 // Percentiles are within the bucket error (2^(1/8)-1, about 9%) of the
@@ -137,5 +140,56 @@ func TestAdviseTTL(t *testing.T) {
 	none := AdviseTTL(HoldTimes{}, time.Second)
 	if none.TTL != 0 || none.Explanation == "" {
 		t.Errorf("no holds: %+v", none)
+	}
+}
+
+// secondsDriver is a driver with etcd's TTL limits: whole seconds, 1s at
+// least, and serverMin (if set) at least with a server's default settings.
+type secondsDriver struct {
+	syncDriver
+	serverMin time.Duration
+}
+
+func (d *secondsDriver) Capabilities() driver.Capabilities {
+	return driver.Capabilities{Name: "seconds", MinTTL: time.Second, DefaultServerMinTTL: d.serverMin}
+}
+
+func (d *secondsDriver) CheckTTL(ttl time.Duration) error {
+	if ttl%time.Second != 0 {
+		return fmt.Errorf("whole seconds, got %v", ttl)
+	}
+	return nil
+}
+
+// The Locker's advice is a TTL its backend takes: raised to the minimum
+// (and to what a server with default settings takes), rounded up to what
+// the backend counts in, never shorter than the backend-neutral advice.
+func TestLockerAdviseTTL(t *testing.T) {
+	for _, serverMin := range []time.Duration{0, 2 * time.Second} {
+		l, err := New(&secondsDriver{serverMin: serverMin}, WithTTL(2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		for _, hold := range []time.Duration{10 * time.Millisecond, 700 * time.Millisecond, 1300 * time.Millisecond, 2 * time.Second} {
+			h := HoldTimes{Count: 100, P999: hold, Max: hold}
+			neutral := AdviseTTL(h, 100*time.Millisecond)
+			a := l.AdviseTTL(h, 100*time.Millisecond)
+			if a.TTL < neutral.TTL || a.TTL < max(time.Second, serverMin) || a.TTL%time.Second != 0 {
+				t.Errorf("server minimum %v, hold %v: TTL %v (neutral %v)", serverMin, hold, a.TTL, neutral.TTL)
+			}
+			if _, err := l.TryAcquire(context.Background(), "advised", WithTTL(a.TTL)); err != nil {
+				t.Errorf("hold %v: the advised TTL %v is refused: %v", hold, a.TTL, err)
+			}
+			if a.Drift != driftOf(a.TTL) || a.TTL-a.Drift < hold+100*time.Millisecond {
+				t.Errorf("hold %v: %+v", hold, a)
+			}
+			if a.TTL != neutral.TTL && !strings.Contains(a.Explanation, a.TTL.String()) {
+				t.Errorf("hold %v: explanation %q does not say why %v", hold, a.Explanation, a.TTL)
+			}
+		}
+		if none := l.AdviseTTL(HoldTimes{}, time.Second); none.TTL != 0 {
+			t.Errorf("no holds: %+v", none)
+		}
 	}
 }

@@ -147,7 +147,7 @@ func resolve(base settings, drv driver.Driver, caps driver.Capabilities, opts []
 		return s, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
 	if !s.driftSet {
-		s.drift = min(s.ttl/100+5*time.Millisecond, s.ttl/10)
+		s.drift = driftOf(s.ttl)
 	}
 	if s.drift < 0 || s.drift >= s.ttl {
 		return s, fmt.Errorf("%w: drift margin %v must be at least 0 and smaller than TTL %v", ErrInvalidOption, s.drift, s.ttl)

@@ -98,7 +98,7 @@ func (d *etcdDriver) clientClosed() error {
 
 // Capabilities implements driver.Driver.
 func (d *etcdDriver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Name: "etcd", MinTTL: MinTTL}
+	return driver.Capabilities{Name: "etcd", MinTTL: MinTTL, DefaultServerMinTTL: 2 * time.Second}
 }
 
 // CheckTTL implements driver.Driver: etcd lease TTLs are whole seconds.

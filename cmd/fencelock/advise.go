@@ -16,8 +16,9 @@ import (
 const adviseUsage = `usage: fencelock advise --url URL [--duration D] [--interval D] [--json] NAME
 
 Measures the hold times of the lock NAME from outside, whoever takes it,
-and recommends a TTL for it (backend.AdviseTTL): the p99.9 hold + renewal
-headroom (--headroom) + the drift margin, explained in one line.
+and recommends a TTL for it (Locker.AdviseTTL): the p99.9 hold + renewal
+headroom (--headroom) + the drift margin, explained in one line, and no
+less than the backend takes (etcd: 2s, what a default server takes).
 
 It asks the backend who holds NAME every --interval for --duration (or
 until SIGINT/SIGTERM, which ends the measuring early). A grant is a holder
@@ -96,7 +97,7 @@ func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return report(stderr, "advise", err)
 	}
 	h := holdTimesOf(holds)
-	a := backend.AdviseTTL(h, *headroom)
+	a := locker.AdviseTTL(h, *headroom)
 	enough := len(holds) >= *minHolds
 	if !enough {
 		a.TTL = 0

@@ -52,6 +52,11 @@ func testAdviseOn(t *testing.T, url string) {
 	assert.Greater(t, *a.TTLSeconds, 0.3, "above the longest hold: %s", r.stdout)
 	assert.LessOrEqual(t, *a.TTLSeconds, 5.0, "a sane bound for holds of 300ms at most: %s", r.stdout)
 	assert.Contains(t, a.Explanation, "p99.9 hold", r.stdout)
+	// The advice is a TTL this backend takes as it is (etcd: whole seconds).
+	ttl := time.Duration(*a.TTLSeconds * float64(time.Second)).Round(time.Millisecond)
+	l, err := worker.Acquire(ctx, "advise-check", backend.WithTTL(ttl))
+	require.NoError(t, err, "the advised TTL %v: %s", ttl, r.stdout)
+	require.NoError(t, l.Release(ctx))
 
 	r = cli("advise", "--url", url, "--duration", "3s", "--interval", "20ms", "--min-holds", "3", "advised")
 	require.Equal(t, exitOK, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
