@@ -6,6 +6,7 @@ import (
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/internal/lockbench"
@@ -13,34 +14,51 @@ import (
 )
 
 // telemetryImpl is one telemetry setting of BenchmarkTelemetryOverhead:
-// opts returns the Locker's options (a provider of its own per
-// sub-benchmark).
+// opts returns the Locker's options (providers of its own per
+// sub-benchmark, shut down when it ends).
 type telemetryImpl struct {
 	name string
-	opts func() []backend.Option
+	opts func(b *testing.B) []backend.Option
 }
 
 var telemetryImpls = []telemetryImpl{
-	{"off", func() []backend.Option { return nil }},
-	{"metrics", func() []backend.Option {
-		return []backend.Option{backend.WithMeterProvider(
-			sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader())))}
+	{"off", func(*testing.B) []backend.Option { return nil }},
+	{"metrics", func(b *testing.B) []backend.Option {
+		return []backend.Option{backend.WithMeterProvider(benchMeterProvider(b))}
 	}},
-	{"metrics+traces", func() []backend.Option {
-		// The spans are sampled and recorded; no processor keeps them.
+	{"metrics+traces", func(b *testing.B) []backend.Option {
 		return []backend.Option{
-			backend.WithMeterProvider(
-				sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))),
-			backend.WithTracerProvider(sdktrace.NewTracerProvider()),
+			backend.WithMeterProvider(benchMeterProvider(b)),
+			backend.WithTracerProvider(benchTracerProvider(b)),
 		}
 	}},
+}
+
+// benchMeterProvider is an SDK MeterProvider over a manual reader.
+func benchMeterProvider(b *testing.B) *sdkmetric.MeterProvider {
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	b.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	return mp
+}
+
+// benchTracerProvider is the SDK TracerProvider of a production app: the
+// default sampler (ParentBased(AlwaysSample): every span of the benchmark,
+// a root, is sampled and recorded) and a BatchSpanProcessor with its
+// default options, which copies each ended span and queues it for an
+// exporter on its own goroutine. The exporter discards the batches: what
+// a real one does with them (encode, send) happens off the lock's path.
+func benchTracerProvider(b *testing.B) *sdktrace.TracerProvider {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	return tp
 }
 
 // BenchmarkTelemetryOverhead is BenchmarkUncontended's fencelock case (one
 // acquire+release of a free lock on a real redis-server) with telemetry
 // off, with metrics (an SDK MeterProvider over a manual reader) and with
-// metrics and traces (plus an SDK TracerProvider with no exporter), in
-// alternating rounds: round=R/impl=off|metrics|metrics+traces.
+// metrics and traces (plus an SDK TracerProvider as production runs it: the
+// default sampler, a BatchSpanProcessor), in alternating rounds:
+// round=R/impl=off|metrics|metrics+traces.
 //
 //	FENCELOCK_BENCH_ROUNDS=6 go test -run '^$' -bench '^BenchmarkTelemetryOverhead$' -benchtime 2000x -benchmem ./redis/ | tee telbench.txt
 //	benchstat -col /impl -ignore /round telbench.txt
@@ -58,7 +76,7 @@ func telemetryContender(b *testing.B, s *redistest.Server, impl telemetryImpl, p
 	if err != nil {
 		b.Fatal(err)
 	}
-	l, err := backend.New(d, append([]backend.Option{backend.WithTTL(benchTTL)}, impl.opts()...)...)
+	l, err := backend.New(d, append([]backend.Option{backend.WithTTL(benchTTL)}, impl.opts(b)...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
