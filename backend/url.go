@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"slices"
 	"sort"
@@ -26,7 +27,10 @@ func Schemes() []string { return driver.Schemes() }
 // "etcd://h1:2379,h2:2379/prefix?ttl=10s" or "mem://". The scheme must have
 // been registered by importing its adapter package (for its side effect, as
 // with database/sql drivers). opts are applied after the URL's common
-// parameters.
+// parameters. The logger of WithLogger also receives the lines of the
+// client the adapter opens (go-redis, go-zookeeper, clientv3), at debug
+// level with the attribute client=<library>; without it they are dropped,
+// never written to os.Stderr.
 //
 // Every part of the URL is checked before any connection is attempted: a
 // URL that does not parse, an unknown scheme, an unknown, repeated or
@@ -41,6 +45,9 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Locker, error) {
 	u, s, common, err := checkURL(rawURL)
 	if err != nil {
 		return nil, err
+	}
+	if l := loggerOf(opts); l != nil {
+		ctx = driver.WithLogger(ctx, l)
 	}
 	drv, err := s.Open(ctx, u)
 	if err != nil {
@@ -144,4 +151,18 @@ func commonOptions(q url.Values) ([]Option, error) {
 		opts = append(opts, WithHolder(h))
 	}
 	return opts, nil
+}
+
+// loggerOf returns the logger opts give the Locker (WithLogger), or nil.
+func loggerOf(opts []Option) *slog.Logger {
+	var s settings
+	for _, o := range opts {
+		if o != nil {
+			o(&s)
+		}
+	}
+	if s.obs == nil {
+		return nil
+	}
+	return s.obs.logger
 }

@@ -22,7 +22,8 @@ import (
 // zap.NewNop) nor gRPC's (silent below ERROR unless
 // GRPC_GO_LOG_SEVERITY_LEVEL says otherwise). A Locker over the
 // application's client logs through that client's logger, here a zap
-// logger on os.Stdout, which shows the outage made clientv3 log. The
+// logger on os.Stdout, which shows the outage made clientv3 log; one opened
+// from a URL with backend.WithLogger gets clientv3's lines there. The
 // child process holds a lock on each and retries through a restart.
 func TestClientLogsOffStderr(t *testing.T) {
 	if stderrcheck.Child(t) {
@@ -39,6 +40,7 @@ func TestClientLogsOffStderr(t *testing.T) {
 	require.Contains(t, stdout, "recovered")
 	assert.Empty(t, stderr)
 	assert.Contains(t, stdout, `{"level":"warn"`, "the application's client logged through its own logger")
+	assert.Regexp(t, `level=DEBUG msg=".*" via=WithLogger client=etcd zap_level=warn`, stdout, "backend.WithLogger got clientv3's lines")
 }
 
 func clientLogsChild(t *testing.T) {
@@ -57,5 +59,8 @@ func clientLogsChild(t *testing.T) {
 	users, err := New(c, "clientlog-user")
 	require.NoError(t, err)
 	defer users.Close()
-	stderrcheck.HoldThroughOutage(t, nil, byURL, users)
+	logged, err := backend.Open(ctx, "etcd://"+addr+"/clientlog-logged?ttl=4s&dial_timeout=5s", backend.WithLogger(stderrcheck.StdoutLogger().With("via", "WithLogger")))
+	require.NoError(t, err)
+	defer logged.Close()
+	stderrcheck.HoldThroughOutage(t, nil, byURL, users, logged)
 }

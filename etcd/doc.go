@@ -171,8 +171,10 @@
 //
 // # Client logs
 //
-// A Locker opened from a URL gives its clientv3 client zap.NewNop: nothing
-// it logs (retries, a cluster out of reach) reaches os.Stderr. A Locker
+// A Locker opened from a URL gives its clientv3 client a zap logger that
+// writes to backend.WithLogger's logger, at debug level with client=etcd
+// and zap_level (retries, a cluster out of reach), or zap.NewNop without
+// one: nothing it logs reaches os.Stderr. A Locker
 // from New logs through the client it is given, as its Config.Logger
 // (clientv3's default, when nil, writes JSON lines at warn level to
 // os.Stderr). gRPC's own logger is process-wide (grpclog.SetLoggerV2) and

@@ -56,6 +56,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	cfg.Logger = clientLogger(driver.LoggerFrom(ctx))
 	addr := strings.TrimPrefix(strings.TrimPrefix(cfg.Endpoints[0], "https://"), "http://")
 	dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	defer cancel()

@@ -24,7 +24,8 @@ import (
 )
 
 // A Locker opened from a URL keeps go-redis's lines about its client off
-// os.Stderr while its server is down (the pool's failed dials), and the
+// os.Stderr while its server is down (the pool's failed dials), handing
+// them to backend.WithLogger's logger if it was given one, and the
 // application's own go-redis clients keep go-redis's default: their lines
 // still reach os.Stderr, as before. The child process holds a lock and
 // retries through a server crash; its own client dials a port where
@@ -49,6 +50,7 @@ func TestClientLogsOffStderr(t *testing.T) {
 	assert.Contains(t, stderr, userAddr, "the application's client logs as go-redis does by default")
 	assert.Regexp(t, `(?m)^redis: \d{4}/\d\d/\d\d \d\d:\d\d:\d\d \w+\.go:\d+: `, stderr, "go-redis's default format, file and line")
 	assert.NotContains(t, stderr, s.Addr(), "no line about the Locker's client")
+	assert.Regexp(t, `level=DEBUG msg=".*" via=WithLogger client=go-redis`, stdout, "backend.WithLogger got go-redis's lines")
 }
 
 func clientLogsChild(t *testing.T) {
@@ -57,9 +59,12 @@ func clientLogsChild(t *testing.T) {
 	l, err := backend.Open(ctx, "redis://"+addr+"?prefix=clientlog&ttl=2s&dial_timeout=300ms")
 	require.NoError(t, err)
 	defer l.Close()
+	logged, err := backend.Open(ctx, "redis://"+addr+"?prefix=clientlog-logged&ttl=2s&dial_timeout=300ms", backend.WithLogger(stderrcheck.StdoutLogger().With("via", "WithLogger")))
+	require.NoError(t, err)
+	defer logged.Close()
 	user := goredis.NewClient(&goredis.Options{Addr: userAddr, DialTimeout: 300 * time.Millisecond, MaxRetries: -1})
 	defer user.Close()
-	stderrcheck.HoldThroughOutage(t, func() { require.Error(t, user.Ping(ctx).Err()) }, l)
+	stderrcheck.HoldThroughOutage(t, func() { require.Error(t, user.Ping(ctx).Err()) }, l, logged)
 }
 
 // The logger this package installs sends a line to the clientLog of the

@@ -364,9 +364,10 @@
 // the application's own clients must keep go-redis's default, so the
 // package installs, when it is initialised, a logger that writes every
 // line as go-redis's default does (same prefix, flags, file and line, on
-// os.Stderr) except the lines about the clients it opened, which it drops:
-// those of their commands (by context) and of their failed dials (by the
-// error, which their dialer registers). A Locker from New or NewWithConfig
+// os.Stderr) except the lines about the clients it opened, which go to
+// backend.WithLogger's logger at debug level with client=go-redis, or are
+// dropped without one: those of their commands (by context) and of their
+// failed dials (by the error, which their dialer registers). A Locker from New or NewWithConfig
 // uses the caller's client, whose lines go wherever go-redis's logger
 // sends them. An application that calls goredis.SetLogger (or
 // logging.Disable) replaces the package's logger, as it would replace

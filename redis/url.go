@@ -73,9 +73,9 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	// client's read timeout: Acquire's deadline holds while the server
 	// cannot be reached.
 	opt.ContextTimeoutEnabled = true
-	// What go-redis logs for this client goes nowhere (see clientLogger):
-	// backend.Open hands the adapter no logger.
-	logs := &clientLog{}
+	// What go-redis logs for this client goes to backend.WithLogger's
+	// logger, or nowhere (see clientLogger).
+	logs := &clientLog{l: driver.LoggerFrom(ctx)}
 	dials := &dialLog{}
 	opt.Dialer = dials.dialer(opt, logs)
 	c := goredis.NewClient(opt)

@@ -2,7 +2,6 @@ package zookeeper
 
 import (
 	"context"
-	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -18,8 +17,8 @@ import (
 
 // go-zookeeper's lines about a server that went away (failed connections,
 // terminated loops) never reach os.Stderr: a Locker opened from a URL
-// drops them, and one dialled with Config.Logger hands them to that
-// logger at debug level. The child process holds a lock on each and
+// drops them, or hands them to backend.WithLogger's logger, and one
+// dialled with Config.Logger to that logger, at debug level. The child process holds a lock on each and
 // retries through a server restart.
 func TestClientLogsOffStderr(t *testing.T) {
 	if stderrcheck.Child(t) {
@@ -35,7 +34,8 @@ func TestClientLogsOffStderr(t *testing.T) {
 	stdout, stderr := p.Wait(t, 2*time.Minute)
 	require.Contains(t, stdout, "recovered")
 	assert.Empty(t, stderr)
-	assert.Regexp(t, `level=DEBUG msg=".*" client=go-zookeeper`, stdout, "Config.Logger got go-zookeeper's lines")
+	assert.Regexp(t, `level=DEBUG msg="[^"]*" client=go-zookeeper`, stdout, "Config.Logger got go-zookeeper's lines")
+	assert.Regexp(t, `level=DEBUG msg=".*" via=WithLogger client=go-zookeeper`, stdout, "backend.WithLogger got go-zookeeper's lines")
 	assert.Equal(t, 1, strings.Count(stdout, "recovered"))
 }
 
@@ -45,9 +45,11 @@ func clientLogsChild(t *testing.T) {
 	byURL, err := backend.Open(ctx, "zk://"+addr+"/clientlog-url?ttl=4s")
 	require.NoError(t, err)
 	defer byURL.Close()
-	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	dialled, err := Dial(ctx, Config{Servers: []string{addr}, Prefix: "/clientlog-dial", SessionTimeout: 4 * time.Second, Logger: logger})
+	dialled, err := Dial(ctx, Config{Servers: []string{addr}, Prefix: "/clientlog-dial", SessionTimeout: 4 * time.Second, Logger: stderrcheck.StdoutLogger()})
 	require.NoError(t, err)
 	defer dialled.Close()
-	stderrcheck.HoldThroughOutage(t, nil, byURL, dialled)
+	logged, err := backend.Open(ctx, "zk://"+addr+"/clientlog-logged?ttl=4s", backend.WithLogger(stderrcheck.StdoutLogger().With("via", "WithLogger")))
+	require.NoError(t, err)
+	defer logged.Close()
+	stderrcheck.HoldThroughOutage(t, nil, byURL, dialled, logged)
 }

@@ -332,7 +332,8 @@
 // go-zookeeper's own log lines (a failed connection, a receive loop that
 // ended) never reach os.Stderr through the adapter: Dial hands them to
 // Config.Logger at debug level with client=go-zookeeper, and drops them
-// when it is nil, as a Locker opened from a URL does. A Locker from New
+// when it is nil. A Locker opened from a URL uses backend.WithLogger's
+// logger as its Config.Logger (nil without it). A Locker from New
 // shares the caller's connection, whose logger is the caller's
 // (zk.WithLogger; go-zookeeper's default writes to the standard log
 // package).

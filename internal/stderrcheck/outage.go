@@ -2,6 +2,8 @@ package stderrcheck
 
 import (
 	"context"
+	"log/slog"
+	"os"
 	"testing"
 	"time"
 
@@ -53,4 +55,10 @@ func HoldThroughOutage(t *testing.T, onFailed func(), lockers ...*backend.Locker
 		}
 	}
 	t.Fatal("the Lockers did not recover")
+}
+
+// StdoutLogger is a debug-level text logger on the child's standard
+// output, which the parent reads back (Proc.Wait).
+func StdoutLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
