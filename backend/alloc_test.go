@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -101,6 +102,31 @@ func TestTelemetryMetricsAllocateNothing(t *testing.T) {
 	}
 }
 
+// Spans the sampler drops cost the lock path nothing but the SDK's own
+// Start and End of each (fencelock.acquire and fencelock.release): no
+// attribute, event or option is built for them.
+func TestTelemetryUnsampledSpansAllocateNothing(t *testing.T) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.NeverSample())))
+	defer tp.Shutdown(context.Background())
+	ctx := context.Background()
+	tracer := tp.Tracer("sdk")
+	perSpan := testing.AllocsPerRun(1000, func() {
+		_, span := tracer.Start(ctx, "s")
+		span.End()
+	})
+	l, err := New(&syncDriver{}, WithTracerProvider(tp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, wait := range []bool{true, false} {
+		if n := acquireReleaseAllocs(t, l, wait); n != allocsAtBase+2*perSpan {
+			t.Errorf("wait=%v: %v allocations per Acquire+Release with its spans dropped, want %d before telemetry + 2 spans of the SDK's %v",
+				wait, n, allocsAtBase, perSpan)
+		}
+	}
+}
+
 // BenchmarkTelemetryPath is the shared layer's own cost of an
 // Acquire+Release, over a driver that does no work, with telemetry off
 // and on (the SDK: a manual reader; a tracer provider as production runs
@@ -136,5 +162,28 @@ func BenchmarkTelemetryPath(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkTelemetrySDKSpans is the floor under BenchmarkTelemetryPath's
+// metrics+traces: the SDK calls alone that the spans of an Acquire+Release
+// make (fencelock.acquire with its events queued and granted and its
+// attributes in one call, fencelock.release with its own), on the same
+// provider setup, with no lock and no metric.
+func BenchmarkTelemetrySDKSpans(b *testing.B) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	t := newTelemetry("sync", &observeOptions{tracers: tp})
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		_, span := t.tracer.Start(ctx, "fencelock.acquire")
+		span.AddEvent("queued")
+		span.AddEvent("granted")
+		span.SetAttributes(t.backend, t.waitAttrs[1], attribute.Int64(attrToken, 1), t.grantedAttr)
+		span.End()
+		_, span = t.tracer.Start(ctx, "fencelock.release")
+		span.SetAttributes(t.backend, attribute.Int64(attrToken, 1))
+		span.End()
 	}
 }

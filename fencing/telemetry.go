@@ -78,8 +78,8 @@ func DecisionOf(err error) Decision {
 // records its fencelock.guard.duration, both with the attributes
 // fencelock.guard.decision (accepted, stale or error: see DecisionOf) and
 // fencelock.guard.kind, and runs in a span "fencelock.guard.do" with
-// fencelock.guard.kind, fencelock.token and, when it ends,
-// fencelock.guard.decision; a failed Do's error (a stale rejection too) is
+// fencelock.guard.kind, fencelock.token and fencelock.guard.decision (all
+// set when it ends); a failed Do's error (a stale rejection too) is
 // recorded on the span, whose status is then Error. The write function's
 // context carries that span, so what it does is traced as its children.
 type Telemetry struct {
@@ -114,6 +114,8 @@ type Instruments struct {
 	sets    [3]attribute.Set
 	adds    [3][]metric.AddOption
 	records [3][]metric.RecordOption
+	// the span's decision attribute by decision, made once
+	decisionAttrs [3]attribute.KeyValue
 }
 
 // Instruments returns the instruments of a guard of the given kind (the
@@ -128,6 +130,9 @@ func (t Telemetry) Instruments(kind string) *Instruments {
 	in := &Instruments{kind: KindKey.String(kind), resources: t.ResourceNames}
 	if t.TracerProvider != nil {
 		in.tracer = t.TracerProvider.Tracer(ScopeName)
+		for i, d := range decisions {
+			in.decisionAttrs[i] = DecisionKey.String(string(d))
+		}
 	}
 	if t.MeterProvider == nil {
 		return in
@@ -147,7 +152,7 @@ func (t Telemetry) Instruments(kind string) *Instruments {
 	if err != nil {
 		in.duration = noop.Float64Histogram{}
 	}
-	for i, d := range []Decision{DecisionAccepted, DecisionStale, DecisionError} {
+	for i, d := range decisions {
 		in.sets[i] = attribute.NewSet(in.kind, DecisionKey.String(string(d)))
 		opt := metric.WithAttributeSet(in.sets[i])
 		in.adds[i] = []metric.AddOption{opt}
@@ -156,30 +161,39 @@ func (t Telemetry) Instruments(kind string) *Instruments {
 	return in
 }
 
+// decisions are the Decisions by their index in Instruments' arrays.
+var decisions = [3]Decision{DecisionAccepted, DecisionStale, DecisionError}
+
 // Observation is one Do being observed, from Instruments.Start to End.
 type Observation struct {
 	in       *Instruments
 	ctx      context.Context // carries the span, for exemplars
-	span     trace.Span
+	span     trace.Span      // nil: none
+	record   bool            // span is recording: the sampler kept it
 	start    time.Time
 	resource string
+	token    Token
 }
 
 // Start begins observing a Do of token on resource: it starts the span and
 // the clock and returns the context carrying the span, for the store calls
 // and the write function. On a nil *Instruments it returns ctx and an
 // Observation whose End does nothing.
+//
+// The span gets its attributes (kind, token, decision, resource if
+// allowed) when it ends, in one call, none through Start: the SDK copies
+// Start's attributes into its config and again into the span, and grows
+// the span's for each later call (see the backend package's telemetry),
+// and a span the sampler dropped costs nothing more than the SDK's Start
+// and End. A head sampler sees the span's name only.
 func (in *Instruments) Start(ctx context.Context, resource string, token Token) (context.Context, Observation) {
 	if in == nil {
 		return ctx, Observation{}
 	}
-	o := Observation{in: in, resource: resource}
+	o := Observation{in: in, resource: resource, token: token}
 	if in.tracer != nil {
-		attrs := []attribute.KeyValue{in.kind, TokenKey.Int64(int64(token))}
-		if in.resources {
-			attrs = append(attrs, ResourceKey.String(resource))
-		}
-		ctx, o.span = in.tracer.Start(ctx, SpanName, trace.WithAttributes(attrs...))
+		ctx, o.span = in.tracer.Start(ctx, SpanName)
+		o.record = o.span.IsRecording()
 	}
 	o.ctx, o.start = ctx, time.Now()
 	return ctx, o
@@ -191,16 +205,15 @@ func (o Observation) End(err error) {
 	if o.in == nil {
 		return
 	}
-	d := DecisionOf(err)
+	i := 2
+	switch DecisionOf(err) {
+	case DecisionAccepted:
+		i = 0
+	case DecisionStale:
+		i = 1
+	}
 	if o.in.decisions != nil {
 		elapsed := time.Since(o.start).Seconds()
-		i := 2
-		switch d {
-		case DecisionAccepted:
-			i = 0
-		case DecisionStale:
-			i = 1
-		}
 		adds, records := o.in.adds[i], o.in.records[i]
 		if o.in.resources {
 			opt := metric.WithAttributeSet(attribute.NewSet(append(o.in.sets[i].ToSlice(), ResourceKey.String(o.resource))...))
@@ -209,12 +222,20 @@ func (o Observation) End(err error) {
 		o.in.decisions.Add(o.ctx, 1, adds...)
 		o.in.duration.Record(o.ctx, elapsed, records...)
 	}
-	if o.span != nil {
-		o.span.SetAttributes(DecisionKey.String(string(d)))
+	if o.span == nil {
+		return
+	}
+	if o.record {
+		tok := TokenKey.Int64(int64(o.token))
+		if o.in.resources {
+			o.span.SetAttributes(o.in.kind, tok, o.in.decisionAttrs[i], ResourceKey.String(o.resource))
+		} else {
+			o.span.SetAttributes(o.in.kind, tok, o.in.decisionAttrs[i])
+		}
 		if err != nil {
 			o.span.RecordError(err)
 			o.span.SetStatus(codes.Error, err.Error())
 		}
-		o.span.End()
 	}
+	o.span.End()
 }

@@ -41,6 +41,25 @@ func TestTelemetryOffAllocatesNothing(t *testing.T) {
 	}
 }
 
+// A span the sampler drops costs Do only the SDK's Start and End: no
+// attribute is built for it.
+func TestTelemetryUnsampledSpanAllocatesNothing(t *testing.T) {
+	ctx := context.Background()
+	write := func(context.Context) error { return nil }
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.NeverSample())))
+	defer tp.Shutdown(ctx)
+	tracer := tp.Tracer("sdk")
+	perSpan := testing.AllocsPerRun(1000, func() {
+		_, span := tracer.Start(ctx, "s")
+		span.End()
+	})
+	m := NewMemory(WithTelemetry(Telemetry{TracerProvider: tp}))
+	before := testing.AllocsPerRun(1000, func() { _ = m.do(ctx, "r", 2, write) })
+	if n := testing.AllocsPerRun(1000, func() { _ = m.Do(ctx, "r", 2, write) }); n != before+perSpan {
+		t.Errorf("Do with its span dropped allocates %v times, want %v (uninstrumented) + %v (the SDK's span)", n, before, perSpan)
+	}
+}
+
 // BenchmarkMemoryDo shows what each part of the telemetry costs a Do, with
 // the SDK (a manual reader; the default sampler and a BatchSpanProcessor,
 // as in production, in front of an exporter that discards): off is the
