@@ -92,16 +92,15 @@ func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	defer locker.Close()
 	start := time.Now()
-	holds, err := measureHolds(ctx, locker, name, *duration, *interval)
+	h, err := measureHolds(ctx, locker, name, *duration, *interval)
 	if err != nil {
 		return report(stderr, "advise", err)
 	}
-	h := holdTimesOf(holds)
 	a := locker.AdviseTTL(h, *headroom)
-	enough := len(holds) >= *minHolds
+	enough := h.Count >= uint64(*minHolds)
 	if !enough {
 		a.TTL = 0
-		a.Explanation = fmt.Sprintf("too few holds seen: %d of the %d needed; measure longer (--duration) or more often (--interval)", len(holds), *minHolds)
+		a.Explanation = fmt.Sprintf("too few holds seen: %d of the %d needed; measure longer (--duration) or more often (--interval)", h.Count, *minHolds)
 	}
 	if *asJSON {
 		out := adviseJSON{
@@ -119,8 +118,7 @@ func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	} else {
 		fmt.Fprintf(stdout, "lock %q: %d holds seen in %v (polled every %v)\n", name, h.Count, time.Since(start).Round(time.Millisecond), *interval)
 		if h.Count > 0 {
-			ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
-			fmt.Fprintf(stdout, "hold times: p50 %v, p99 %v, p99.9 %v, max %v\n", ms(h.P50), ms(h.P99), ms(h.P999), ms(h.Max))
+			fmt.Fprintf(stdout, "hold times: %s\n", holdTimesText(h))
 		}
 		if enough {
 			fmt.Fprintf(stdout, "recommended TTL: %v\n", a.TTL)
@@ -134,61 +132,87 @@ func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 }
 
 // measureHolds polls the holder of lock name every interval for d, or until
-// ctx ends, and returns the holds whose start and end it saw, each from the
-// last poll before its start was seen to the poll that saw its end. A
+// ctx ends, and returns the hold times of the holds it saw (holdWatcher). A
 // failed poll ends the measuring with its error.
-func measureHolds(ctx context.Context, l *backend.Locker, name string, d, interval time.Duration) ([]time.Duration, error) {
+func measureHolds(ctx context.Context, l *backend.Locker, name string, d, interval time.Duration) (backend.HoldTimes, error) {
 	end := time.Now().Add(d)
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
-	var (
-		holds  []time.Duration
-		holder string    // the acquisition holding at the last poll; "" if none
-		from   time.Time // the poll before holder was first seen; zero if its start was not seen
-		last   time.Time // the last poll
-	)
-	for first := true; ; first = false {
+	var w holdWatcher
+	for {
 		// A signal ends the measuring, not the poll under way.
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		polled := time.Now()
 		st, err := l.Status(pctx, name)
 		cancel()
 		if err != nil {
-			return nil, err
+			return backend.HoldTimes{}, err
 		}
-		now := ""
-		if st.Holder != nil {
-			now = st.Holder.ID + "\x00" + st.Holder.Token.String()
-		}
-		if now != holder {
-			if holder != "" && !from.IsZero() {
-				holds = append(holds, polled.Sub(from))
-			}
-			holder, from = now, time.Time{}
-			if now != "" && !first {
-				from = last
-			}
-		}
-		last = polled
+		w.observe(polled, st)
 		if !time.Now().Before(end) {
-			return holds, nil
+			return w.times(), nil
 		}
 		select {
 		case <-ctx.Done():
-			return holds, nil
+			return w.times(), nil
 		case <-ticker.C:
 		}
 	}
 }
 
-// holdTimesOf returns the statistics of holds as backend.HoldTimes, with
+// holdWatcher measures the holds of one lock from outside, from a series
+// of reads of its status (advise, status --watch). A grant is a holder
+// appearing; its hold ends when that holder (the same acquisition and
+// token) is gone. Only holds whose start and end were both seen count, each
+// at its longest possible length: from the last read before it was seen to
+// the read that saw it end, so a hold is never counted shorter than it was
+// (at most one poll interval longer). A failed read (failed) is a gap: a
+// holder that is gone across it, and the next one, are not counted.
+type holdWatcher struct {
+	holder string          // the acquisition holding at the last read; "" if none
+	from   time.Time       // the read before holder was first seen; zero if its start was not seen
+	last   time.Time       // the last read; zero before the first and after a failed one
+	holds  []time.Duration // sorted: 8 bytes a hold
+}
+
+// observe feeds w the status st, read at polled.
+func (w *holdWatcher) observe(polled time.Time, st backend.Status) {
+	now := ""
+	if st.Holder != nil {
+		now = st.Holder.ID + "\x00" + st.Holder.Token.String()
+	}
+	if now != w.holder {
+		if w.holder != "" && !w.from.IsZero() && !w.last.IsZero() {
+			d := polled.Sub(w.from)
+			i, _ := slices.BinarySearch(w.holds, d)
+			w.holds = slices.Insert(w.holds, i, d)
+		}
+		w.holder, w.from = now, time.Time{}
+		if now != "" {
+			w.from = w.last
+		}
+	}
+	w.last = polled
+}
+
+// failed tells w that a read failed.
+func (w *holdWatcher) failed() { w.last = time.Time{} }
+
+// times returns the statistics of the holds seen as backend.HoldTimes, with
 // exact percentiles (the hold of rank ceil(q*count), as the Locker's
 // estimates take).
-func holdTimesOf(holds []time.Duration) backend.HoldTimes {
-	if len(holds) == 0 {
+func (w *holdWatcher) times() backend.HoldTimes {
+	s := w.holds
+	if len(s) == 0 {
 		return backend.HoldTimes{}
 	}
-	s := slices.Sorted(slices.Values(holds))
 	at := func(q float64) time.Duration { return s[max(int(math.Ceil(q*float64(len(s))))-1, 0)] }
 	return backend.HoldTimes{Count: uint64(len(s)), Max: s[len(s)-1], P50: at(0.5), P99: at(0.99), P999: at(0.999)}
+}
+
+// holdTimesText formats the percentiles of h for the text output, in
+// milliseconds: "p50 150ms, p99 300ms, p99.9 300ms, max 300ms".
+func holdTimesText(h backend.HoldTimes) string {
+	ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+	return fmt.Sprintf("p50 %v, p99 %v, p99.9 %v, max %v", ms(h.P50), ms(h.P99), ms(h.P999), ms(h.Max))
 }

@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	neturl "net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +19,7 @@ import (
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/internal/etcdtest"
+	"github.com/fencelock/fencelock/internal/faultproxy"
 	"github.com/fencelock/fencelock/internal/freeport"
 	"github.com/fencelock/fencelock/internal/pgtest"
 	"github.com/fencelock/fencelock/internal/redistest"
@@ -85,13 +89,16 @@ var testBackends = []testBackend{
 func init() { quietClientLogs() }
 
 // Every subcommand works on every backend of the module, each a real
-// server on this machine: run, status, bench, advise and demo --url.
+// server on this machine: run, status (--watch too), bench, advise and
+// demo --url.
 func TestSubcommandsOnEveryBackend(t *testing.T) {
 	for _, b := range testBackends {
 		t.Run(b.name, func(t *testing.T) {
 			url := b.start(t)
 			t.Run("run", func(t *testing.T) { testRunOn(t, url("cli-run")) })
 			t.Run("status", func(t *testing.T) { testStatusOn(t, b, url("cli-status")) })
+			t.Run("status-watch", func(t *testing.T) { testStatusWatchOn(t, b, url("cli-status-watch")) })
+			t.Run("status-watch-outage", func(t *testing.T) { testStatusWatchOutage(t, url("cli-status-watch-outage")) })
 			t.Run("bench", func(t *testing.T) { testBenchOn(t, url("cli-bench")) })
 			t.Run("advise", func(t *testing.T) { testAdviseOn(t, url("cli-advise")) })
 			t.Run("demo", func(t *testing.T) {
@@ -243,4 +250,181 @@ func testBenchOn(t *testing.T, url string) {
 	assert.Zero(t, rep.Queue.OutOfOrder, "grants out of queue order")
 	assert.Positive(t, rep.Queue.DrainSeconds)
 	assert.Empty(t, r.stderr)
+}
+
+// live is a fencelock command line running in the background, its output
+// read by the test as it comes: in this process (mem://), ended by stop as
+// SIGINT ends it, or as the binary, ended by stop with SIGTERM.
+type live struct {
+	proc
+	out, errOut syncBuffer
+	stop        func()
+}
+
+func startLive(t *testing.T, binary bool, args ...string) *live {
+	t.Helper()
+	l := &live{proc: proc{done: make(chan runResult, 1)}}
+	result := func(code int) { l.done <- runResult{code, l.out.String(), l.errOut.String()} }
+	if !binary {
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		l.stop = cancel
+		go func() { result(run(ctx, args, &l.out, &l.errOut)) }()
+		return l
+	}
+	l.cmd = exec.Command(fencelockBin(t), args...)
+	l.cmd.Stdout, l.cmd.Stderr = &l.out, &l.errOut
+	require.NoError(t, l.cmd.Start())
+	t.Cleanup(func() { _ = l.cmd.Process.Kill() })
+	l.stop = func() { _ = l.cmd.Process.Signal(syscall.SIGTERM) }
+	go func() {
+		_ = l.cmd.Wait()
+		result(l.cmd.ProcessState.ExitCode())
+	}()
+	return l
+}
+
+// watchHoldLen is how long testStatusWatchOn holds the lock each time.
+const watchHoldLen = 200 * time.Millisecond
+
+// testStatusWatchOn: status --watch --json, the binary, sees every grant
+// and release of holds of watchHoldLen made here, one after the other,
+// with increasing tokens, and counts them, none shorter than it was; it
+// ends with status 0 on SIGTERM.
+func testStatusWatchOn(t *testing.T, b testBackend, url string) {
+	p := startLive(t, true, "status", "--url", url, "--watch", "--json", "--interval", "50ms", "--timeout", "10s", "job")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	l, err := backend.Open(ctx, url+"&holder=watched")
+	require.NoError(t, err)
+	defer l.Close()
+	out := p.out.String
+	n := waitLine(t, out, 0, `"holder":null`)
+	const holds = 3
+	var tokens []fencing.Token
+	for range holds {
+		lease, err := l.Acquire(ctx, "job")
+		require.NoError(t, err)
+		tokens = append(tokens, lease.Token())
+		// Seen held, then held watchHoldLen more, then seen free: the watch
+		// sees each start and end.
+		n = waitLine(t, out, n+1, `"token":"`+lease.Token().String()+`"`)
+		time.Sleep(watchHoldLen)
+		require.NoError(t, lease.Release(ctx))
+		n = waitLine(t, out, n+1, `"holder":null`)
+	}
+	p.stop()
+	r := p.wait(t)
+	require.Equal(t, exitOK, r.code, "%+v", r)
+	assert.Empty(t, r.stderr)
+
+	lines := watchLines(r.stdout)
+	require.NotEmpty(t, lines)
+	var seen []fencing.Token
+	var last statusWatchJSON
+	for i, line := range lines {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &m), line)
+		assert.ElementsMatch(t, []string{"error", "holder", "holds", "name", "time", "waiters"}, keys(m), line)
+		last = statusWatchJSON{}
+		require.NoError(t, json.Unmarshal([]byte(line), &last), line)
+		assert.Nil(t, last.Error, line)
+		if i == 0 {
+			assert.Nil(t, last.Holds, "no hold has ended at the start: %s", line)
+		}
+		if last.Holder != nil {
+			tok, err := fencing.ParseToken(last.Holder.Token)
+			require.NoError(t, err, line)
+			if len(seen) == 0 || seen[len(seen)-1] != tok {
+				seen = append(seen, tok)
+			}
+			if b.holderNames {
+				assert.Equal(t, "watched", last.Holder.Holder, line)
+			}
+		}
+	}
+	assert.Equal(t, tokens, seen, "each holder once, in order: %s", r.stdout)
+	for i := 1; i < len(seen); i++ {
+		assert.Greater(t, seen[i], seen[i-1], "tokens increase: %s", r.stdout)
+	}
+	assert.Nil(t, last.Holder, "free at the end: %s", lines[len(lines)-1])
+	require.NotNil(t, last.Holds, "the holds seen: %s", lines[len(lines)-1])
+	h := *last.Holds
+	assert.GreaterOrEqual(t, h.Count, uint64(holds), lines[len(lines)-1])
+	assert.GreaterOrEqual(t, h.MaxSeconds, watchHoldLen.Seconds(), "a hold is never counted shorter than it was: %s", lines[len(lines)-1])
+	assert.GreaterOrEqual(t, h.P50Seconds, watchHoldLen.Seconds(), "every hold was this long at least: %s", lines[len(lines)-1])
+	assert.LessOrEqual(t, h.P50Seconds, h.P99Seconds)
+	assert.LessOrEqual(t, h.P99Seconds, h.P999Seconds)
+	assert.LessOrEqual(t, h.P999Seconds, h.MaxSeconds)
+	assert.Less(t, h.MaxSeconds, 120.0, "seconds: %s", lines[len(lines)-1])
+}
+
+// testStatusWatchOutage: status --watch through a proxy that is then
+// partitioned shows unknown, with the reason, goes on, and shows the lock
+// again once the proxy heals; SIGTERM ends it with status 0.
+func testStatusWatchOutage(t *testing.T, url string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	// A TTL (ZooKeeper: a session timeout) longer than the partition.
+	require.Contains(t, url, "ttl=6s")
+	url = strings.Replace(url, "ttl=6s", "ttl=60s", 1)
+	l, err := backend.Open(ctx, url)
+	require.NoError(t, err)
+	defer l.Close()
+	lease, err := l.Acquire(ctx, "job")
+	require.NoError(t, err)
+	defer func() { _ = lease.Release(context.WithoutCancel(ctx)) }()
+
+	u, err := neturl.Parse(url)
+	require.NoError(t, err)
+	proxy, err := faultproxy.Start(u.Host)
+	require.NoError(t, err)
+	defer proxy.Close()
+	p := startLive(t, true, "status", "--url", strings.Replace(url, u.Host, proxy.Addr(), 1),
+		"--watch", "--json", "--interval", "50ms", "--timeout", "5s", "job")
+	out := p.out.String
+	held := `"token":"` + lease.Token().String() + `"`
+	n := waitLine(t, out, 0, held)
+	proxy.Partition()
+	n = waitLine(t, out, n+1, `"error":"`)
+	time.Sleep(500 * time.Millisecond) // the watch goes on while it cannot read
+	select {
+	case r := <-p.done:
+		t.Fatalf("the watch ended in the outage: %+v", r)
+	default:
+	}
+	proxy.Heal()
+	n = waitLine(t, out, n+1, held+`.*"error":null`)
+	p.stop()
+	r := p.wait(t)
+	require.Equal(t, exitOK, r.code, "%+v", r)
+	assert.Empty(t, r.stderr)
+
+	// Held, unknown (once, not at each read), held again.
+	lines := watchLines(r.stdout)
+	require.Len(t, lines, 3, r.stdout)
+	assert.Equal(t, 2, n, r.stdout)
+	var unknown statusWatchJSON
+	require.NoError(t, json.Unmarshal([]byte(lines[1]), &unknown), lines[1])
+	require.NotNil(t, unknown.Error, lines[1])
+	assert.NotEmpty(t, *unknown.Error)
+	assert.Nil(t, unknown.Holder, "unknown is not held: %s", lines[1])
+	assert.Equal(t, []entryJSON{}, unknown.Waiters)
+	assert.Nil(t, unknown.Holds, "no hold ended: %s", lines[1])
+	for _, line := range []string{lines[0], lines[2]} {
+		assert.Contains(t, line, held, line)
+		assert.Contains(t, line, `"error":null`, line)
+	}
+}
+
+// The binary's watch ends with status 0 on SIGINT and SIGTERM.
+func TestStatusWatchEndsOnSignal(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		p := startLive(t, true, "status", "--url", "mem://x", "--watch", "job")
+		require.Eventually(t, func() bool { return strings.Contains(p.out.String(), "is free") }, 60*time.Second, 20*time.Millisecond)
+		require.NoError(t, p.cmd.Process.Signal(sig))
+		r := p.wait(t)
+		assert.Equal(t, exitOK, r.code, "%v: %+v", sig, r)
+		assert.Empty(t, r.stderr, "%v", sig)
+	}
 }
