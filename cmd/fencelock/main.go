@@ -3,7 +3,7 @@
 //	fencelock run          run a command while holding a lock
 //	fencelock elect        run a command while this process leads an election
 //	fencelock leader       show who leads an election, or follow it (--watch)
-//	fencelock status       show who holds and who waits for a lock
+//	fencelock status       show who holds and who waits for a lock (--watch: every change, and hold times)
 //	fencelock advise       measure a lock's hold times and recommend a TTL
 //	fencelock bench        measure a backend: latency, grants/s, handoff time
 //	fencelock demo         play the stale-holder timeline (embedded etcd, or --url)
@@ -62,7 +62,8 @@ commands:
           again when it ends (fencelock elect -h)
   leader  show who leads an election (value, term), or every change with
           --watch (fencelock leader -h)
-  status  show who holds and who waits for a lock (fencelock status -h)
+  status  show who holds and who waits for a lock, or every change and
+          the hold times seen with --watch (fencelock status -h)
   advise  measure how long a lock is held, from outside, and recommend
           a TTL: p99.9 hold + headroom + drift (fencelock advise -h)
   bench   measure a backend: uncontended latency, contended grants/s and
