@@ -367,8 +367,7 @@ func (s *suite) testElectionObserve(t *testing.T) {
 	rq := elected(t, chQ, pTTL+s.expiry, "q after the leader paused past its TTL")
 	q := rq.term
 	require.Greater(t, q.Token(), p.Token())
-	requireNotBefore(t, rq.at, p.Lease())
-	require.True(t, isClosed(p.Done()), "the paused leader's Done has not fired although the next leads")
+	requireLostBy(t, rq.at, p.Lease(), "the paused leader's Done, although the next leads,")
 	record(q, rq.at, "q")
 	seen(q, "q", "the leader after a pause")
 	last, lastValue := q, "q"
