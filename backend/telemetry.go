@@ -280,12 +280,9 @@ func newTelemetry(backend string, o *observeOptions) *telemetry {
 	for w, wait := range []bool{false, true} {
 		t.waitAttrs[w] = attribute.Bool(attrAcquireWait, wait)
 		for r, result := range acquireResults {
-			t.endAttrs[w][r] = []attribute.KeyValue{t.backend, t.waitAttrs[w], attribute.String(attrAcquireResult, result)}
-		}
-	}
-	for w, wait := range []bool{false, true} {
-		for r, result := range acquireResults {
-			t.acquireSets[w][r] = newAttrs(t.backend, attribute.Bool(attrAcquireWait, wait), attribute.String(attrAcquireResult, result))
+			res := attribute.String(attrAcquireResult, result)
+			t.endAttrs[w][r] = []attribute.KeyValue{t.backend, t.waitAttrs[w], res}
+			t.acquireSets[w][r] = newAttrs(t.backend, t.waitAttrs[w], res)
 		}
 	}
 	for r, result := range renewalResults {
@@ -311,10 +308,7 @@ func (t *telemetry) logging(level slog.Level) bool {
 // "granted" at the grant (locked), in one call, or with another result at
 // the end, which replaces "granted" if the Locker could not keep the grant.
 func (t *telemetry) acquire(ctx context.Context, l *Locker, name string, wait bool, opts []Option) (*Lease, error) {
-	w := 0
-	if wait {
-		w = 1
-	}
+	w := waitIndex(wait)
 	var start time.Time
 	if t.metrics {
 		start = time.Now()
@@ -374,6 +368,16 @@ func (t *telemetry) locking(ctx context.Context, name string, wait bool) {
 	}
 }
 
+// waitIndex is the index of an acquisition's wait in the attributes made
+// per wait (waitAttrs, endAttrs, acquireSets): 0 for TryAcquire, 1 for
+// Acquire.
+func waitIndex(wait bool) int {
+	if wait {
+		return 1
+	}
+	return 0
+}
+
 // locked marks the return of the backend's Lock: the waiter is no longer
 // counted, and a grant is the span's event "granted" and its attributes,
 // the token and fencelock.acquire.result "granted" with the others.
@@ -389,10 +393,7 @@ func (t *telemetry) locked(ctx context.Context, name string, wait bool, token fe
 		return
 	}
 	span.AddEvent("granted")
-	w := 0
-	if wait {
-		w = 1
-	}
+	w := waitIndex(wait)
 	tok := attribute.Int64(attrToken, int64(token))
 	if t.lockNames {
 		span.SetAttributes(t.backend, t.waitAttrs[w], tok, t.grantedAttr, attribute.String(attrLockName, name))
