@@ -62,25 +62,13 @@ type starter func(t *testing.T, args ...string) *proc
 // startBinary runs the fencelock binary.
 func startBinary(t *testing.T, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(fencelockBin(t), args...)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	p := &proc{cmd: cmd, done: make(chan runResult, 1)}
-	go func() {
-		_ = cmd.Wait()
-		p.done <- runResult{cmd.ProcessState.ExitCode(), out.String(), errOut.String()}
-	}()
-	return p
+	return &startLive(t, true, args...).proc
 }
 
 // startInProcess runs the command line in this process, for mem://.
 func startInProcess(t *testing.T, args ...string) *proc {
 	t.Helper()
-	p := &proc{done: make(chan runResult, 1)}
-	go func() { p.done <- inProcess(args...) }()
-	return p
+	return &startLive(t, false, args...).proc
 }
 
 // inProcess runs the command line in this process, as cli does, but with
