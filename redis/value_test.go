@@ -223,10 +223,20 @@ func TestValueNothingLeftBehind(t *testing.T) {
 		require.NoError(t, err)
 		return filter(ks, func(k string) bool { return strings.Contains(k, valueKeyInfix) })
 	}
+	// What outlives the lock is the token counter and, where a wait was
+	// cancelled while its last attempt was on its way (a busy machine
+	// makes that likely), the acquisition's end mark, which expires.
 	leftover := func() []string {
 		ks, err := raw.Keys(ctx, prefix+":*").Result()
 		require.NoError(t, err)
-		return filter(ks, func(k string) bool { return !strings.HasSuffix(k, ":token") })
+		return filter(ks, func(k string) bool {
+			if strings.Contains(k, ":ended:") {
+				ms, err := raw.PTTL(ctx, k).Result()
+				require.NoError(t, err)
+				return ms <= 0 || ms > endMarkMin
+			}
+			return !strings.HasSuffix(k, ":token")
+		})
 	}
 
 	held, err := l.TryAcquire(ctx, "n", backend.WithValue("a"))
@@ -244,7 +254,7 @@ func TestValueNothingLeftBehind(t *testing.T) {
 	require.ErrorIs(t, r.Err, backend.ErrNotAcquired)
 	require.Len(t, valueKeys(), 1, "the cancelled wait's value is removed")
 	release(t, held)
-	require.Empty(t, leftover(), "only the token counter outlives the lock")
+	require.Empty(t, leftover(), "only the token counter and expiring end marks outlive the lock")
 
 	// Crashed candidates: a holder and a waiter that never renew nor
 	// release (driver leases, abandoned).
