@@ -51,7 +51,10 @@ func TestNoClientLogsOnStderr(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			url, stop, restart := c.start(t)
 			dir := t.TempDir()
-			watch := startBinary(t, "leader", "--url", url, "--watch", "clientlog")
+			watch := startLive(t, true, "leader", "--url", url, "--watch", "clientlog")
+			// Its first line says it has reached the server: a watch that
+			// cannot reach it at start ends (exit 69) rather than wait.
+			waitLine(t, watch.out.String, 0, `\S`)
 			held := startBinary(t, "run", "--url", url, "--lock", "clientlog", "--grace", "300ms", "--",
 				"sh", "-c", `trap 'touch "$1/stopped"; exit 0' TERM; touch "$1/held"; while :; do sleep 0.05; done`, "sh", dir)
 			waitFile(t, dir+"/held", held)
