@@ -90,7 +90,11 @@ func TestRunNoWaitExactlyOneRuns(t *testing.T) {
 	srv := etcdtest.Start(t)
 	url := etcdURL(srv, "run-nowait")
 	dir := t.TempDir()
-	script := `echo "$FENCELOCK_LOCK $FENCELOCK_TOKEN" > "$1/ran-$2"; sleep 2`
+	// The command holds until the other run has ended (or 30s have passed,
+	// should both run): a hold of fixed length could end before a busy
+	// machine has started the other run, which would then rightly run too.
+	script := `echo "$FENCELOCK_LOCK $FENCELOCK_TOKEN" > "$1/ran-$2"
+n=0; while [ ! -e "$1/stop" ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n+1)); done`
 	var wg sync.WaitGroup
 	results := make([]runResult, 2)
 	for i := range results {
@@ -98,6 +102,7 @@ func TestRunNoWaitExactlyOneRuns(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			results[i] = run1(t, "--url", url, "--lock", "cron", "--no-wait", "--", "sh", "-c", script, "sh", dir, strconv.Itoa(i))
+			_ = os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644)
 		}()
 	}
 	wg.Wait()
@@ -132,10 +137,16 @@ func TestRunExitStatuses(t *testing.T) {
 func TestRunWaitTimeout(t *testing.T) {
 	srv := etcdtest.Start(t)
 	url := etcdURL(srv, "run-wait")
-	holder, out, errOut := startRun(t, "--url", url, "--lock", "w", "--", "sleep", "5")
-	time.Sleep(time.Second) // let the holder acquire
+	dir := t.TempDir()
+	// The holder holds until told: a fixed hold (and a fixed sleep for its
+	// grant) could end before a busy machine has started the waiter.
+	hold := `touch "$1/held"; while [ ! -e "$1/stop" ]; do sleep 0.05; done`
+	holder, out, errOut := startRun(t, "--url", url, "--lock", "w", "--", "sh", "-c", hold, "sh", dir)
+	require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(dir, "held")); return err == nil },
+		60*time.Second, 50*time.Millisecond, "the holder did not start: %s", errOut)
 	r := run1(t, "--url", url, "--lock", "w", "--wait-timeout", "500ms", "--", "true")
 	assert.Equal(t, exitNotAcquired, r.code, r.stderr)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644))
 	assert.Equal(t, 0, waitRun(t, holder, out, errOut).code)
 }
 
@@ -207,7 +218,10 @@ func TestStatusShowsHolderAndWaiter(t *testing.T) {
 	srv := etcdtest.Start(t)
 	url := etcdURL(srv, "status")
 	dir := t.TempDir()
-	holder, out1, err1 := startRun(t, "--url", url+"&holder=worker-a", "--lock", "job", "--", "sh", "-c", `touch "$1/held"; sleep 3`, "sh", dir)
+	// The holder holds until told: a hold of fixed length could end before a
+	// busy machine has started the waiter and queued it.
+	hold := `touch "$1/held"; while [ ! -e "$1/stop" ]; do sleep 0.05; done`
+	holder, out1, err1 := startRun(t, "--url", url+"&holder=worker-a", "--lock", "job", "--", "sh", "-c", hold, "sh", dir)
 	require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(dir, "held")); return err == nil }, 30*time.Second, 50*time.Millisecond)
 	waiter, out2, err2 := startRun(t, "--url", url+"&holder=worker-b", "--lock", "job", "--", "true")
 
@@ -222,6 +236,7 @@ func TestStatusShowsHolderAndWaiter(t *testing.T) {
 	assert.Regexp(t, `held by worker-a, .*, id status/job/[0-9a-f]+@\d+\n`, out.String())
 	assert.Regexp(t, `1\. worker-b, .*, id status/job/[0-9a-f]+@\d+\n`, out.String())
 
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644))
 	assert.Equal(t, 0, waitRun(t, holder, out1, err1).code)
 	assert.Equal(t, 0, waitRun(t, waiter, out2, err2).code)
 	out.Reset()
