@@ -376,6 +376,8 @@ func TestTelemetryRenewals(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the lease was not lost")
 	}
+	// Done fires first; the loss is counted and logged just after.
+	require.Eventually(t, func() bool { return len(o.logs.find("fencelock: lease lost")) == 1 }, 5*time.Second, 5*time.Millisecond)
 	assert.GreaterOrEqual(t, o.sum(t, "fencelock.renewals", memBackend, attribute.String("fencelock.renewal.result", "failed")), int64(1))
 	assert.EqualValues(t, 1, o.sum(t, "fencelock.losses", memBackend, cause("deadline")))
 	retried := o.logs.find("fencelock: renewal failed, retrying")
@@ -445,9 +447,8 @@ func TestTelemetryOffLoses(t *testing.T) {
 	<-ls.Done()
 	require.True(t, errors.Is(ls.Err(), backend.ErrLeaseLost))
 	_ = l.Close() // reports the lost lease if its clean-up is still on its way
-	h, ok := l.HoldTimes("t")
-	require.True(t, ok)
-	assert.EqualValues(t, 1, h.Count)
+	// Done fires first; the hold is recorded just after.
+	require.Eventually(t, func() bool { h, ok := l.HoldTimes("t"); return ok && h.Count == 1 }, 5*time.Second, 5*time.Millisecond)
 }
 
 // Overhead of the telemetry on an uncontended Acquire+Release on mem: off
