@@ -53,7 +53,7 @@ func clientLogsChild(t *testing.T) {
 	cfg.OutputPaths, cfg.ErrorOutputPaths = []string{"stdout"}, []string{"stdout"}
 	lg, err := cfg.Build()
 	require.NoError(t, err)
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + addr}, DialTimeout: time.Second, Logger: lg})
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + addr}, DialTimeout: 5 * time.Second, Logger: lg}) // 5s: the dial waits for a server a busy machine may answer slowly
 	require.NoError(t, err)
 	defer c.Close()
 	users, err := New(c, "clientlog-user")

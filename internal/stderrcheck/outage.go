@@ -31,7 +31,9 @@ func HoldThroughOutage(t *testing.T, onFailed func(), lockers ...*backend.Locker
 	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		ok := true
 		for _, l := range lockers {
-			actx, cancel := context.WithTimeout(ctx, time.Second)
+			// 5s, not less: a round that a busy machine makes slow would
+			// be taken for the outage before the server was stopped.
+			actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			b, err := l.TryAcquire(actx, "b")
 			cancel()
 			if err == nil {
