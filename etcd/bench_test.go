@@ -138,22 +138,60 @@ func BenchmarkContended8(b *testing.B) {
 // measureRoundTrips measures, on key with c, the round trip (a serializable
 // Range: one round trip to the member, served from its memory) and a write
 // commit (a Put: raft, WAL fsync, apply) in the same run as a benchmark:
-// the medians of 300 Ranges and 100 Puts, after a few of each to warm the
-// connection.
+// the medians of 300 Ranges and 100 Puts, back to back, after a few of
+// each to warm the connection.
 func measureRoundTrips(b *testing.B, c *clientv3.Client, key string) lockbench.ServerTimes {
+	return measureRoundTripsAfter(b, c, key, 300, 100, 0)
+}
+
+// measureRoundTripsAfter is measureRoundTrips with gets Ranges and puts
+// Puts, each sent after pause.
+func measureRoundTripsAfter(b *testing.B, c *clientv3.Client, key string, gets, puts int, pause time.Duration) lockbench.ServerTimes {
 	ctx := context.Background()
 	put := func() error { _, err := c.Put(ctx, key, "x"); return err }
 	get := func() error { _, err := c.Get(ctx, key, clientv3.WithSerializable()); return err }
-	median := func(n int, op func() error) time.Duration {
-		d, err := lockbench.MedianOf(n, 0, op)
+	median := func(n int, pause time.Duration, op func() error) time.Duration {
+		d, err := lockbench.MedianOf(n, pause, op)
 		if err != nil {
 			b.Fatal(err)
 		}
 		return d
 	}
-	median(10, put)
-	median(10, get)
-	return lockbench.ServerTimes{RTT: median(300, get), Commit: median(100, put)}
+	median(10, 0, put)
+	median(10, 0, get)
+	return lockbench.ServerTimes{RTT: median(gets, pause, get), Commit: median(puts, pause, put)}
+}
+
+// BenchmarkHandoff measures one handoff at a time, with nothing else going
+// on (lockbench.BenchHandoff): a holder releases while one waiter, queued
+// (the lock's directory holds its key beside the holder's) and watching,
+// waits; it reports the handoff (from the release's start to the waiter's
+// grant), p50 and p99, in ms and in round trips, beside the round trip (a
+// serializable Range) and a write commit (a Put) of the same run (rtt-us,
+// commit-us), each request of which is sent after the same pause as a
+// handoff. The physical limit is one commit (the release's delete) and one
+// event delivery (the watch event the delete sends the waiter). fencelock
+// and concurrency.Mutex queue alike: each waiter writes a key under the
+// lock's directory and watches its predecessor's. One op is one handoff.
+func BenchmarkHandoff(b *testing.B) {
+	s := benchServer(b)
+	interleave(b, func(b *testing.B, impl lockImpl) {
+		prefix := fmt.Sprintf("bench/%d", benchSeq.Add(1))
+		var pair [2]lockbench.Contender
+		for i := range pair {
+			pair[i].Lock, pair[i].Unlock = impl.new(b, s, prefix, "handoff")
+		}
+		admin := benchClient(b, s)
+		dir := nameDir(prefix, "handoff")
+		times := measureRoundTripsAfter(b, admin, prefix+"/rtt", 100, 100, lockbench.HandoffPause)
+		lockbench.BenchHandoff(b, pair, func(ctx context.Context) (bool, error) {
+			r, err := admin.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithCountOnly())
+			if err != nil {
+				return false, err
+			}
+			return r.Count >= 2, nil
+		}, times)
+	})
 }
 
 // BenchmarkRoundTrip measures one serializable Range of a key on the

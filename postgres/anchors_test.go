@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/internal/lockbench"
@@ -150,4 +151,52 @@ func BenchmarkContended8(b *testing.B) {
 		b.ReportMetric(share(slices.Min(r.PerContender)), "min-share-%")
 		b.ReportMetric(share(slices.Max(r.PerContender)), "max-share-%")
 	})
+}
+
+// BenchmarkHandoff measures one handoff at a time, with nothing else going
+// on (lockbench.BenchHandoff): a holder releases while one waiter waits;
+// it reports the handoff (from the release's start to the waiter's
+// grant), p50 and p99, in ms and in round trips, beside the round trip (a
+// SELECT 1) and a write commit (an UPDATE) of the same run (rtt-us,
+// commit-us), each request of which is sent after the same pause as a
+// handoff. One op is one handoff.
+//
+// fencelock's waiter counts as queued once its row is in the waiters
+// table; it then waits for the notification of its grant on its Locker's
+// listener (opened at its first wait, an uncounted one): a handoff is the
+// release, which grants it in the server, and one notification. The
+// advisory waiter counts as queued once pg_locks shows its lock not
+// granted (it blocks in the server, which grants it at the unlock). The
+// poller queues nothing at the server (it tries every 2ms), so it counts
+// as waiting from its start and is left the same pause before the
+// release; its handoff is the release, up to one poll interval, and the
+// UPDATE that takes the lock.
+func BenchmarkHandoff(b *testing.B) {
+	interleave(b, func(b *testing.B, impl lockImpl) {
+		dsn := srv.NewDatabase(b)
+		var pair [2]lockbench.Contender
+		for i := range pair {
+			pair[i] = impl.new(b, dsn, "handoff")
+		}
+		admin := newPool(b, dsn)
+		var queued func(context.Context) (bool, error)
+		switch impl.name {
+		case "fencelock":
+			queued = countAtLeast(admin, "SELECT count(*) FROM "+DefaultPrefix+"_waiters WHERE name = 'handoff'", 1)
+		case "advisory":
+			queued = countAtLeast(admin, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())", 1)
+		}
+		times := measureRoundTripsAfter(b, admin, 100, 100, lockbench.HandoffPause)
+		lockbench.BenchHandoff(b, pair, queued, times)
+	})
+}
+
+// countAtLeast returns a function that reports whether query, a count, on
+// pool returns at least n.
+func countAtLeast(pool *pgxpool.Pool, query string, n int64) func(context.Context) (bool, error) {
+	return func(ctx context.Context) (bool, error) {
+		var c int64
+		err := pool.QueryRow(ctx, query).Scan(&c)
+		return c >= n, err
+	}
 }

@@ -11,24 +11,32 @@ import (
 )
 
 // measureRoundTrips measures, on pool, the median round trip (SELECT 1)
-// and write commit (an UPDATE of one row, committed).
+// and write commit (an UPDATE of one row, committed) of 300 and 100
+// requests, back to back.
 func measureRoundTrips(b *testing.B, pool *pgxpool.Pool) lockbench.ServerTimes {
+	return measureRoundTripsAfter(b, pool, 300, 100, 0)
+}
+
+// measureRoundTripsAfter is measureRoundTrips with sels SELECT 1 and upds
+// UPDATEs, each sent after pause, after a few of each back to back to warm
+// the pool.
+func measureRoundTripsAfter(b *testing.B, pool *pgxpool.Pool, sels, upds int, pause time.Duration) lockbench.ServerTimes {
 	ctx := context.Background()
 	if _, err := pool.Exec(ctx, "CREATE TABLE IF NOT EXISTS bench_commit (k int PRIMARY KEY, v bigint); INSERT INTO bench_commit VALUES (1, 0) ON CONFLICT DO NOTHING"); err != nil {
 		b.Fatal(err)
 	}
 	sel := func() error { _, err := pool.Exec(ctx, "SELECT 1"); return err }
 	upd := func() error { _, err := pool.Exec(ctx, "UPDATE bench_commit SET v = v + 1 WHERE k = 1"); return err }
-	median := func(n int, op func() error) time.Duration {
-		d, err := lockbench.MedianOf(n, 0, op)
+	median := func(n int, pause time.Duration, op func() error) time.Duration {
+		d, err := lockbench.MedianOf(n, pause, op)
 		if err != nil {
 			b.Fatal(err)
 		}
 		return d
 	}
-	median(10, sel)
-	median(10, upd)
-	return lockbench.ServerTimes{RTT: median(300, sel), Commit: median(100, upd)}
+	median(10, 0, sel)
+	median(10, 0, upd)
+	return lockbench.ServerTimes{RTT: median(sels, pause, sel), Commit: median(upds, pause, upd)}
 }
 
 // BenchmarkRoundTrip measures one SELECT 1 on the test server: the round

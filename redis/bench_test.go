@@ -236,6 +236,65 @@ func pingRTT(b testing.TB, s *redistest.Server) time.Duration {
 	return ts[len(ts)/2]
 }
 
+// BenchmarkHandoff measures one handoff at a time, with nothing else going
+// on (lockbench.BenchHandoff): a holder releases while one waiter waits;
+// it reports the handoff (from the release's start to the waiter's
+// grant), p50 and p99, in ms and in round trips, beside the round trip (a
+// PING) and a write (a SET, the "commit": the benchmarks' server keeps
+// nothing on disk) of the same run (rtt-us, commit-us), each request of
+// which is sent after the same pause as a handoff. One op is one handoff.
+//
+// fencelock's waiter counts as queued once the lock's queue (a sorted set)
+// holds its entry (ZCARD); its Locker's wake channel subscription opened
+// at its first wait, an uncounted one. A handoff is the release script,
+// which grants it in the server, and one pub/sub message (issue 19's
+// target: p50 within 1.5 round trips, p99 within 3). redislock and
+// redsync queue nothing at the server: their waiter polls (an attempt
+// every 2ms), so it counts as waiting from its start and is left the same
+// pause before the release; its handoff is the release, up to one poll
+// interval, and the attempt that takes the lock.
+func BenchmarkHandoff(b *testing.B) {
+	s := benchServer(b)
+	interleave(b, func(b *testing.B, impl lockImpl) {
+		prefix := benchPrefix()
+		var pair [2]lockbench.Contender
+		for i := range pair {
+			pair[i] = impl.new(b, s, prefix, "handoff")
+		}
+		var queued func(context.Context) (bool, error)
+		if impl.name == "fencelock" {
+			admin := benchClient(b, s)
+			queue := keysOf(prefix, "handoff").queue
+			queued = func(ctx context.Context) (bool, error) {
+				n, err := admin.ZCard(ctx, queue).Result()
+				return n >= 1, err
+			}
+		}
+		times := measureServerTimesAfter(b, s, 100, lockbench.HandoffPause)
+		lockbench.BenchHandoff(b, pair, queued, times)
+	})
+}
+
+// measureServerTimesAfter measures on s, with a client as the contenders
+// have, the round trip (a PING) and a write (a SET of a key of its own):
+// the medians of samples requests of each kind, each sent after pause.
+func measureServerTimesAfter(b *testing.B, s *redistest.Server, samples int, pause time.Duration) lockbench.ServerTimes {
+	c := benchClient(b, s)
+	ctx := context.Background()
+	key := benchPrefix() + ":commit"
+	median := func(req func() error) time.Duration {
+		d, err := lockbench.MedianOf(samples, pause, req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return d
+	}
+	return lockbench.ServerTimes{
+		RTT:    median(func() error { return c.Ping(ctx).Err() }),
+		Commit: median(func() error { return c.Set(ctx, key, "x", 0).Err() }),
+	}
+}
+
 // BenchmarkRoundTrip is one PING on the same server: the unit for the
 // handoff target (p99 within about 3 round trips).
 func BenchmarkRoundTrip(b *testing.B) {

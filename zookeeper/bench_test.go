@@ -3,7 +3,6 @@ package zookeeper
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -155,7 +154,8 @@ func measureServerTimesAfter(b testing.TB, samples int, pause time.Duration) loc
 }
 
 // BenchmarkHandoff measures one handoff at a time, with nothing else going
-// on: a holder releases while one waiter, queued and watching, waits; it
+// on (lockbench.BenchHandoff): a holder releases while one waiter, queued
+// (its node listed in the lock's directory) and watching, waits; it
 // reports the handoff (from the release's start to the waiter's grant),
 // p50 and p99, in ms and in round trips, beside the round trip and a write
 // commit of the same run (rtt-us, commit-us), each request of which is
@@ -167,65 +167,18 @@ func BenchmarkHandoff(b *testing.B) {
 	interleave(b, func(b *testing.B, impl lockImpl) {
 		warmServer(b)
 		prefix := fmt.Sprintf("/bench/%d", benchSeq.Add(1))
-		var cs [2]lockbench.Contender
-		for i := range cs {
-			cs[i].Lock, cs[i].Unlock = impl.new(b, prefix, "handoff")
+		var pair [2]lockbench.Contender
+		for i := range pair {
+			pair[i].Lock, pair[i].Unlock = impl.new(b, prefix, "handoff")
 		}
 		admin := zktest.ConnectTo(b, srv.Addr(), benchSessionTimeout)
-		times := measureServerTimesAfter(b, 100, handoffPause)
-		ctx := context.Background()
-		if err := cs[0].Lock(ctx); err != nil {
-			b.Fatal(err)
-		}
-		handoffs := make([]time.Duration, 0, b.N)
-		b.ResetTimer()
-		for i := range b.N {
-			holder, waiter := cs[i%2], cs[(i+1)%2]
-			granted := make(chan error, 1)
-			go func() { granted <- waiter.Lock(ctx) }()
-			awaitQueued(b, admin, lockDir(prefix, "handoff"))
-			start := time.Now()
-			if err := holder.Unlock(ctx); err != nil {
-				b.Fatal(err)
-			}
-			if err := <-granted; err != nil {
-				b.Fatal(err)
-			}
-			handoffs = append(handoffs, time.Since(start))
-		}
-		b.StopTimer()
-		if err := cs[b.N%2].Unlock(ctx); err != nil {
-			b.Fatal(err)
-		}
-		slices.Sort(handoffs)
-		ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-		b.ReportMetric(ms(lockbench.Percentile(handoffs, 0.5)), "handoff-p50-ms")
-		b.ReportMetric(ms(lockbench.Percentile(handoffs, 0.99)), "handoff-p99-ms")
-		times.Report(b, handoffs)
+		dir := lockDir(prefix, "handoff")
+		times := measureServerTimesAfter(b, 100, lockbench.HandoffPause)
+		lockbench.BenchHandoff(b, pair, func(context.Context) (bool, error) {
+			kids, _, err := admin.Children(dir)
+			return len(kids) >= 2, err
+		}, times)
 	})
-}
-
-// handoffPause is how long BenchmarkHandoff lets a waiter settle once its
-// node is listed: it reads the queue and sets its watch meanwhile.
-const handoffPause = 5 * time.Millisecond
-
-// awaitQueued waits until the lock directory dir holds two nodes (the
-// holder's and the waiter's), and then handoffPause (the benchmark's timer
-// is stopped).
-func awaitQueued(b *testing.B, admin *zk.Conn, dir string) {
-	b.StopTimer()
-	defer b.StartTimer()
-	for {
-		kids, _, err := admin.Children(dir)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if len(kids) >= 2 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(handoffPause)
 }
 
 // BenchmarkRoundTrip is one exists on the same server: the unit of the

@@ -101,7 +101,7 @@ func failoverSetup(b *testing.B) (lockbench.Failover, string) {
 			return n >= 2, err
 		},
 		RoundTrip: func(b *testing.B) time.Duration {
-			return measureServerTimesAfter(b, 100, handoffPause).RTT
+			return measureServerTimesAfter(b, 100, lockbench.HandoffPause).RTT
 		},
 	}, prefix
 }
