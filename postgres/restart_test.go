@@ -51,6 +51,12 @@ func TestTokensAcrossRestart(t *testing.T) {
 	require.NoError(t, err)
 	ch := goAcquire(ctx, lb, "held")
 	requireBlocked(t, ch, 200*time.Millisecond)
+	// Queued before the restart, not merely started: a busy machine may
+	// not have sent its attempt in 200ms, and the restart would end it.
+	require.Eventually(t, func() bool {
+		st, err := la.Status(ctx, "held")
+		return err == nil && len(st.Waiters) == 1
+	}, 30*time.Second, 10*time.Millisecond, "the waiter did not queue")
 
 	c.Restart(t)
 	cycle("after the restart")

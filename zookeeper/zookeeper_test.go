@@ -344,10 +344,19 @@ func threeInLine(t *testing.T, opts ...backend.Option) inLine {
 	var bctx context.Context
 	bctx, q.cancelB = context.WithCancel(ctx)
 	t.Cleanup(q.cancelB)
+	// Each waiter is waited for until it is queued and C has checked the
+	// queue: 200ms may not be enough on a busy machine, where C could then
+	// queue ahead of B or not have read the children yet.
+	waiters := func(n int) func() bool {
+		return func() bool { st, err := la.Status(ctx, "n"); return err == nil && len(st.Waiters) == n }
+	}
 	q.chB = goAcquire(bctx, lb, "n")
 	requireBlocked(t, q.chB, 200*time.Millisecond)
+	require.Eventually(t, waiters(1), 10*time.Second, 5*time.Millisecond, "B did not queue")
 	q.chC = goAcquire(ctx, lc, "n")
 	requireBlocked(t, q.chC, 200*time.Millisecond)
+	require.Eventually(t, waiters(2), 10*time.Second, 5*time.Millisecond, "C did not queue")
+	require.Eventually(t, func() bool { return q.reads() >= 1 }, 10*time.Second, 5*time.Millisecond, "C did not check the queue")
 	require.Equal(t, int64(1), q.reads(), "C's first check of the queue")
 	return q
 }
