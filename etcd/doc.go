@@ -148,13 +148,7 @@
 //     without queueing behind concurrent writes' WAL fsyncs as a
 //     linearizable read would; a member that cannot serve that revision
 //     (lagging, compacted) gets a linearizable read-only Txn instead. A
-//     handoff thus costs the release's write, one event and one local read,
-//     and no read when the last read showed the predecessor as the only key
-//     older than ours (each read takes three keys at most: ours, the
-//     predecessor and the one before it): keys are only created newer than
-//     ours, so its deletion is our turn (the watch of our own key, below,
-//     still reports our key's deletion): a waiter that queued behind the
-//     holder alone is granted on the release's event.
+//     handoff thus costs the release's write, one event and one local read.
 //   - Renewal: LeaseKeepAliveOnce every TTL/3 (scheduled by the backend
 //     package).
 //   - Proclaim: 1 Txn (put the value only if the key is still ours).

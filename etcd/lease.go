@@ -232,24 +232,26 @@ func (l *lease) setDoubtful() {
 // rev, then watches only that key, with no start revision so that the
 // watcher is synced at once (etcd serves watchers that start in the past
 // from a resync loop that runs every 100 ms), and re-reads the predecessor
-// once the watch is confirmed and after every delete, unless the last read
-// showed the predecessor as the only older key (see predecessorAt).
+// once the watch is confirmed and after every delete.
 func (l *lease) waitTurn(ctx context.Context, key string, rev int64) error {
 	backoff := 10 * time.Millisecond
-	var pred *predecessorKey // nil until found
+	var (
+		pred    string // "" until found
+		predRev int64
+	)
 	for {
-		var next *predecessorKey
+		var next *mvccpb.KeyValue
 		var err error
-		if pred == nil {
+		if pred == "" {
 			next, err = l.predecessorAt(ctx, key, rev, rev)
 		} else {
-			next, err = l.watchPredecessor(ctx, key, rev, pred)
+			next, err = l.watchPredecessor(ctx, key, rev, pred, predRev)
 		}
 		switch {
 		case err == nil && next == nil:
 			return nil
 		case err == nil:
-			pred = next
+			pred, predRev = string(next.Key), next.CreateRevision
 			backoff = 10 * time.Millisecond
 			continue
 		case errors.Is(err, backend.ErrLeaseLost):
@@ -276,25 +278,9 @@ func (l *lease) waitTurn(ctx context.Context, key string, rev int64) error {
 	}
 }
 
-// predecessorKey is the newest key older than ours, as a read found it.
-type predecessorKey struct {
-	kv *mvccpb.KeyValue
-	// last: no other key older than ours was left at the revision read.
-	// Keys are only ever created newer than ours, so once this one is
-	// deleted it is our turn, with no read to find out.
-	last bool
-}
-
 // watchPredecessor watches pred until it is deleted, and finds out which key
 // is the newest older than ours. It returns nil, nil when none is left (our
 // turn), the new predecessor if it changed, or an error.
-//
-// When pred was the last older key, its deletion is our turn at once: the
-// read that would follow only confirms it, and would add a round trip to
-// every such handoff. That read would also check that our key is still
-// there; its deletion (an operator's, or a revocation) is reported as a
-// loss by the watch of our own key (watchOwnKey), which sees every event
-// since its creation, as for a holder.
 //
 // The reads it makes are serializable reads at the revision of the watch
 // response just received (the created notice, or pred's deletion): the state
@@ -303,10 +289,9 @@ type predecessorKey struct {
 // first confirm the read index through raft, behind the WAL fsync of
 // whatever concurrent write is in flight. If the member cannot serve that
 // revision, it falls back to a linearizable read.
-func (l *lease) watchPredecessor(ctx context.Context, key string, rev int64, pred *predecessorKey) (*predecessorKey, error) {
-	name := string(pred.kv.Key)
+func (l *lease) watchPredecessor(ctx context.Context, key string, rev int64, pred string, predRev int64) (*mvccpb.KeyValue, error) {
 	box := &watchMailbox{ready: make(chan struct{}, 1)}
-	w := &keyWatch{key: name, noPut: true, owner: box}
+	w := &keyWatch{key: pred, noPut: true, owner: box}
 	if !l.d.hub.add(w) {
 		return nil, fmt.Errorf("etcd: wait: %w", backend.ErrClosed)
 	}
@@ -315,18 +300,17 @@ func (l *lease) watchPredecessor(ctx context.Context, key string, rev int64, pre
 	for {
 		// Wait for the created notice, then for pred's deletion.
 		var at int64
-		deleted := false
 		for at <= read {
 			select {
 			case <-ctx.Done(): // also when the lease is lost
 				return nil, ctx.Err()
 			case <-l.d.client.Ctx().Done():
-				return nil, fmt.Errorf("etcd: wait: watch %q: %w", name, errClientClosed)
+				return nil, fmt.Errorf("etcd: wait: watch %q: %w", pred, errClientClosed)
 			case <-box.ready:
 			}
 			for _, wr := range box.take() {
 				if wr.Canceled {
-					return nil, fmt.Errorf("etcd: wait: watch %q: %w", name, watchCancelError(wr))
+					return nil, fmt.Errorf("etcd: wait: watch %q: %w", pred, watchCancelError(wr))
 				}
 				if wr.Created {
 					at = max(at, wr.Header.Revision)
@@ -334,7 +318,6 @@ func (l *lease) watchPredecessor(ctx context.Context, key string, rev int64, pre
 				for _, ev := range wr.Events {
 					if ev.Type == mvccpb.DELETE {
 						l.d.wakeups.Add(1)
-						deleted = true
 						// The state read at a revision at or after
 						// this one reflects it. (A deletion at or before
 						// the revision read last cannot arrive: pred
@@ -344,39 +327,30 @@ func (l *lease) watchPredecessor(ctx context.Context, key string, rev int64, pre
 				}
 			}
 		}
-		if deleted && pred.last {
-			if err := ctx.Err(); err != nil { // the lease was lost meanwhile
-				return nil, err
-			}
-			return nil, nil
-		}
 		read = at
 		next, err := l.predecessorAt(ctx, key, rev, at)
 		if err != nil || next == nil {
 			return nil, err
 		}
-		if string(next.kv.Key) != name || next.kv.CreateRevision != pred.kv.CreateRevision {
+		if string(next.Key) != pred || next.CreateRevision != predRev {
 			return next, nil
 		}
-		pred = next
 	}
 }
 
 // predecessorAt returns the newest key under the name created before ours
-// as of revision at, and whether it was the last older one, or nil if there
-// is none, with one serializable read (of three keys at most: ours, the
-// predecessor, and the one before it if any); an error matching
-// backend.ErrLeaseLost if our key was gone by then. If the member cannot
-// serve revision at (it lags behind, or at was compacted) it asks
-// predecessor instead.
-func (l *lease) predecessorAt(ctx context.Context, key string, rev, at int64) (*predecessorKey, error) {
+// as of revision at, or nil if there is none, with one serializable read; an
+// error matching backend.ErrLeaseLost if our key was gone by then. If the
+// member cannot serve revision at (it lags behind, or at was compacted) it
+// asks predecessor instead.
+func (l *lease) predecessorAt(ctx context.Context, key string, rev, at int64) (*mvccpb.KeyValue, error) {
 	if at < rev {
 		// The watch was served by a member that had not yet applied our
 		// key: read the current state instead.
 		return l.predecessor(ctx, key, rev)
 	}
 	resp, err := l.d.client.Get(ctx, l.dir, clientv3.WithPrefix(), clientv3.WithRev(at), clientv3.WithSerializable(),
-		clientv3.WithMaxCreateRev(rev), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(3))
+		clientv3.WithMaxCreateRev(rev), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -392,17 +366,17 @@ func (l *lease) predecessorAt(ctx context.Context, key string, rev, at int64) (*
 	if len(kvs) == 1 {
 		return nil, nil
 	}
-	return &predecessorKey{kv: kvs[1], last: len(kvs) == 2}, nil
+	return kvs[1], nil
 }
 
-// predecessor returns the newest key under the name created before ours,
-// and whether it was the last older one, or nil if there is none, in one
-// linearizable read-only Txn that also checks that our key is still ours.
-func (l *lease) predecessor(ctx context.Context, key string, rev int64) (*predecessorKey, error) {
+// predecessor returns the newest key under the name created before ours, or
+// nil if there is none, in one linearizable read-only Txn that also checks
+// that our key is still ours.
+func (l *lease) predecessor(ctx context.Context, key string, rev int64) (*mvccpb.KeyValue, error) {
 	resp, err := l.d.client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
 		Then(clientv3.OpGet(l.dir, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(rev-1),
-			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))).
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1))).
 		Commit()
 	if err != nil {
 		return nil, fmt.Errorf("etcd: wait: read predecessor: %w", mapErr(err))
@@ -413,7 +387,7 @@ func (l *lease) predecessor(ctx context.Context, key string, rev int64) (*predec
 		return nil, err
 	}
 	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
-		return &predecessorKey{kv: kvs[0], last: len(kvs) == 1}, nil
+		return kvs[0], nil
 	}
 	return nil, nil
 }
