@@ -151,11 +151,7 @@ func measureRoundTripsAfter(b *testing.B, c *clientv3.Client, key string, gets, 
 	put := func() error { _, err := c.Put(ctx, key, "x"); return err }
 	get := func() error { _, err := c.Get(ctx, key, clientv3.WithSerializable()); return err }
 	median := func(n int, pause time.Duration, op func() error) time.Duration {
-		d, err := lockbench.MedianOf(n, pause, op)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return d
+		return lockbench.MedianOf(b, n, pause, op)
 	}
 	median(10, 0, put)
 	median(10, 0, get)

@@ -28,11 +28,7 @@ func measureRoundTripsAfter(b *testing.B, pool *pgxpool.Pool, sels, upds int, pa
 	sel := func() error { _, err := pool.Exec(ctx, "SELECT 1"); return err }
 	upd := func() error { _, err := pool.Exec(ctx, "UPDATE bench_commit SET v = v + 1 WHERE k = 1"); return err }
 	median := func(n int, pause time.Duration, op func() error) time.Duration {
-		d, err := lockbench.MedianOf(n, pause, op)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return d
+		return lockbench.MedianOf(b, n, pause, op)
 	}
 	median(10, 0, sel)
 	median(10, 0, upd)

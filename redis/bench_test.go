@@ -282,13 +282,7 @@ func measureServerTimesAfter(b *testing.B, s *redistest.Server, samples int, pau
 	c := benchClient(b, s)
 	ctx := context.Background()
 	key := benchPrefix() + ":commit"
-	median := func(req func() error) time.Duration {
-		d, err := lockbench.MedianOf(samples, pause, req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return d
-	}
+	median := func(req func() error) time.Duration { return lockbench.MedianOf(b, samples, pause, req) }
 	return lockbench.ServerTimes{
 		RTT:    median(func() error { return c.Ping(ctx).Err() }),
 		Commit: median(func() error { return c.Set(ctx, key, "x", 0).Err() }),

@@ -140,13 +140,7 @@ func measureServerTimesAfter(b testing.TB, samples int, pause time.Duration) loc
 	if err != nil {
 		b.Fatal(err)
 	}
-	median := func(req func() error) time.Duration {
-		d, err := lockbench.MedianOf(samples, pause, req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return d
-	}
+	median := func(req func() error) time.Duration { return lockbench.MedianOf(b, samples, pause, req) }
 	return lockbench.ServerTimes{
 		RTT:    median(func() error { _, _, err := conn.Exists(node); return err }),
 		Commit: median(func() error { _, err := conn.Set(node, nil, -1); return err }),

@@ -15,8 +15,9 @@ type ServerTimes struct {
 
 // MedianOf returns the median duration of n calls of req, each made after
 // pause (none if zero: back to back, as the requests of a contended run
-// follow each other), or the first error.
-func MedianOf(n int, pause time.Duration, req func() error) (time.Duration, error) {
+// follow each other); a failed call fails tb.
+func MedianOf(tb testing.TB, n int, pause time.Duration, req func() error) time.Duration {
+	tb.Helper()
 	ds := make([]time.Duration, n)
 	for i := range ds {
 		if pause > 0 {
@@ -24,12 +25,12 @@ func MedianOf(n int, pause time.Duration, req func() error) (time.Duration, erro
 		}
 		start := time.Now()
 		if err := req(); err != nil {
-			return 0, err
+			tb.Fatal(err)
 		}
 		ds[i] = time.Since(start)
 	}
 	slices.Sort(ds)
-	return Percentile(ds, 0.5), nil
+	return Percentile(ds, 0.5)
 }
 
 // Report reports on b the round trip and commit in µs (rtt-us, commit-us)
