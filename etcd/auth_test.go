@@ -115,9 +115,11 @@ func requirePermission(t *testing.T, err error) {
 }
 
 // A waiter whose role loses its grant while it waits ends its wait with
-// backend.ErrPermission once it is refused (here: its read after the
-// holder's release), rather than retrying until its context ends and
-// reporting a held lock, or losing its lease at the TTL.
+// backend.ErrPermission once it is refused (here: its read when the waiter
+// ahead of it releases), rather than retrying until its context ends and
+// reporting a held lock, or losing its lease at the TTL. (The waiter next
+// in line takes its turn on its predecessor's deletion without a read, so
+// it would learn of the loss at its first request as the holder.)
 func TestWaitRefused(t *testing.T) {
 	s, _ := authServer(t)
 	root := s.NewClient(t)
@@ -133,13 +135,19 @@ func TestWaitRefused(t *testing.T) {
 
 	held, err := holderLocker.TryAcquire(tctx(t, 10*time.Second), "n")
 	require.NoError(t, err)
+	next := goAcquire(tctx(t, 60*time.Second), holderLocker, "n")
+	waitKeys(t, root, "locks", "n", 2)
 	ch := goAcquire(tctx(t, 60*time.Second), waiterLocker, "n")
+	waitKeys(t, root, "locks", "n", 3)
 	requireBlocked(t, ch, 300*time.Millisecond)
 	ctx := tctx(t, 10*time.Second)
 	_, err = root.RoleRevokePermission(ctx, appUser.Name, "locks/", clientv3.GetPrefixRangeEnd("locks/"))
 	require.NoError(t, err)
 	release(t, held)
-	r := waitAcquired(t, ch, 20*time.Second)
+	r := waitAcquired(t, next, 20*time.Second)
+	require.NoError(t, r.Err)
+	release(t, r.Lease)
+	r = waitAcquired(t, ch, 20*time.Second)
 	requirePermission(t, r.Err)
 }
 

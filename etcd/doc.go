@@ -137,18 +137,25 @@
 //     immediate predecessor (outside the Txn: a read sorted by create
 //     revision reads every key of the name, and inside the Txn it would hold
 //     up every write's apply: 1,000 waiters queueing at once timed out), then
-//     1 watch on the immediate predecessor key only (no thundering
-//     herd: one waiter woken per release), created without a start revision so that etcd serves it from its
-//     synced set at once rather than from the 100 ms resync loop (the cause
-//     of the Mutex's ~90 ms handoff tail), and 1 read each time the watch is
-//     confirmed or the predecessor deleted: a serializable Range at the
-//     revision of that watch response, which shows whether our key is still
-//     there and which older key, if any, is left. The state at that revision
-//     plus the watch's later events miss nothing, and the member serves it
-//     without queueing behind concurrent writes' WAL fsyncs as a
-//     linearizable read would; a member that cannot serve that revision
-//     (lagging, compacted) gets a linearizable read-only Txn instead. A
-//     handoff thus costs the release's write, one event and one local read.
+//     1 watch on the immediate predecessor key (deletions only: no
+//     thundering herd, one waiter woken per release; for the waiter next in
+//     line, on our own key too, and the keys between the two), created
+//     without a start revision so that etcd serves it from its synced set
+//     at once rather than from the 100 ms resync loop (the cause of the
+//     Mutex's ~90 ms handoff tail), and 1 read each time the watch is confirmed or the
+//     predecessor deleted: a serializable Range at the revision of that
+//     watch response, which shows whether our key is still there and which
+//     older key, if any, is left. The state at that revision plus the
+//     watch's later events miss nothing, and the member serves it without
+//     queueing behind concurrent writes' WAL fsyncs as a linearizable read
+//     would; a member that cannot serve that revision (lagging, compacted)
+//     gets a linearizable read-only Txn instead. For the waiter next in
+//     line, whose last read showed the predecessor as the only older key
+//     (it holds the lock), its deletion is the turn without a read: keys
+//     created later are newer, and the one watch delivers deletions in
+//     revision order, so our key, not deleted before it, was there at that
+//     revision. A handoff thus costs the release's write and one event, and
+//     a waiter further back one local read more.
 //   - Renewal: LeaseKeepAliveOnce every TTL/3 (scheduled by the backend
 //     package).
 //   - Proclaim: 1 Txn (put the value only if the key is still ours).

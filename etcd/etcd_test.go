@@ -218,6 +218,52 @@ func TestWaiterLeaseRevoked(t *testing.T) {
 	release(t, r.Lease)
 }
 
+// A waiter next in line whose key is deleted just before its predecessor's
+// (in one Txn, or in two writes one after the other) is not granted the
+// lock. Its last read showed the predecessor as the only older key, so it
+// takes its turn on the predecessor's deletion without reading again, and
+// it must see that its own key went first: the one watch of both keys
+// delivers the deletions in revision order. Its wait ends with
+// ErrLeaseLost, and the lock is free. (On a busy machine the waiter may not
+// have read yet when the keys go: it then finds out by that read.)
+func TestWaiterKeyDeletedBeforeTurn(t *testing.T) {
+	for _, how := range []string{"TxnWaiterFirst", "TxnHolderFirst", "TwoWrites"} {
+		t.Run(how, func(t *testing.T) {
+			pfx := testPrefix(t)
+			c := client(t)
+			a, b := locker(t, pfx, backend.WithTTL(long)), locker(t, pfx, backend.WithTTL(long))
+			_, err := a.Acquire(tctx(t, 10*time.Second), "r")
+			require.NoError(t, err)
+			ch := goAcquire(tctx(t, 60*time.Second), b, "r")
+			// Its key is there; a few ms later it has read, and watches, and
+			// the watch of its own key, which would tell it of the
+			// deletion too, is not on yet (it starts ownWatchDelay after
+			// the key's creation, then catches up in etcd's 100 ms resync).
+			kvs := waitKeys(t, c, pfx, "r", 2)
+			time.Sleep(ownWatchDelay / 3)
+			holderKey, waiterKey := string(kvs[0].Key), string(kvs[1].Key)
+			ctx := tctx(t, 10*time.Second)
+			switch how {
+			case "TxnWaiterFirst":
+				_, err = c.Txn(ctx).Then(clientv3.OpDelete(waiterKey), clientv3.OpDelete(holderKey)).Commit()
+			case "TxnHolderFirst": // one revision: the events' order within it does not matter
+				_, err = c.Txn(ctx).Then(clientv3.OpDelete(holderKey), clientv3.OpDelete(waiterKey)).Commit()
+			default:
+				_, err = c.Delete(ctx, waiterKey)
+				require.NoError(t, err)
+				_, err = c.Delete(ctx, holderKey)
+			}
+			require.NoError(t, err)
+			r := waitAcquired(t, ch, 10*time.Second)
+			require.ErrorIs(t, r.Err, backend.ErrLeaseLost)
+			require.Nil(t, r.Lease)
+			free, err := locker(t, pfx).TryAcquire(tctx(t, 10*time.Second), "r")
+			require.NoError(t, err, "the lock is free")
+			release(t, free)
+		})
+	}
+}
+
 // A holder whose lease is revoked sees its loss signal promptly (from the
 // watch on its own key, long before its next renewal).
 func TestHolderLeaseRevokedFiresLoss(t *testing.T) {

@@ -229,29 +229,33 @@ func (l *lease) setDoubtful() {
 
 // waitTurn waits until no key older than ours (create revision below rev)
 // is left under the name. It finds the immediate predecessor with a read at
-// rev, then watches only that key, with no start revision so that the
-// watcher is synced at once (etcd serves watchers that start in the past
-// from a resync loop that runs every 100 ms), and re-reads the predecessor
-// once the watch is confirmed and after every delete.
+// rev, then watches that key (and ours, when next in line: see
+// watchPredecessor), with no start revision so that the watcher is synced
+// at once (etcd serves watchers that start in the past from a resync loop
+// that runs every 100 ms), and re-reads the predecessor once the watch is
+// confirmed and after every delete but that of a predecessor that was the
+// only older key.
 func (l *lease) waitTurn(ctx context.Context, key string, rev int64) error {
 	backoff := 10 * time.Millisecond
 	var (
 		pred    string // "" until found
 		predRev int64
+		first   bool // pred was the only older key when found
 	)
 	for {
 		var next *mvccpb.KeyValue
+		var only bool
 		var err error
 		if pred == "" {
-			next, err = l.predecessorAt(ctx, key, rev, rev)
+			next, only, err = l.predecessorAt(ctx, key, rev, rev)
 		} else {
-			next, err = l.watchPredecessor(ctx, key, rev, pred, predRev)
+			next, only, err = l.watchPredecessor(ctx, key, rev, pred, predRev, first)
 		}
 		switch {
 		case err == nil && next == nil:
 			return nil
 		case err == nil:
-			pred, predRev = string(next.Key), next.CreateRevision
+			pred, predRev, first = string(next.Key), next.CreateRevision, only
 			backoff = 10 * time.Millisecond
 			continue
 		case errors.Is(err, backend.ErrLeaseLost):
@@ -279,8 +283,9 @@ func (l *lease) waitTurn(ctx context.Context, key string, rev int64) error {
 }
 
 // watchPredecessor watches pred until it is deleted, and finds out which key
-// is the newest older than ours. It returns nil, nil when none is left (our
-// turn), the new predecessor if it changed, or an error.
+// is the newest older than ours. It returns nil when none is left (our
+// turn), the new predecessor if it changed (and whether it is the only
+// older key), or an error.
 //
 // The reads it makes are serializable reads at the revision of the watch
 // response just received (the created notice, or pred's deletion): the state
@@ -289,84 +294,123 @@ func (l *lease) waitTurn(ctx context.Context, key string, rev int64) error {
 // first confirm the read index through raft, behind the WAL fsync of
 // whatever concurrent write is in flight. If the member cannot serve that
 // revision, it falls back to a linearizable read.
-func (l *lease) watchPredecessor(ctx context.Context, key string, rev int64, pred string, predRev int64) (*mvccpb.KeyValue, error) {
+//
+// If pred was the only key older than ours when found (first: it holds the
+// lock), one watch covers pred and our own key (and whatever keys of the
+// name lie between the two, whose deletions it ignores), so that their
+// deletions arrive in the order of their revisions. While the last read
+// shows pred as the only older key, pred's deletion at revision D is our
+// turn without another read: no key created after ours can be older, and
+// our key was there at the read and, no deletion of it having come before
+// pred's, still at D. (A watch of pred alone would not tell: our key could
+// have been deleted before D and its own watch not have said so yet.) A
+// waiter further back watches pred alone: a watch of the keys between two
+// waiters' would bring each of them the deletions of a third of the queue.
+func (l *lease) watchPredecessor(ctx context.Context, key string, rev int64, pred string, predRev int64, first bool) (*mvccpb.KeyValue, bool, error) {
 	box := &watchMailbox{ready: make(chan struct{}, 1)}
 	w := &keyWatch{key: pred, noPut: true, owner: box}
+	if first {
+		lo, hi := min(pred, key), max(pred, key)
+		w.key, w.end = lo, hi+"\x00"
+	}
 	if !l.d.hub.add(w) {
-		return nil, fmt.Errorf("etcd: wait: %w", backend.ErrClosed)
+		return nil, false, fmt.Errorf("etcd: wait: %w", backend.ErrClosed)
 	}
 	defer l.d.hub.remove(w)
-	var read int64 // the revision read last
+	var (
+		read int64 // the revision read last
+		// last: pred was the only key older than ours at read, and our
+		// key is watched.
+		last bool
+	)
 	for {
-		// Wait for the created notice, then for pred's deletion.
+		// Wait for the created notice, then for pred's or our key's
+		// deletion.
 		var at int64
 		for at <= read {
 			select {
 			case <-ctx.Done(): // also when the lease is lost
-				return nil, ctx.Err()
+				return nil, false, ctx.Err()
 			case <-l.d.client.Ctx().Done():
-				return nil, fmt.Errorf("etcd: wait: watch %q: %w", pred, errClientClosed)
+				return nil, false, fmt.Errorf("etcd: wait: watch %q: %w", pred, errClientClosed)
 			case <-box.ready:
 			}
+			turn, ownDeleted := false, false
 			for _, wr := range box.take() {
 				if wr.Canceled {
-					return nil, fmt.Errorf("etcd: wait: watch %q: %w", pred, watchCancelError(wr))
+					return nil, false, fmt.Errorf("etcd: wait: watch %q: %w", pred, watchCancelError(wr))
 				}
 				if wr.Created {
 					at = max(at, wr.Header.Revision)
 				}
 				for _, ev := range wr.Events {
-					if ev.Type == mvccpb.DELETE {
-						l.d.wakeups.Add(1)
-						// The state read at a revision at or after
-						// this one reflects it. (A deletion at or before
-						// the revision read last cannot arrive: pred
-						// was there then.)
-						at = max(at, ev.Kv.ModRevision, wr.Header.Revision)
+					if ev.Type != mvccpb.DELETE {
+						continue
 					}
+					// The state read at a revision at or after this
+					// one reflects it. (A deletion at or before the
+					// revision read last cannot arrive: both keys were
+					// there then.)
+					switch string(ev.Kv.Key) {
+					case pred:
+						l.d.wakeups.Add(1)
+						turn = turn || last && !ownDeleted && ev.Kv.ModRevision > read
+					case key:
+						ownDeleted = true
+					default:
+						continue // another waiter's key between the two
+					}
+					at = max(at, ev.Kv.ModRevision, wr.Header.Revision)
 				}
+			}
+			if turn && !ownDeleted {
+				return nil, false, nil
 			}
 		}
 		read = at
-		next, err := l.predecessorAt(ctx, key, rev, at)
+		next, only, err := l.predecessorAt(ctx, key, rev, at)
 		if err != nil || next == nil {
-			return nil, err
+			return nil, false, err
 		}
 		if string(next.Key) != pred || next.CreateRevision != predRev {
-			return next, nil
+			return next, only, nil
 		}
+		last = only && first
 	}
 }
 
 // predecessorAt returns the newest key under the name created before ours
-// as of revision at, or nil if there is none, with one serializable read; an
-// error matching backend.ErrLeaseLost if our key was gone by then. If the
-// member cannot serve revision at (it lags behind, or at was compacted) it
-// asks predecessor instead.
-func (l *lease) predecessorAt(ctx context.Context, key string, rev, at int64) (*mvccpb.KeyValue, error) {
+// as of revision at, or nil if there is none, with one serializable read,
+// and whether it is the only one; an error matching backend.ErrLeaseLost if
+// our key was gone by then. If the member cannot serve revision at (it lags
+// behind, or at was compacted) it asks predecessor instead, and does not
+// tell whether the key is the only one (only is false).
+func (l *lease) predecessorAt(ctx context.Context, key string, rev, at int64) (next *mvccpb.KeyValue, only bool, err error) {
 	if at < rev {
 		// The watch was served by a member that had not yet applied our
 		// key: read the current state instead.
-		return l.predecessor(ctx, key, rev)
+		next, err := l.predecessor(ctx, key, rev)
+		return next, false, err
 	}
 	resp, err := l.d.client.Get(ctx, l.dir, clientv3.WithPrefix(), clientv3.WithRev(at), clientv3.WithSerializable(),
-		clientv3.WithMaxCreateRev(rev), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))
+		clientv3.WithMaxCreateRev(rev), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(3))
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return nil, false, ctx.Err()
 		}
-		return l.predecessor(ctx, key, rev)
+		next, err := l.predecessor(ctx, key, rev)
+		return next, false, err
 	}
 	kvs := resp.Kvs
 	if len(kvs) == 0 || string(kvs[0].Key) != key || kvs[0].CreateRevision != rev {
 		err := l.lostError(key)
 		l.lost(err)
-		return nil, err
+		return nil, false, err
 	}
 	if len(kvs) == 1 {
-		return nil, nil
+		return nil, false, nil
 	}
-	return kvs[1], nil
+	return kvs[1], len(kvs) == 2, nil
 }
 
 // predecessor returns the newest key under the name created before ours, or

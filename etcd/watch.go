@@ -51,10 +51,12 @@ type watchHub struct {
 	done     sync.WaitGroup // the goroutines
 }
 
-// keyWatch is one watch of the hub: key from revision from on.
+// keyWatch is one watch of the hub: key (or the keys from key up to end,
+// end excluded, if end is set) from revision from on.
 type keyWatch struct {
 	id  int64
 	key string
+	end string
 	// from is the first revision wanted: the creation's start revision,
 	// then the revision after the last event delivered (or after the
 	// creation's, for a watch that started at the current revision).
@@ -310,6 +312,9 @@ func (h *watchHub) takeRequests(batch []*pb.WatchRequest) []*pb.WatchRequest {
 		w.sent = true
 		h.creating = append(h.creating, w)
 		create := &pb.WatchCreateRequest{Key: []byte(w.key), StartRevision: w.from, WatchId: w.id}
+		if w.end != "" {
+			create.RangeEnd = []byte(w.end)
+		}
 		if w.noPut {
 			create.Filters = []pb.WatchCreateRequest_FilterType{pb.WatchCreateRequest_NOPUT}
 		}
