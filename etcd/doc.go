@@ -138,8 +138,9 @@
 //     revision reads every key of the name, and inside the Txn it would hold
 //     up every write's apply: 1,000 waiters queueing at once timed out), then
 //     1 watch on the immediate predecessor key (deletions only: no
-//     thundering herd, one waiter woken per release; for the waiter next in
-//     line, on our own key too, and the keys between the two), created
+//     thundering herd, one waiter woken per release; for a waiter whose
+//     predecessor held the lock when found, on our own key too, and the
+//     keys between the two), created
 //     without a start revision so that etcd serves it from its synced set
 //     at once rather than from the 100 ms resync loop (the cause of the
 //     Mutex's ~90 ms handoff tail), and 1 read each time the watch is confirmed or the
@@ -149,13 +150,17 @@
 //     watch's later events miss nothing, and the member serves it without
 //     queueing behind concurrent writes' WAL fsyncs as a linearizable read
 //     would; a member that cannot serve that revision (lagging, compacted)
-//     gets a linearizable read-only Txn instead. For the waiter next in
-//     line, whose last read showed the predecessor as the only older key
-//     (it holds the lock), its deletion is the turn without a read: keys
+//     gets a linearizable read-only Txn instead. For such a waiter (one
+//     that queued right behind the holder, as in a handoff between two
+//     contenders), while its last read shows the predecessor as the only
+//     older key, that key's deletion is the turn without a read: keys
 //     created later are newer, and the one watch delivers deletions in
 //     revision order, so our key, not deleted before it, was there at that
-//     revision. A handoff thus costs the release's write and one event, and
-//     a waiter further back one local read more.
+//     revision. Its handoff thus costs the release's write and one event.
+//     A waiter that queued further back reads once more when its turn
+//     comes, as does one whose watch had to be created again on a new
+//     stream (etcd versions with etcd-io/etcd#18089 can drop a deletion
+//     from a watch that resumes at the compaction revision).
 //   - Renewal: LeaseKeepAliveOnce every TTL/3 (scheduled by the backend
 //     package).
 //   - Proclaim: 1 Txn (put the value only if the key is still ours).

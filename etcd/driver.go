@@ -64,8 +64,12 @@ type etcdDriver struct {
 	// wakeups counts the predecessor deletions delivered to this driver's
 	// waiters: one per handoff, as the tests check.
 	wakeups atomic.Int64
-	bgCtx   context.Context // parent of background revokes; cancelled when Shutdown's ctx ends
-	stopBg  context.CancelFunc
+	// reads counts the reads of older keys this driver's waiters made: two
+	// for a waiter next in line (when it queues, and at its watch's
+	// creation), one more per deletion for those further back.
+	reads  atomic.Int64
+	bgCtx  context.Context // parent of background revokes; cancelled when Shutdown's ctx ends
+	stopBg context.CancelFunc
 }
 
 // idleLease is a lease no acquisition uses, kept for the next one.

@@ -218,6 +218,41 @@ func TestWaiterLeaseRevoked(t *testing.T) {
 	release(t, r.Lease)
 }
 
+// Reads per wait: a waiter queued right behind the holder reads when it
+// queues and when its watch is created, and takes its turn on the holder's
+// deletion without a third; a waiter queued behind it reads once more, on
+// its predecessor's deletion (it is not told when that one became the
+// holder). One wake-up per release either way.
+func TestWaitReads(t *testing.T) {
+	pfx := testPrefix(t)
+	c := client(t)
+	holder := locker(t, pfx, backend.WithTTL(long))
+	d := newDriver(client(t), pfx, false)
+	waiters, err := backend.New(d, backend.WithTTL(long))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = waiters.Close() })
+
+	h, err := holder.Acquire(tctx(t, 10*time.Second), "r")
+	require.NoError(t, err)
+	second := goAcquire(tctx(t, 60*time.Second), waiters, "r")
+	waitQueued(t, c, pfx, "r", 2)
+	third := goAcquire(tctx(t, 60*time.Second), waiters, "r")
+	waitQueued(t, c, pfx, "r", 3)
+	require.Eventually(t, func() bool { return d.reads.Load() == 4 }, 10*time.Second, time.Millisecond,
+		"two reads each while they wait")
+	release(t, h)
+	r := waitAcquired(t, second, 10*time.Second)
+	require.NoError(t, r.Err)
+	assert.Equal(t, int64(4), d.reads.Load(), "the second's turn was not read")
+	requireBlocked(t, third, 100*time.Millisecond)
+	release(t, r.Lease)
+	r = waitAcquired(t, third, 10*time.Second)
+	require.NoError(t, r.Err)
+	assert.Equal(t, int64(5), d.reads.Load(), "the third read its turn")
+	assert.Equal(t, int64(2), d.wakeups.Load(), "one wake-up per release")
+	release(t, r.Lease)
+}
+
 // A waiter next in line whose key is deleted just before its predecessor's
 // (in one Txn, or in two writes one after the other) is not granted the
 // lock. Its last read showed the predecessor as the only older key, so it

@@ -304,8 +304,11 @@ func (l *lease) waitTurn(ctx context.Context, key string, rev int64) error {
 // our key was there at the read and, no deletion of it having come before
 // pred's, still at D. (A watch of pred alone would not tell: our key could
 // have been deleted before D and its own watch not have said so yet.) A
-// waiter further back watches pred alone: a watch of the keys between two
-// waiters' would bring each of them the deletions of a third of the queue.
+// waiter further back watches pred alone, and reads on its deletion even if
+// pred became the holder meanwhile (nothing tells it): a watch of the keys
+// between two waiters' would bring each of them the deletions of a third
+// of the queue. The turn is read, too, once the hub has had to create the
+// watch again (see resumed).
 func (l *lease) watchPredecessor(ctx context.Context, key string, rev int64, pred string, predRev int64, first bool) (*mvccpb.KeyValue, bool, error) {
 	box := &watchMailbox{ready: make(chan struct{}, 1)}
 	w := &keyWatch{key: pred, noPut: true, owner: box}
@@ -319,9 +322,15 @@ func (l *lease) watchPredecessor(ctx context.Context, key string, rev int64, pre
 	defer l.d.hub.remove(w)
 	var (
 		read int64 // the revision read last
-		// last: pred was the only key older than ours at read, and our
-		// key is watched.
+		// last: pred was the only key older than ours at read, our key is
+		// watched, and the watch has not been resumed.
 		last bool
+		// resumed: the hub created the watch again on a new stream, from
+		// the revision after the last event it delivered. Such a watch
+		// has a start revision, and etcd versions with
+		// etcd-io/etcd#18089 may drop a deletion at the compaction
+		// revision from it: from then on every turn is read.
+		created, resumed bool
 	)
 	for {
 		// Wait for the created notice, then for pred's or our key's
@@ -341,6 +350,8 @@ func (l *lease) watchPredecessor(ctx context.Context, key string, rev int64, pre
 					return nil, false, fmt.Errorf("etcd: wait: watch %q: %w", pred, watchCancelError(wr))
 				}
 				if wr.Created {
+					resumed = resumed || created
+					created = true
 					at = max(at, wr.Header.Revision)
 				}
 				for _, ev := range wr.Events {
@@ -348,13 +359,16 @@ func (l *lease) watchPredecessor(ctx context.Context, key string, rev int64, pre
 						continue
 					}
 					// The state read at a revision at or after this
-					// one reflects it. (A deletion at or before the
-					// revision read last cannot arrive: both keys were
-					// there then.)
+					// one reflects it. A deletion at or before the
+					// revision read last (of an older copy of a key
+					// name, from a resumed watch, or from a watch
+					// whose creation etcd answered with a later
+					// revision) is in that read: only a later one can
+					// be the turn.
 					switch string(ev.Kv.Key) {
 					case pred:
 						l.d.wakeups.Add(1)
-						turn = turn || last && !ownDeleted && ev.Kv.ModRevision > read
+						turn = turn || last && !resumed && !ownDeleted && ev.Kv.ModRevision > read
 					case key:
 						ownDeleted = true
 					default:
@@ -386,6 +400,7 @@ func (l *lease) watchPredecessor(ctx context.Context, key string, rev int64, pre
 // behind, or at was compacted) it asks predecessor instead, and does not
 // tell whether the key is the only one (only is false).
 func (l *lease) predecessorAt(ctx context.Context, key string, rev, at int64) (next *mvccpb.KeyValue, only bool, err error) {
+	l.d.reads.Add(1)
 	if at < rev {
 		// The watch was served by a member that had not yet applied our
 		// key: read the current state instead.

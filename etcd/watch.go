@@ -24,10 +24,12 @@ import (
 // that 1,000 waiters queueing at once waited for 1,000 round trips in turn
 // before the last one watched its predecessor.
 //
-// Each watch asks the server for one key, so that a client receives the
-// events of its own keys only: a single watch of the driver's whole prefix
-// would bring every client every acquisition and release of every lock,
-// which does not scale with the number of clients of a lock service.
+// Each watch asks the server for one key (or, for a waiter next in line,
+// the few keys of one lock from its predecessor's to its own), so that a
+// client receives the events of its own keys only: a single watch of the
+// driver's whole prefix would bring every client every acquisition and
+// release of every lock, which does not scale with the number of clients
+// of a lock service.
 //
 // The hub names its watches itself (WatchCreateRequest.watch_id, etcd 3.4
 // and later), so that their creation is pipelined; the server answers
