@@ -151,6 +151,42 @@ func TestWaitRefused(t *testing.T) {
 	requirePermission(t, r.Err)
 }
 
+// A waiter queued right behind the holder takes its turn on the holder's
+// deletion without a read, so a role that lost its grant meanwhile is
+// granted the lock (exclusion holds: its key is the oldest) and learns of
+// the loss at its first request as the holder: its Release is refused with
+// backend.ErrPermission.
+func TestNextWaiterRefusedAfterTurn(t *testing.T) {
+	s, _ := authServer(t)
+	root := s.NewClient(t)
+	app, err := s.ClientAs(appUser.Name, appUser.Password)
+	require.NoError(t, err)
+	defer app.Close()
+	holderLocker, err := New(root, "locks")
+	require.NoError(t, err)
+	defer holderLocker.Close()
+	d := newDriver(app, "locks", false)
+	waiterLocker, err := backend.New(d, backend.WithTTL(30*time.Second))
+	require.NoError(t, err)
+	defer waiterLocker.Close()
+
+	held, err := holderLocker.TryAcquire(tctx(t, 10*time.Second), "n")
+	require.NoError(t, err)
+	ch := goAcquire(tctx(t, 60*time.Second), waiterLocker, "n")
+	// Both its reads done (when it queued, and at its watch's creation):
+	// it waits for the holder's deletion alone.
+	require.Eventually(t, func() bool { return d.reads.Load() == 2 }, 20*time.Second, time.Millisecond)
+	requireBlocked(t, ch, 100*time.Millisecond)
+	ctx := tctx(t, 10*time.Second)
+	_, err = root.RoleRevokePermission(ctx, appUser.Name, "locks/", clientv3.GetPrefixRangeEnd("locks/"))
+	require.NoError(t, err)
+	release(t, held)
+	r := waitAcquired(t, ch, 20*time.Second)
+	require.NoError(t, r.Err)
+	assert.Greater(t, r.Lease.Token(), held.Token())
+	requirePermission(t, r.Lease.Release(ctx))
+}
+
 // A candidate of the restricted user proclaims (one Txn on its own key,
 // within the grant), and a concurrency.Election of the same user reads the
 // value.

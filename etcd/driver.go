@@ -64,9 +64,10 @@ type etcdDriver struct {
 	// wakeups counts the predecessor deletions delivered to this driver's
 	// waiters: one per handoff, as the tests check.
 	wakeups atomic.Int64
-	// reads counts the reads of older keys this driver's waiters made: two
-	// for a waiter next in line (when it queues, and at its watch's
-	// creation), one more per deletion for those further back.
+	// reads counts the reads of older keys this driver's waiters made and
+	// had answered: two for a waiter queued right behind the holder (when
+	// it queues, and at its watch's creation), one more on its turn for a
+	// waiter further back.
 	reads  atomic.Int64
 	bgCtx  context.Context // parent of background revokes; cancelled when Shutdown's ctx ends
 	stopBg context.CancelFunc

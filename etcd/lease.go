@@ -400,7 +400,11 @@ func (l *lease) watchPredecessor(ctx context.Context, key string, rev int64, pre
 // behind, or at was compacted) it asks predecessor instead, and does not
 // tell whether the key is the only one (only is false).
 func (l *lease) predecessorAt(ctx context.Context, key string, rev, at int64) (next *mvccpb.KeyValue, only bool, err error) {
-	l.d.reads.Add(1)
+	defer func() {
+		if err == nil {
+			l.d.reads.Add(1)
+		}
+	}()
 	if at < rev {
 		// The watch was served by a member that had not yet applied our
 		// key: read the current state instead.
