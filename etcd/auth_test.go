@@ -121,18 +121,7 @@ func requirePermission(t *testing.T, err error) {
 // in line takes its turn on its predecessor's deletion without a read, so
 // it would learn of the loss at its first request as the holder.)
 func TestWaitRefused(t *testing.T) {
-	s, _ := authServer(t)
-	root := s.NewClient(t)
-	app, err := s.ClientAs(appUser.Name, appUser.Password)
-	require.NoError(t, err)
-	defer app.Close()
-	holderLocker, err := New(root, "locks")
-	require.NoError(t, err)
-	defer holderLocker.Close()
-	waiterLocker, err := New(app, "locks", backend.WithTTL(30*time.Second))
-	require.NoError(t, err)
-	defer waiterLocker.Close()
-
+	root, holderLocker, waiterLocker, _ := refusalLockers(t)
 	held, err := holderLocker.TryAcquire(tctx(t, 10*time.Second), "n")
 	require.NoError(t, err)
 	next := goAcquire(tctx(t, 60*time.Second), holderLocker, "n")
@@ -157,19 +146,7 @@ func TestWaitRefused(t *testing.T) {
 // the loss at its first request as the holder: its Release is refused with
 // backend.ErrPermission.
 func TestNextWaiterRefusedAfterTurn(t *testing.T) {
-	s, _ := authServer(t)
-	root := s.NewClient(t)
-	app, err := s.ClientAs(appUser.Name, appUser.Password)
-	require.NoError(t, err)
-	defer app.Close()
-	holderLocker, err := New(root, "locks")
-	require.NoError(t, err)
-	defer holderLocker.Close()
-	d := newDriver(app, "locks", false)
-	waiterLocker, err := backend.New(d, backend.WithTTL(30*time.Second))
-	require.NoError(t, err)
-	defer waiterLocker.Close()
-
+	root, holderLocker, waiterLocker, d := refusalLockers(t)
 	held, err := holderLocker.TryAcquire(tctx(t, 10*time.Second), "n")
 	require.NoError(t, err)
 	ch := goAcquire(tctx(t, 60*time.Second), waiterLocker, "n")
@@ -217,4 +194,25 @@ func TestRestrictedUserProclaim(t *testing.T) {
 	time.Sleep(2 * ownWatchDelay) // the watch of its key sees the put
 	require.NoError(t, h.Err())
 	release(t, h)
+}
+
+// refusalLockers starts an etcd server with auth on and returns its root
+// client, a Locker of root's (the holder's) and one of appUser's (the
+// waiter's, whose role the tests revoke) with its driver, all on prefix
+// "locks" and closed when the test ends.
+func refusalLockers(t *testing.T) (root *clientv3.Client, holder, waiter *backend.Locker, d *etcdDriver) {
+	t.Helper()
+	s, _ := authServer(t)
+	root = s.NewClient(t)
+	app, err := s.ClientAs(appUser.Name, appUser.Password)
+	require.NoError(t, err)
+	t.Cleanup(func() { app.Close() })
+	holder, err = New(root, "locks")
+	require.NoError(t, err)
+	t.Cleanup(func() { holder.Close() })
+	d = newDriver(app, "locks", false)
+	waiter, err = backend.New(d, backend.WithTTL(30*time.Second))
+	require.NoError(t, err)
+	t.Cleanup(func() { waiter.Close() })
+	return root, holder, waiter, d
 }

@@ -368,7 +368,7 @@ func (l *lease) watchPredecessor(ctx context.Context, key string, rev int64, pre
 					switch string(ev.Kv.Key) {
 					case pred:
 						l.d.wakeups.Add(1)
-						turn = turn || last && !resumed && !ownDeleted && ev.Kv.ModRevision > read
+						turn = turn || last && !resumed && ev.Kv.ModRevision > read
 					case key:
 						ownDeleted = true
 					default:
