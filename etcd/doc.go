@@ -65,8 +65,11 @@
 // failed" for a wrong password), never ErrUnavailable or ErrNotAcquired:
 // Open fails at once for a user without the grant, and a request refused
 // later (a role revoked under a Locker, a waiter included) fails with it
-// rather than being retried. Revoking an acquisition whose lease also holds
-// keys outside the range (a concurrency.Mutex session's) is refused too.
+// rather than being retried. Background renewal is the exception: it
+// retries a refused keepalive until the lease's local deadline, and the
+// loss cause then matches backend.ErrPermission too. Revoking an
+// acquisition whose lease also holds keys outside the range (a
+// concurrency.Mutex session's) is refused too.
 //
 // A user name and password travel in clear over etcd://; use etcds:// on a
 // network you do not trust. No URL parameter turns certificate verification
@@ -199,8 +202,10 @@
 //
 //   - etcd leases have whole-second TTLs, and a server raises a TTL below its
 //     minimum (about 2s with the default 100 ms heartbeat and 1 s election
-//     timeout); New and Acquire reject such TTLs with an error matching
-//     backend.ErrInvalidOption instead of silently holding longer.
+//     timeout); Acquire rejects such a TTL, once the server has raised it
+//     in the lease grant, with an error matching backend.ErrInvalidOption
+//     instead of silently holding longer. New accepts it (down to MinTTL):
+//     it asks the server nothing.
 //   - A leader change refreshes every lease to its full TTL, so a lock whose
 //     holder died may outlive its TTL. This delays the next grant but never
 //     breaks exclusion.
