@@ -1,7 +1,9 @@
 package backend
 
 import (
+	"context"
 	"errors"
+	"fmt"
 
 	"github.com/fencelock/fencelock/backend/driver"
 )
@@ -46,3 +48,35 @@ var (
 	// or carries an unknown or malformed query parameter.
 	ErrInvalidURL = driver.ErrInvalidURL
 )
+
+// answered are the errors that are the backend's answer, or the caller's
+// mistake, rather than a want of one.
+var answered = []error{ErrUnavailable, ErrLeaseLost, ErrReleased, ErrClosed, ErrPermission,
+	ErrInvalidOption, ErrInvalidName, ErrNotAcquired, errors.ErrUnsupported}
+
+// unanswered returns err, from a call to the backend under ctx, so that a
+// call whose context ended before the backend answered matches
+// ErrUnavailable and ctx.Err() on every backend (whether it took effect is
+// unknown, as when the backend cannot be reached); an answer is kept as it
+// is, and an ErrUnavailable gains ctx.Err() if it lacks it.
+func unanswered(ctx context.Context, err error) error {
+	ctxErr := ctx.Err()
+	if err == nil || ctxErr == nil {
+		return err
+	}
+	if errors.Is(err, ErrUnavailable) {
+		if errors.Is(err, ctxErr) {
+			return err
+		}
+		return fmt.Errorf("%w (%w)", err, ctxErr)
+	}
+	for _, a := range answered {
+		if errors.Is(err, a) {
+			return err
+		}
+	}
+	if errors.Is(err, ctxErr) {
+		return fmt.Errorf("%w: no answer from the backend before the context ended: %w", ErrUnavailable, err)
+	}
+	return fmt.Errorf("%w: no answer from the backend before the context ended: %w: %w", ErrUnavailable, ctxErr, err)
+}

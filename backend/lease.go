@@ -145,18 +145,18 @@ func (ls *Lease) Proclaim(ctx context.Context, value string) error {
 	if err := ls.Err(); err != nil {
 		return fmt.Errorf("fencelock: proclaim %q: %w", ls.name, err)
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	callCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(ls.ctx, cancel)
 	defer stop()
-	if err := ls.drv.Proclaim(ctx, value); err != nil {
+	if err := ls.drv.Proclaim(callCtx, value); err != nil {
 		if errors.Is(err, ErrLeaseLost) {
 			ls.lose(err)
 		}
 		if ls.ctx.Err() != nil {
 			return fmt.Errorf("fencelock: proclaim %q: %w", ls.name, context.Cause(ls.ctx))
 		}
-		return fmt.Errorf("fencelock: proclaim %q: %w", ls.name, err)
+		return fmt.Errorf("fencelock: proclaim %q: %w", ls.name, unanswered(ctx, err))
 	}
 	ls.mu.Lock()
 	ls.value = value
@@ -195,8 +195,10 @@ func (ls *Lease) Deadline() time.Time {
 
 // Refresh renews the lease now and moves the deadline. It returns an error
 // matching ErrLeaseLost if the lease is gone (and fires the loss signal), or
-// ErrReleased after Release. Other errors (the backend unreachable) leave the
-// lease held until its deadline.
+// ErrReleased after Release (or once Release has started). An error
+// matching ErrUnavailable (the backend unreachable, or ctx ended before it
+// answered: the error then matches ctx.Err() too) leaves the lease held
+// until its deadline.
 func (ls *Lease) Refresh(ctx context.Context) error {
 	ls.opMu.RLock()
 	defer ls.opMu.RUnlock()
@@ -205,16 +207,19 @@ func (ls *Lease) Refresh(ctx context.Context) error {
 	}
 	// The call ends with the lease too: Release (and so Close) waits for a
 	// Refresh in flight, and must not wait for an unanswered one.
-	ctx, cancel := context.WithCancel(ctx)
+	callCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(ls.ctx, cancel)
 	defer stop()
-	sent, err := ls.drv.KeepAlive(ctx)
+	sent, err := ls.drv.KeepAlive(callCtx)
 	if err != nil {
 		if errors.Is(err, ErrLeaseLost) {
 			ls.lose(err)
 		}
-		return fmt.Errorf("fencelock: refresh %q: %w", ls.name, err)
+		if ls.ctx.Err() != nil {
+			return fmt.Errorf("fencelock: refresh %q: %w", ls.name, context.Cause(ls.ctx))
+		}
+		return fmt.Errorf("fencelock: refresh %q: %w", ls.name, unanswered(ctx, err))
 	}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
@@ -230,7 +235,8 @@ func (ls *Lease) Refresh(ctx context.Context) error {
 // lock key is removed only if it is still this grant's, so a stale or retried
 // Release never releases a newer holder. Release is idempotent. If the lease
 // had been lost, Release still cleans up and returns an error matching
-// ErrLeaseLost. If the backend cannot be reached, Release returns that error
+// ErrLeaseLost. If the backend cannot be reached (or ctx ends before it
+// answers), Release returns an error matching ErrUnavailable
 // (after asking again a few times within the local deadline: a client
 // whose server just died sends the next request to another) and may be
 // called again; renewal has stopped, so at worst the lock expires with its
@@ -271,7 +277,7 @@ func (ls *Lease) release(ctx context.Context) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("fencelock: release %q: %w", ls.name, err)
+		return fmt.Errorf("fencelock: release %q: %w", ls.name, unanswered(ctx, err))
 	}
 	return nil
 }

@@ -41,7 +41,9 @@ type Entry struct {
 
 // Status reports who holds and who waits for the lock called name. It
 // returns an error matching errors.ErrUnsupported if the backend cannot tell,
-// and one matching ErrClosed once the Locker is closed.
+// one matching ErrClosed once the Locker is closed, and one matching
+// ErrUnavailable if the backend did not answer: it could not be reached,
+// or ctx ended first (the error then matches ctx.Err() too).
 func (l *Locker) Status(ctx context.Context, name string) (Status, error) {
 	if err := ValidateName(name); err != nil {
 		return Status{}, err
@@ -50,7 +52,7 @@ func (l *Locker) Status(ctx context.Context, name string) (Status, error) {
 		return Status{}, fmt.Errorf("fencelock: status %q: %w", name, ErrClosed)
 	}
 	st, err := l.drv.Inspect(ctx, name)
-	if err != nil {
+	if err = unanswered(ctx, err); err != nil {
 		return Status{}, fmt.Errorf("fencelock: status %q: %w", name, err)
 	}
 	out := Status{Name: name}
@@ -71,14 +73,20 @@ func (l *Locker) Status(ctx context.Context, name string) (Status, error) {
 // on the server, as if its lease had expired: its holder's loss signal fires
 // and the next waiter is granted the lock. found is false if no acquisition
 // has that token. It returns an error matching errors.ErrUnsupported if the
-// backend cannot do it. A waiter whose token is not known before its grant
-// (Redis) has no token to name: use RevokeID.
+// backend cannot do it, one matching ErrClosed once the Locker is closed,
+// and one matching ErrUnavailable (and ctx.Err(), if ctx ended) if the
+// backend did not answer: whether it revoked is then unknown. A waiter
+// whose token is not known before its grant (Redis) has no token to name:
+// use RevokeID.
 func (l *Locker) Revoke(ctx context.Context, name string, token fencing.Token) (found bool, err error) {
 	if err := ValidateName(name); err != nil {
 		return false, err
 	}
+	if l.isClosed() {
+		return false, fmt.Errorf("fencelock: revoke %q token %d: %w", name, token, ErrClosed)
+	}
 	found, err = l.drv.Revoke(ctx, name, token)
-	if err != nil {
+	if err = unanswered(ctx, err); err != nil {
 		return false, fmt.Errorf("fencelock: revoke %q token %d: %w", name, token, err)
 	}
 	return found, nil
@@ -92,7 +100,7 @@ func (l *Locker) Revoke(ctx context.Context, name string, token fencing.Token) (
 // not known before their grant (Redis). found is false if no acquisition of
 // name has that id (it ended already). An empty id, or one that cannot be
 // the backend's, returns an error matching ErrInvalidOption; a backend that
-// cannot do it, one matching errors.ErrUnsupported.
+// cannot do it, one matching errors.ErrUnsupported; otherwise as Revoke.
 func (l *Locker) RevokeID(ctx context.Context, name, id string) (found bool, err error) {
 	if err := ValidateName(name); err != nil {
 		return false, err
@@ -100,8 +108,11 @@ func (l *Locker) RevokeID(ctx context.Context, name, id string) (found bool, err
 	if id == "" {
 		return false, fmt.Errorf("fencelock: revoke %q: %w: empty acquisition id", name, ErrInvalidOption)
 	}
+	if l.isClosed() {
+		return false, fmt.Errorf("fencelock: revoke %q id %q: %w", name, id, ErrClosed)
+	}
 	found, err = l.drv.RevokeID(ctx, name, id)
-	if err != nil {
+	if err = unanswered(ctx, err); err != nil {
 		return false, fmt.Errorf("fencelock: revoke %q id %q: %w", name, id, err)
 	}
 	return found, nil

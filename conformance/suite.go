@@ -24,6 +24,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("AcquireBlocksUntilRelease", s.testAcquireBlocksUntilRelease)
 	t.Run("CancelWhileWaiting", s.testCancelWhileWaiting)
 	t.Run("Errors", s.testErrors)
+	t.Run("CancelledCalls", s.testCancelledCalls)
 	t.Run("HolderCrash", s.testHolderCrash)
 	t.Run("WaiterCrash", s.testWaiterCrash)
 	t.Run("WaiterRevoked", s.testWaiterRevoked)

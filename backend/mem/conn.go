@@ -37,8 +37,12 @@ func (c *Conn) check() error {
 	}
 }
 
-// New returns a Locker over conn. opts are defaults for every acquisition.
+// New returns a Locker over conn (an error matching backend.ErrInvalidOption
+// if it is nil). opts are defaults for every acquisition.
 func New(conn *Conn, opts ...backend.Option) (*backend.Locker, error) {
+	if conn == nil {
+		return nil, fmt.Errorf("%w: mem: nil connection", backend.ErrInvalidOption)
+	}
 	return backend.New(&memDriver{conn: conn}, opts...)
 }
 
