@@ -13,8 +13,14 @@
 // client-go's leaderelection does not give (kubernetes#23731) and why a
 // stale leader cannot corrupt data here.
 //
-//	e := election.New(locker)
+//	e, err := election.New(locker)
+//	if err != nil {
+//		return err
+//	}
 //	term, err := e.Campaign(ctx, "scheduler", "10.0.0.7:8080")
+//	if err != nil {
+//		return err
+//	}
 //	defer term.Resign(context.Background())
 //	runScheduler(term.Context(), term.Token()) // every write carries the token
 //
