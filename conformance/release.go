@@ -142,6 +142,12 @@ func (s *suite) testClose(t *testing.T) {
 			require.Nil(t, ls)
 			require.ErrorIs(t, err, backend.ErrClosed)
 		}
+		_, err := a.Status(ctx(t, s.prompt), lockName(t))
+		require.ErrorIs(t, err, backend.ErrClosed, "Status after Close")
+		_, err = a.Revoke(ctx(t, s.prompt), lockName(t), 1)
+		require.ErrorIs(t, err, backend.ErrClosed, "Revoke after Close")
+		_, err = a.RevokeID(ctx(t, s.prompt), lockName(t), "1")
+		require.ErrorIs(t, err, backend.ErrClosed, "RevokeID after Close")
 	})
 
 	// Close after a lease was lost and its loss reported by Release has
