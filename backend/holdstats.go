@@ -193,11 +193,13 @@ func driftOf(ttl time.Duration) time.Duration { return min(ttl/100+5*time.Millis
 
 // AdviseTTL is the package's AdviseTTL fitted to this Locker's backend: a
 // TTL under the backend's minimum, or under the least a server with default
-// settings takes (etcd: 2s), is raised to it, and one the backend
-// cannot honour (etcd counts whole seconds) is rounded up to whole seconds,
-// so that the advice can be passed to WithTTL as it is (ZooKeeper over a
-// caller's connection, whose session timeout is fixed, is the exception).
-// The explanation says so when it happens.
+// settings takes (etcd: 2s, ZooKeeper: 4s), is raised to it, and one the
+// backend cannot honour (etcd counts whole seconds) is rounded up to whole
+// seconds, so that the advice can be passed to WithTTL as it is. The
+// exceptions are ZooKeeper's: over a caller's connection the session
+// timeout is fixed, and a server grants no more than its
+// maxSessionTimeout (40s by default). The explanation says when the
+// advice was raised or rounded.
 func (l *Locker) AdviseTTL(h HoldTimes, headroom time.Duration) TTLAdvice {
 	a := AdviseTTL(h, headroom)
 	if a.TTL == 0 {

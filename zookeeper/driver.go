@@ -411,11 +411,13 @@ func checkTTLShape(ttl time.Duration) error {
 
 // Capabilities implements driver.Driver: the default TTL is the session
 // timeout the server granted for the first session (Config.SessionTimeout,
-// or the URL's session_timeout or ttl), or that of the caller's Conn.
+// or the URL's session_timeout or ttl), or that of the caller's Conn; a
+// server with default settings grants no session timeout under 4s (its
+// minSessionTimeout, 2*tickTime with the tickTime of 2s).
 func (d *zkDriver) Capabilities() driver.Capabilities {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return driver.Capabilities{Name: "zookeeper", MinTTL: MinTTL, DefaultTTL: d.defaultTTL}
+	return driver.Capabilities{Name: "zookeeper", MinTTL: MinTTL, DefaultServerMinTTL: 4 * time.Second, DefaultTTL: d.defaultTTL}
 }
 
 // CheckTTL implements driver.Driver: the TTL is a session timeout, so

@@ -62,8 +62,9 @@ type Capabilities struct {
 	MinTTL time.Duration
 	// DefaultServerMinTTL, if more than MinTTL, is the shortest TTL a
 	// server with default settings honours (etcd: 2s, its default election
-	// timeout times 1.5, in whole seconds): Locker.AdviseTTL advises no
-	// less. Zero if it is MinTTL.
+	// timeout times 1.5, in whole seconds; ZooKeeper: 4s, its default
+	// minSessionTimeout): Locker.AdviseTTL advises no less. Zero if it is
+	// MinTTL.
 	DefaultServerMinTTL time.Duration
 	// DefaultTTL, if not zero, replaces backend.DefaultTTL as the Locker's
 	// default TTL: a TTL the driver was configured with (ZooKeeper: the
