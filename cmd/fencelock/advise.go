@@ -19,6 +19,7 @@ Measures the hold times of the lock NAME from outside, whoever takes it,
 and recommends a TTL for it (Locker.AdviseTTL): the p99.9 hold + renewal
 headroom (--headroom) + the drift margin, explained in one line, and no
 less than the backend takes (etcd: 2s, what a default server takes).
+Flags may also follow NAME.
 
 It asks the backend who holds NAME every --interval for --duration (or
 until SIGINT/SIGTERM, which ends the measuring early). A grant is a holder
@@ -67,14 +68,15 @@ func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	minHolds := fs.Int("min-holds", 10, "advise only after seeing this many holds (status 1 otherwise)")
 	asJSON := fs.Bool("json", false, "print JSON (see above)")
 	connectTimeout := connectTimeoutFlag(fs)
-	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+	names, code, ok := parseInterspersed(fs, args, stdout, stderr)
+	if !ok {
 		return code
 	}
 	switch {
 	case *url == "":
 		return usageErr(stderr, "advise", "no backend URL: give --url or set FENCELOCK_URL")
-	case fs.NArg() != 1:
-		return usageErr(stderr, "advise", "give one lock name after the flags")
+	case len(names) != 1:
+		return usageErr(stderr, "advise", "give one lock name")
 	case *duration <= 0, *interval <= 0, *connectTimeout <= 0:
 		return usageErr(stderr, "advise", "--duration, --interval and --connect-timeout must be positive")
 	case *headroom < 0:
@@ -82,9 +84,11 @@ func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	case *minHolds < 1:
 		return usageErr(stderr, "advise", "--min-holds must be at least 1")
 	}
-	name := fs.Arg(0)
-	if err := backend.ValidateName(name); err != nil {
-		return report(stderr, "advise", err)
+	name := names[0]
+	for _, err := range []error{backend.CheckURL(*url), backend.ValidateName(name)} {
+		if err != nil {
+			return report(stderr, "advise", err)
+		}
 	}
 	locker, err := openWithin(ctx, *url, *connectTimeout)
 	if err != nil {

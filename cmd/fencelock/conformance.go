@@ -74,18 +74,19 @@ func conformanceCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 	run := fs.String("run", "", "run only the cases matching this regular expression (as go test -run, under TestConformance/)")
 	overrideCaps := conformance.CapabilityFlags(fs, "")
 	verbose := fs.Bool("v", false, "print the suite's full output")
-	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+	urls, code, ok := parseInterspersed(fs, args, stdout, stderr)
+	if !ok {
 		return code
 	}
-	url := fs.Arg(0)
-	if url == "" {
-		url = os.Getenv("FENCELOCK_URL")
+	url := os.Getenv("FENCELOCK_URL")
+	if len(urls) > 0 {
+		url = urls[0]
 	}
 	switch {
 	case url == "":
-		return usageErr(stderr, "conformance", "no backend URL: give it after the flags or set FENCELOCK_URL")
-	case fs.NArg() > 1:
-		return usageErr(stderr, "conformance", "give one URL after the flags")
+		return usageErr(stderr, "conformance", "no backend URL: give it as the argument or set FENCELOCK_URL")
+	case len(urls) > 1:
+		return usageErr(stderr, "conformance", "give one URL")
 	}
 	// Reachability first: one line in seconds, not every case failing.
 	caps, err := conformance.URLCapabilities(ctx, url)

@@ -146,3 +146,47 @@ func openWithin(ctx context.Context, url string, d time.Duration, opts ...backen
 	}
 	return l, err
 }
+
+// parseInterspersed parses args with fs as parseFlags does, but lets flags
+// follow the positional arguments too ("status --url U NAME --watch"): Go's
+// flag package stops at the first argument that is not a flag, so each
+// positional argument is set aside and the rest parsed again. After "--"
+// every argument is positional. It returns the positional arguments, in
+// order. For the subcommands whose positional arguments are names or a
+// URL; not for run and elect, whose command follows the flags.
+func parseInterspersed(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (positional []string, code int, ok bool) {
+	for {
+		if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+			return nil, code, false
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, exitOK, true
+		}
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" && !flagValue(fs, args[:used]) {
+			return append(positional, rest...), exitOK, true
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+}
+
+// flagValue reports whether the last of the parsed args is the value of a
+// flag ("--url --"), not the "--" that ends the flags.
+func flagValue(fs *flag.FlagSet, parsed []string) bool {
+	if len(parsed) < 2 {
+		return false
+	}
+	prev := strings.TrimLeft(parsed[len(parsed)-2], "-")
+	if prev == "" || strings.Contains(prev, "=") || !strings.HasPrefix(parsed[len(parsed)-2], "-") {
+		return false
+	}
+	f := fs.Lookup(prev)
+	if f == nil {
+		return false
+	}
+	if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+		return false
+	}
+	return true
+}

@@ -29,6 +29,7 @@ new leader, a new value (the leader proclaimed one), no leader, or
 "unknown: REASON" while the backend cannot be reached (then the state once
 it can). Each line starts with the time it was seen (RFC 3339). Terms are
 shown in increasing order; one shorter than --interval may be missed.
+--interval without --watch is a usage error.
 
 --json prints one object, or with --watch one object per line; keys are
 snake_case, tokens decimal strings (as fencelock status --json):
@@ -130,15 +131,9 @@ func parseLeader(args []string, stdout, stderr io.Writer) (f leaderFlags, code i
 	fs.BoolVar(&f.watch, "watch", false, "print every change until interrupted")
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Second, "give up after this long (status 69); with --watch, reaching the backend at the start")
 	fs.DurationVar(&f.period, "interval", election.DefaultPollInterval, "with --watch, how often the leader is read")
-	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+	names, code, ok := parseInterspersed(fs, args, stdout, stderr)
+	if !ok {
 		return f, code, false
-	}
-	var names []string
-	for fs.NArg() > 0 { // flags after NAME
-		names = append(names, fs.Arg(0))
-		if code, ok := parseFlags(fs, fs.Args()[1:], stdout, stderr); !ok {
-			return f, code, false
-		}
 	}
 	switch {
 	case f.url == "":
@@ -147,6 +142,8 @@ func parseLeader(args []string, stdout, stderr io.Writer) (f leaderFlags, code i
 		return f, usageErr(stderr, "leader", "give one election name"), false
 	case f.timeout <= 0:
 		return f, usageErr(stderr, "leader", "--timeout must be positive"), false
+	case isSet(fs, "interval") && !f.watch:
+		return f, usageErr(stderr, "leader", "--interval is for --watch"), false
 	case f.period <= 0:
 		return f, usageErr(stderr, "leader", "--interval must be positive"), false
 	}

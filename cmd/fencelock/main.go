@@ -131,7 +131,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			if !isCommand(args[1]) {
 				return unknownCommand(stderr, args[1])
 			}
+			if len(args) > 2 {
+				return helpUsageErr(stderr, fmt.Sprintf("unexpected argument %q: help takes one command name", args[2]))
+			}
 			return run(ctx, []string{args[1], "-h"}, stdout, stderr)
+		}
+		if len(args) > 1 {
+			return helpUsageErr(stderr, fmt.Sprintf("unexpected argument %q after %s", args[1], args[0]))
 		}
 		fmt.Fprint(stdout, usage)
 		return exitOK
@@ -143,6 +149,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // unknownCommand reports a command name that is none of fencelock's.
 func unknownCommand(stderr io.Writer, name string) int {
 	printErr(stderr, "", fmt.Sprintf("unknown command %q", name))
+	fmt.Fprintln(stderr, "run 'fencelock help' for the list of commands")
+	return exitUsage
+}
+
+// helpUsageErr reports a usage error of fencelock help (or -h): an
+// argument too many.
+func helpUsageErr(stderr io.Writer, msg string) int {
+	printErr(stderr, "help", msg)
 	fmt.Fprintln(stderr, "run 'fencelock help' for the list of commands")
 	return exitUsage
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -20,6 +19,7 @@ const statusUsage = `usage: fencelock status --url URL [--json] [--timeout D] [-
 
 Shows who holds the lock NAME (holder, token, TTL left, the backend's id of
 the acquisition, metadata) and who waits for it, where the backend can tell.
+Flags may also follow NAME.
 
 --json prints one object; keys are snake_case, durations are seconds
 (float64, keys ending in _seconds), tokens are decimal strings:
@@ -179,16 +179,16 @@ func parseStatus(args []string, stdout, stderr io.Writer) (f statusFlags, code i
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Second, "give up after this long (status 69); with --watch, reaching the backend at the start, and each read (unknown)")
 	fs.BoolVar(&f.watch, "watch", false, "print every change, and the hold times seen, until interrupted")
 	fs.DurationVar(&f.interval, "interval", 100*time.Millisecond, "with --watch, how often the status is read")
-	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+	names, code, ok := parseInterspersed(fs, args, stdout, stderr)
+	if !ok {
 		return f, code, false
 	}
-	interval := false
-	fs.Visit(func(fl *flag.Flag) { interval = interval || fl.Name == "interval" })
+	interval := isSet(fs, "interval")
 	switch {
 	case f.url == "":
 		return f, usageErr(stderr, "status", "no backend URL: give --url or set FENCELOCK_URL"), false
-	case fs.NArg() != 1:
-		return f, usageErr(stderr, "status", "give one lock name after the flags"), false
+	case len(names) != 1:
+		return f, usageErr(stderr, "status", "give one lock name"), false
 	case f.timeout <= 0:
 		return f, usageErr(stderr, "status", "--timeout must be positive"), false
 	case interval && !f.watch:
@@ -196,7 +196,7 @@ func parseStatus(args []string, stdout, stderr io.Writer) (f statusFlags, code i
 	case f.interval <= 0:
 		return f, usageErr(stderr, "status", "--interval must be positive"), false
 	}
-	f.name = fs.Arg(0)
+	f.name = names[0]
 	for _, err := range []error{backend.CheckURL(f.url), backend.ValidateName(f.name)} {
 		if err != nil {
 			return f, report(stderr, "status", err), false
