@@ -16,8 +16,8 @@ import (
 type HoldTimes struct {
 	Count uint64        // holds measured
 	Max   time.Duration // the longest, exact
-	P50   time.Duration
-	P99   time.Duration
+	P50   time.Duration // the median
+	P99   time.Duration // 99th percentile
 	P999  time.Duration // 99.9th percentile
 }
 

@@ -49,6 +49,9 @@ func (e *StaleTokenError) Is(target error) bool { return target == ErrStaleToken
 // Equal tokens are admitted: one holder writes many times under one grant,
 // and a retried write carries the same token.
 type StoreGuard[S any] interface {
+	// Do calls write with the store's handle if token is not lower than
+	// the highest admitted for resource, and records token with what write
+	// did, in one atomic step, if write returns nil (see StoreGuard).
 	Do(ctx context.Context, resource string, token Token, write func(ctx context.Context, s S) error) error
 }
 
@@ -92,6 +95,8 @@ func (x gate[S]) Do(ctx context.Context, resource string, token Token, write fun
 // A Guard whose check is not atomic with the write (check, then write
 // later) lets a stale holder slip in between and protects nothing.
 type Guard interface {
+	// Do calls write if token is not lower than the highest admitted for
+	// resource, and records token if write returns nil (see Guard).
 	Do(ctx context.Context, resource string, token Token, write func(ctx context.Context) error) error
 }
 

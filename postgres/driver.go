@@ -36,8 +36,14 @@ const MinTTL = 100 * time.Millisecond
 // single session is neither: New refuses a *pgx.Conn, a *pgxpool.Conn and
 // a pgx.Tx. Another Client (a wrapper of a pool) must be both.
 type Client interface {
+	// Exec runs a statement that returns no rows, as pgx's. The adapter
+	// passes a pgx.QueryExecMode as the first of args: a wrapper passes
+	// args to pgx as they are.
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	// Query runs a query that returns rows, as pgx's (args as for Exec).
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	// QueryRow runs a query that returns at most one row, as pgx's (args
+	// as for Exec).
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 

@@ -46,7 +46,11 @@ var ErrNotReplicated = errors.New("redis: grant not acknowledged by enough repli
 // subscribing. *redis.Client (also as returned by redis.NewFailoverClient
 // for Sentinel), *redis.ClusterClient and *redis.Ring satisfy it.
 type Client interface {
+	// Scripter runs the adapter's Lua scripts: EVALSHA, and EVAL after a
+	// NOSCRIPT.
 	goredis.Scripter
+	// Subscribe opens a pub/sub connection, as go-redis's: the adapter's
+	// waiters learn of releases there.
 	Subscribe(ctx context.Context, channels ...string) *goredis.PubSub
 }
 

@@ -76,9 +76,17 @@ type Capabilities struct {
 // already validated; the driver maps it to a key that cannot escape its
 // prefix.
 type Request struct {
-	Name     string
-	TTL      time.Duration
-	Holder   string
+	// Name is the lock's name.
+	Name string
+	// TTL is the lease's TTL, already checked against
+	// Capabilities().MinTTL and CheckTTL.
+	TTL time.Duration
+	// Holder is the holder identity to store with the lock (WithHolder's,
+	// or hostname:pid), for Inspect to report as Entry.Holder.
+	Holder string
+	// Metadata are the key/value pairs to store beside Holder
+	// (WithMetadata's), for Inspect to report as Entry.Metadata; nil if
+	// none.
 	Metadata map[string]string
 	// Value is nil for a lock. For an election candidate (backend.WithValue)
 	// it is the value to store in place of Holder and Metadata (both empty

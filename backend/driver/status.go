@@ -16,12 +16,12 @@ type Status struct {
 // Entry is one acquisition holding or waiting for a lock; backend.Entry
 // documents its fields.
 type Entry struct {
-	ID       string
-	Holder   string
-	Metadata map[string]string
-	Token    fencing.Token
-	TTLLeft  time.Duration // negative if unknown
-	Value    string
+	ID       string            // the backend's id of the acquisition, for RevokeID
+	Holder   string            // the holder identity stored with it (Request.Holder)
+	Metadata map[string]string // the metadata stored with it (Request.Metadata)
+	Token    fencing.Token     // the token it holds, or will hold when granted; zero if unknown
+	TTLLeft  time.Duration     // negative if unknown
+	Value    string            // the value stored with it (Request.Value)
 }
 
 // Queued returns the Status of a lock whose acquisitions are entries in the

@@ -59,6 +59,7 @@ type Store[S any] interface {
 // Gater is implemented by a Store that also offers its guard as a plain
 // fencing.Guard; Run then checks that adapter's token handling.
 type Gater interface {
+	// Gate returns the store's guard as a fencing.Guard.
 	Gate() fencing.Guard
 }
 

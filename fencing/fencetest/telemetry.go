@@ -48,8 +48,10 @@ func (r *Recorder) Telemetry(resourceNames bool) fencing.Telemetry {
 
 // Observed is one Do a guard is expected to have reported.
 type Observed struct {
+	// Decision is the fencelock.guard.decision attribute expected.
 	Decision fencing.Decision
-	Token    fencing.Token
+	// Token is the fencelock.token the Do's span is expected to carry.
+	Token fencing.Token
 	// Resource is the fencelock.guard.resource attribute expected ("": none).
 	Resource string
 }

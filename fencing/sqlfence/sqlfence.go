@@ -74,7 +74,10 @@ var ErrNoRow = errors.New("sqlfence: no row with that key")
 
 // Querier is what the helpers run statements on: *sql.DB, *sql.Tx or *sql.Conn.
 type Querier interface {
+	// ExecContext runs a statement that returns no rows, as database/sql's.
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	// QueryRowContext runs a query that returns at most one row, as
+	// database/sql's.
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
