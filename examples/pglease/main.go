@@ -50,10 +50,10 @@ func main() {
 
 // Result is what the timeline produced.
 type Result struct {
-	TokenA, TokenB fencing.Token
-	Late           error    // what A's late write returned
-	WrittenBy      string   // who wrote the rollup that stands
-	Log            []string // every committed write, in order: "A@token"
+	TokenA, TokenB fencing.Token // the tokens A and B were granted
+	Late           error         // what A's late write returned
+	WrittenBy      string        // who wrote the rollup that stands
+	Log            []string      // every committed write, in order: "A@token"
 }
 
 // worker is one process: one connection pool, which its Locker and its

@@ -52,9 +52,9 @@ func main() {
 
 // Result is what the timeline produced.
 type Result struct {
-	TokenA, TokenB            fencing.Token
-	RowRejected, FileRejected bool
-	Row, File                 string // final contents
+	TokenA, TokenB            fencing.Token // the tokens A and B were granted
+	RowRejected, FileRejected bool          // A's late write was rejected as stale by each resource
+	Row, File                 string        // final contents
 }
 
 func run(ctx context.Context, url, dsn, dir string, ttl time.Duration, out io.Writer) (Result, error) {

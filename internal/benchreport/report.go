@@ -79,13 +79,14 @@ type metric struct {
 
 // Stat is one implementation's sample of one measure.
 type Stat struct {
-	Impl    string
+	Impl    string            // the implementation measured (Backend.Impls)
 	Summary benchmath.Summary // Center is the median
 	sample  *benchmath.Sample
 }
 
 // Ratio compares fencelock with one anchor on one measure.
 type Ratio struct {
+	// Anchor is the implementation fencelock is compared with.
 	Anchor string
 	// Value is fencelock's median over the anchor's.
 	Value float64
@@ -99,6 +100,7 @@ func (r Ratio) Significant() bool { return r.Comparison.P < r.Comparison.Alpha }
 
 // Row is one measure of one backend.
 type Row struct {
+	// Backend is the backend measured.
 	Backend *Backend
 	// Label says what is measured; Unit is the unit of the values ("s" for
 	// latencies, in seconds).
@@ -124,8 +126,8 @@ func (r Row) Stat(impl string) (Stat, bool) {
 
 // Report is what the files hold, row by row.
 type Report struct {
-	Backends []*Backend
-	Rows     []Row
+	Backends []*Backend // one per file
+	Rows     []Row      // every backend's measures
 }
 
 // Read reads one go test -bench output file per backend, in the order

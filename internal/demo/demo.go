@@ -16,6 +16,7 @@ import (
 
 // Client is one participant: a Locker with its own connection to the backend.
 type Client struct {
+	// Locker is the participant's Locker.
 	Locker *backend.Locker
 	// Freeze cuts the client off the backend as a stopped process would be
 	// (no renewals, no release). Nil: A's renewals are turned off instead.
@@ -24,9 +25,9 @@ type Client struct {
 
 // Result is what the timeline produced.
 type Result struct {
-	TokenA, TokenB fencing.Token
-	StaleRejected  bool   // A's write after the pause was rejected as stale
-	Final          string // the resource's content at the end
+	TokenA, TokenB fencing.Token // the tokens A and B were granted
+	StaleRejected  bool          // A's write after the pause was rejected as stale
+	Final          string        // the resource's content at the end
 }
 
 // resource is the protected data: a document behind a fencing guard.

@@ -91,8 +91,8 @@ const RootUser = "root"
 //
 // give. A user with no ReadWrite has a role without permissions.
 type User struct {
-	Name, Password string
-	ReadWrite      []string
+	Name, Password string   // the user's credentials; Name also names its role
+	ReadWrite      []string // the key prefixes the role may read and write
 }
 
 // WithFsync makes the server fsync its write-ahead log as a production

@@ -50,8 +50,8 @@ type Failover struct {
 // FailoverImpl names an election implementation of BenchFailovers; Setup
 // returns its Failover for one sub-benchmark (a name of its own).
 type FailoverImpl struct {
-	Name  string
-	Setup func(b *testing.B) Failover
+	Name  string                      // the implementation's name in benchmark names
+	Setup func(b *testing.B) Failover // see FailoverImpl
 }
 
 // End is how a leader's term ends in a failover benchmark.

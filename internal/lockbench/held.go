@@ -18,9 +18,9 @@ import (
 // and the goroutines they add, per lease, measured after a forced GC once
 // the goroutine count has settled.
 type Held struct {
-	Leases             int
+	Leases             int     // how many leases were held
 	HeapPerLease       float64 // bytes
-	GoroutinesPerLease float64
+	GoroutinesPerLease float64 // goroutines added per lease
 }
 
 // HeldEnv names the environment variable that sets how many leases the

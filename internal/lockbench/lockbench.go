@@ -21,14 +21,14 @@ import (
 // Contender is one client of a lock: Lock blocks until it holds it, Unlock
 // releases it. Each contender should have its own connection.
 type Contender struct {
-	Lock   func(context.Context) error
-	Unlock func(context.Context) error
+	Lock   func(context.Context) error // blocks until the contender holds the lock
+	Unlock func(context.Context) error // releases it
 }
 
 // Uncontended is the result of RunUncontended.
 type Uncontended struct {
-	Ops     int
-	Elapsed time.Duration
+	Ops     int             // acquire-release pairs made
+	Elapsed time.Duration   // the run's wall time
 	Acquire []time.Duration // per op, sorted
 	Release []time.Duration // per op, sorted
 	Total   []time.Duration // acquire+release per op, sorted
@@ -78,8 +78,8 @@ func cycle(ctx context.Context, c Contender) error {
 
 // Contended is the result of RunContended.
 type Contended struct {
-	Grants       int
-	Elapsed      time.Duration
+	Grants       int             // grants made, all contenders together
+	Elapsed      time.Duration   // the run's wall time
 	Handoffs     []time.Duration // from a holder starting to release to the next grant, sorted
 	PerContender []int           // grants per contender
 }

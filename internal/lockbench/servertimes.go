@@ -9,8 +9,8 @@ import (
 // ServerTimes are a backend's round trip (a request that does no work) and
 // write commit, measured in the run whose handoffs they are the units of.
 type ServerTimes struct {
-	RTT    time.Duration
-	Commit time.Duration
+	RTT    time.Duration // median round trip
+	Commit time.Duration // median write commit
 }
 
 // MedianOf returns the median duration of n calls of req, each made after

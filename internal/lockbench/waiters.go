@@ -15,7 +15,7 @@ import (
 // Drain is the result of DrainQueue: how a queue of waiters on one lock was
 // granted once its holder let go.
 type Drain struct {
-	Waiters  int
+	Waiters  int             // how many waited
 	Elapsed  time.Duration   // from the holder's release to the last grant
 	Handoffs []time.Duration // from each release starting to the next grant, sorted
 	// OutOfOrder counts the grants that did not go to the waiter the

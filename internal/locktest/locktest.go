@@ -14,8 +14,8 @@ import (
 
 // Result is what a background Acquire returned.
 type Result struct {
-	Lease *backend.Lease
-	Err   error
+	Lease *backend.Lease // nil if Err is set
+	Err   error          // Acquire's error
 }
 
 // Go runs l.Acquire in the background; its result arrives on the channel.

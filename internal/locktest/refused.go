@@ -14,8 +14,8 @@ import (
 // Refusal is a valid URL that must not get a working Locker, such as a TLS
 // URL without the CA or the client certificate the server wants.
 type Refusal struct {
-	Name  string
-	URL   string
+	Name  string        // the subtest's name
+	URL   string        // the URL to open
 	Want  string        // what the error says (empty: anything)
 	Bound time.Duration // how soon it must fail
 }

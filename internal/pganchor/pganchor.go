@@ -54,6 +54,7 @@ func Advisory(conn *pgx.Conn, key int64) lockbench.Contender {
 // Execer is what Lease needs of a client: *pgx.Conn and *pgxpool.Pool
 // have it.
 type Execer interface {
+	// Exec runs a statement, as pgx's.
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
