@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/internal/faultproxy"
+	"github.com/fencelock/fencelock/internal/urlkit"
 )
 
 // URLHarness runs the suite against the backend at a URL, such as your own
@@ -57,9 +58,9 @@ func NewURLHarness(rawURL string, caps Capabilities) (*URLHarness, error) {
 // parseURL parses rawURL and checks that each of its hosts has an
 // explicit port (the harness puts a proxy in front of each).
 func parseURL(rawURL string) (*url.URL, error) {
-	u, err := url.Parse(rawURL)
+	u, err := urlkit.Parse(rawURL) // its errors never echo the URL, nor its password
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", backend.ErrInvalidURL, err)
+		return nil, err
 	}
 	for _, h := range strings.Split(u.Host, ",") {
 		if _, port, err := net.SplitHostPort(h); err != nil || port == "" {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	neturl "net/url"
 	"os"
 	"slices"
 	"strings"
@@ -216,15 +215,6 @@ func roundTrip(ctx context.Context, l *backend.Locker, name string) (time.Durati
 	}
 	slices.Sort(ds)
 	return lockbench.Percentile(ds, 0.5), nil
-}
-
-// redact returns rawURL with its password replaced by "xxxxx", for output.
-func redact(rawURL string) string {
-	u, err := neturl.Parse(rawURL)
-	if err != nil {
-		return rawURL
-	}
-	return u.Redacted()
 }
 
 // histogram prints sorted durations in power-of-two buckets as bars.

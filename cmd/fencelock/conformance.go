@@ -112,7 +112,7 @@ func conformanceCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return report(stderr, "conformance", err)
 	}
-	fmt.Fprintf(stdout, "conformance suite against %s\n", url)
+	fmt.Fprintf(stdout, "conformance suite against %s\n", redact(url))
 	fmt.Fprintf(stdout, "settings: ttl %v, min-ttl %v, max-ttl %v, fifo %t\n", caps.TTL, caps.MinTTL, caps.MaxTTL, caps.FIFO)
 	start := time.Now()
 	if err := cmd.Start(); err != nil {

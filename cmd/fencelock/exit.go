@@ -6,10 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	neturl "net/url"
 	"strings"
 	"time"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/internal/urlkit"
 )
 
 // Exit statuses shared by every subcommand, after sysexits.h. fencelock run
@@ -189,4 +191,15 @@ func flagValue(fs *flag.FlagSet, parsed []string) bool {
 		return false
 	}
 	return true
+}
+
+// redact returns rawURL for output without its secrets (urlkit.Redact: the
+// password replaced by xxxxx); a URL that does not parse is not echoed at
+// all, since url.Parse may have misread where its password ends.
+func redact(rawURL string) string {
+	u, err := neturl.Parse(rawURL)
+	if err != nil {
+		return "(a URL that does not parse)"
+	}
+	return urlkit.Redact(u)
 }

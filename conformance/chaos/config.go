@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/internal/urlkit"
 )
 
 // Fault is a kind of fault the nemesis injects.
@@ -181,10 +182,10 @@ func (c Config) withDefaults() (Config, error) {
 		// not exclude each other. The planted-bug test does this on
 		// purpose (see allowInProcess).
 		if !allowInProcess {
-			return bad("%s is in-process: each worker would have a lock of its own; use a server's URL", c.URL)
+			return bad("%s is in-process: each worker would have a lock of its own; use a server's URL", urlkit.Redact(u))
 		}
 	} else if u.Host == "" {
-		return bad("%s names no host:port the workers' proxies could forward to", c.URL)
+		return bad("%s names no host:port the workers' proxies could forward to", urlkit.Redact(u))
 	}
 	switch u.Scheme {
 	case "etcds", "zks", "rediss":
@@ -285,7 +286,7 @@ func (c Config) withDefaults() (Config, error) {
 			return bad("guard %s needs a URL of its store", c.Guard)
 		}
 		if err := checkGuardURL(c.Guard, c.GuardURL); err != nil {
-			return bad("guard %s: %v", c.Guard, err)
+			return bad("guard %s: %s", c.Guard, scrubPasswords(err.Error(), c.GuardURL))
 		}
 	default:
 		return bad("unknown guard %q (known: %s)", c.Guard, joinGuards())
@@ -358,3 +359,20 @@ func ParseFaults(s string) ([]Fault, error) {
 // ErrViolation is returned (wrapped) by Run when the campaign ran but the
 // checker found a violation.
 var ErrViolation = errors.New("chaos: safety violation")
+
+// scrubPasswords replaces in msg the passwords of the URLs in raw (one, or
+// a comma-separated list, as --guard-url takes) by xxxxx: a store client's
+// parse error may quote an endpoint whole.
+func scrubPasswords(msg, raw string) string {
+	for _, e := range strings.Split(raw, ",") {
+		u, err := url.Parse(strings.TrimSpace(e))
+		if err != nil || u.User == nil {
+			continue
+		}
+		if pw, ok := u.User.Password(); ok && pw != "" {
+			msg = strings.ReplaceAll(msg, url.UserPassword("", pw).String()[1:], "xxxxx") // as written, %-escaped
+			msg = strings.ReplaceAll(msg, pw, "xxxxx")
+		}
+	}
+	return msg
+}
