@@ -13,6 +13,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/connectivity"
 
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/backend/driver"
@@ -77,6 +78,16 @@ type etcdDriver struct {
 type idleLease struct {
 	id   clientv3.LeaseID
 	sent time.Time // send time of its last grant or keepalive
+}
+
+// disconnected reports whether the client has no connection to the
+// cluster now: gRPC is connecting, or failed to (TRANSIENT_FAILURE).
+func (d *etcdDriver) disconnected() bool {
+	switch d.client.ActiveConnection().GetState() {
+	case connectivity.Connecting, connectivity.TransientFailure:
+		return true
+	}
+	return false
 }
 
 func newDriver(client *clientv3.Client, prefix string, owned bool) *etcdDriver {

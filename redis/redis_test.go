@@ -479,3 +479,30 @@ func TestLateAttemptTakesNothing(t *testing.T) {
 	require.NoError(t, err, "the lock is free")
 	release(t, ls)
 }
+
+// TestWaiterServerGone: a waiter queued behind a holder whose server then
+// dies reports, when its context ends, that the backend stopped answering
+// (ErrUnavailable), not that someone else holds the lock (ErrNotAcquired):
+// a job that skips its work when the lock is held must not skip it
+// silently when Redis is down.
+func TestWaiterServerGone(t *testing.T) {
+	s := redistest.Start(t)
+	prefix := testPrefix(t)
+	la := locker(t, s.Addr(), Config{Prefix: prefix})
+	lb := locker(t, s.Addr(), Config{Prefix: prefix})
+	_, err := la.TryAcquire(tctx(t, 5*time.Second), "n", backend.WithTTL(time.Minute))
+	require.NoError(t, err)
+	ch := goAcquire(tctx(t, 3*time.Second), lb, "n", backend.WithTTL(time.Minute))
+	requireBlocked(t, ch, 300*time.Millisecond)
+	s.Kill()
+	r := waitAcquired(t, ch, 10*time.Second)
+	require.ErrorIs(t, r.Err, backend.ErrUnavailable)
+	require.ErrorIs(t, r.Err, context.DeadlineExceeded)
+	require.NotErrorIs(t, r.Err, backend.ErrNotAcquired)
+	// Nothing to clean up on a dead server: close both at once.
+	for _, l := range []*backend.Locker{la, lb} {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		_ = l.Shutdown(sctx)
+		cancel()
+	}
+}

@@ -143,7 +143,13 @@ func (l *lease) Lock(ctx context.Context, wait bool) (driver.Grant, error) {
 		l.mu.Lock()
 		queued := l.st == stWaiting
 		l.mu.Unlock()
-		if queued {
+		suspended, _ := l.s.suspension()
+		switch {
+		case queued && suspended:
+			// Queued, but the connection is down now: who holds the
+			// lock is unknown.
+			return driver.Grant{}, fmt.Errorf("%w: zookeeper: queued in %s, then disconnected: %w", backend.ErrUnavailable, l.dir, err)
+		case queued:
 			// Our node was created, behind another, before ctx ended.
 			return driver.Grant{}, fmt.Errorf("%w: zookeeper: queued in %s: %w", backend.ErrNotAcquired, l.dir, err)
 		}

@@ -11,20 +11,28 @@ import (
 )
 
 // Error maps the error of an adapter's Lock: a wait that ctx ended after
-// the server had queued the acquisition is a lock held by someone else
-// (backend.ErrNotAcquired); one that ended before keeps the last attempt's
-// error, which tells why the server did not answer. state reports, when
-// asked, whether the server queued the acquisition and the last attempt's
-// error; it is called only for an error that ctx's end may explain.
-// adapter names the adapter in the message ("redis").
+// the server had queued the acquisition, while its last word was that the
+// acquisition waits, is a lock held by someone else (backend.ErrNotAcquired);
+// if the last attempt since failed or had no answer when ctx ended, the
+// backend has stopped answering and who holds the lock is unknown
+// (backend.ErrUnavailable); a wait that ended before the server queued it
+// keeps the last attempt's error, which tells why the server did not
+// answer. state reports, when asked, whether the server queued the
+// acquisition and the last attempt's error (nil if it was answered); it is
+// called only for an error that ctx's end may explain. adapter names the
+// adapter in the message ("redis").
 func Error(ctx context.Context, err error, adapter string, state func() (queued bool, lastAttempt error)) error {
 	if err == nil || ctx.Err() == nil || errors.Is(err, backend.ErrLeaseLost) || errors.Is(err, backend.ErrNotAcquired) {
 		return err
 	}
 	queued, failing := state()
 	switch {
-	case queued:
+	case queued && failing == nil:
 		return fmt.Errorf("%w: %s: queued behind the holder: %w", backend.ErrNotAcquired, adapter, err)
+	case queued && failing != err:
+		return fmt.Errorf("%w: %s: queued behind the holder, then no answer: %w (last attempt: %w)", backend.ErrUnavailable, adapter, err, failing)
+	case queued:
+		return fmt.Errorf("%w: %s: queued behind the holder, then no answer: %w", backend.ErrUnavailable, adapter, err)
 	case failing != nil && failing != err:
 		return fmt.Errorf("%w (last attempt: %w)", err, failing)
 	}

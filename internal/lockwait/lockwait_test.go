@@ -1,0 +1,41 @@
+package lockwait
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/backend"
+)
+
+func TestError(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	noReply := errors.New("no reply before the context ended")
+	for _, tc := range []struct {
+		name    string
+		err     error
+		queued  bool
+		failing error
+		want    error
+		wantNot error
+	}{
+		// The server's last word: queued behind a holder.
+		{"QueuedAnswered", ctx.Err(), true, nil, backend.ErrNotAcquired, backend.ErrUnavailable},
+		// Queued, then an attempt that had no answer when ctx ended.
+		{"QueuedThenUnanswered", noReply, true, noReply, backend.ErrUnavailable, backend.ErrNotAcquired},
+		// Queued, then an attempt that failed, and ctx ended meanwhile.
+		{"QueuedThenFailed", ctx.Err(), true, backend.ErrUnavailable, backend.ErrUnavailable, backend.ErrNotAcquired},
+		// Never queued: the attempt's own error.
+		{"NotQueued", noReply, false, noReply, noReply, backend.ErrNotAcquired},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Error(ctx, tc.err, "test", func() (bool, error) { return tc.queued, tc.failing })
+			require.ErrorIs(t, err, tc.want)
+			require.NotErrorIs(t, err, tc.wantNot)
+			require.ErrorIs(t, err, tc.err)
+		})
+	}
+}
