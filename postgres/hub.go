@@ -35,7 +35,7 @@ type hub struct {
 
 	mu      sync.Mutex
 	members map[string]*lease // waiting and holding acquisitions, by owner id
-	up      bool              // LISTEN is in effect
+	up      bool              // LISTEN is in effect (for the tests: listening)
 	started bool
 	closed  bool
 	cancel  context.CancelFunc
@@ -44,14 +44,6 @@ type hub struct {
 
 func newHub(cfg *pgx.ConnConfig, before func(context.Context, *pgx.ConnConfig) error, channel string, wakeups *atomic.Int64) *hub {
 	return &hub{cfg: cfg, before: before, channel: channel, wakeups: wakeups, members: make(map[string]*lease)}
-}
-
-// listening reports whether LISTEN is in effect, so that a notification
-// sent from now on reaches the hub.
-func (h *hub) listening() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.up
 }
 
 // add registers l, a waiter (starting the listener if it is not running)

@@ -7,6 +7,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// listening reports whether h's LISTEN is in effect, so that a
+// notification sent from now on reaches the hub.
+func (h *hub) listening() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.up
+}
+
 // A listener whose connection the server ends (pg_terminate_backend)
 // connects again, and its waiters try again then, since a notification may
 // have been lost meanwhile: a release made while the listener was down

@@ -13,7 +13,6 @@ package main
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -134,6 +133,3 @@ ON CONFLICT (day) DO UPDATE SET entry = EXCLUDED.entry`, day, fmt.Sprintf("settl
 	fmt.Fprintf(out, "step 4: ledger entry written under token %s\n", token)
 	return nil
 }
-
-// isStale reports whether err is a fencing rejection.
-func isStale(err error) bool { return errors.Is(err, fencing.ErrStaleToken) }

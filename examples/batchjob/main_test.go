@@ -3,14 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/internal/pgtest"
 )
+
+// isStale reports whether err is a fencing rejection.
+func isStale(err error) bool { return errors.Is(err, fencing.ErrStaleToken) }
 
 func TestBatchJobUnderLease(t *testing.T) {
 	ctx := context.Background()
