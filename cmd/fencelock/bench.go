@@ -106,6 +106,11 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	case fs.NArg() != 0:
 		return usageErr(stderr, "bench", fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
 	}
+	for _, err := range []error{backend.CheckURL(*url), backend.ValidateName(*name)} {
+		if err != nil {
+			return report(stderr, "bench", err)
+		}
+	}
 	cs := make([]lockbench.Contender, *c)
 	lockers := make([]*backend.Locker, *c)
 	for i := range cs {

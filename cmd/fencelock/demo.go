@@ -40,6 +40,9 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() != 0 {
 		return usageErr(stderr, "demo", fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
 	}
+	if err := checkDemoTTL(*url, *ttl); err != nil {
+		return report(stderr, "demo", err)
+	}
 	if *url != "" {
 		return demoOnURL(ctx, *url, *ttl, stdout, stderr)
 	}
@@ -116,4 +119,23 @@ func demoResult(res demo.Result, err error, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "OK: A's stale write (token %s) was rejected; the resource keeps B's write (token %s).\n", res.TokenA, res.TokenB)
 	return exitOK
+}
+
+// embeddedURL stands for the embedded etcd server when demo checks --ttl
+// before starting it: the TTL must be one etcd takes.
+const embeddedURL = "etcd://127.0.0.1:2379/fencelock-demo"
+
+// checkDemoTTL reports, before any dial or server start, a URL or a --ttl
+// that the backend (without --url, the embedded etcd) would refuse; demo
+// has no default TTL to fall back on, so 0 is refused too.
+func checkDemoTTL(url string, ttl time.Duration) error {
+	if ttl == 0 {
+		return fmt.Errorf("%w: --ttl must be positive, got 0s", backend.ErrInvalidOption)
+	}
+	if url == "" {
+		url = embeddedURL
+	} else if err := backend.CheckURL(url); err != nil {
+		return err
+	}
+	return checkTTLFlags(url, ttl, 0)
 }

@@ -209,11 +209,13 @@ func parseElect(args []string, stdout, stderr io.Writer) (f electFlags, code int
 		backend.CheckURL(f.url),
 		backend.ValidateName(f.name),
 		checkValueFlag(f.value),
-		checkDurations(f.ttl, f.maxHold),
 	} {
 		if err != nil {
 			return f, report(stderr, "elect", err), false
 		}
+	}
+	if err := checkTTLFlags(f.url, f.ttl, f.maxHold); err != nil { // once the URL is known good
+		return f, report(stderr, "elect", err), false
 	}
 	return f, exitOK, true
 }
@@ -240,18 +242,6 @@ func isSet(fs *flag.FlagSet, name string) bool {
 func checkValueFlag(v string) error {
 	if err := backend.CheckValue(v); err != nil {
 		return fmt.Errorf("--value: %w", err)
-	}
-	return nil
-}
-
-// checkDurations reports a --ttl or --max-hold the backend would refuse
-// whatever it is (the backend's own minimum TTL is checked once connected).
-func checkDurations(ttl, maxHold time.Duration) error {
-	switch {
-	case ttl < 0:
-		return fmt.Errorf("%w: --ttl must be positive, got %v", backend.ErrInvalidOption, ttl)
-	case maxHold < 0:
-		return fmt.Errorf("%w: --max-hold must not be negative (0 means no limit), got %v", backend.ErrInvalidOption, maxHold)
 	}
 	return nil
 }

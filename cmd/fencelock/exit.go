@@ -193,6 +193,38 @@ func flagValue(fs *flag.FlagSet, parsed []string) bool {
 	return true
 }
 
+// checkTTLFlags reports a --ttl or --max-hold the backend at rawURL would
+// refuse, before any dial: their signs, then the TTL by the scheme's own
+// rules (etcd: whole seconds, at least 2s; Redis: whole milliseconds, ...),
+// by putting it in the URL's query and checking that URL as backend.Open
+// would (backend.CheckURL), as the chaos campaign does. rawURL must have
+// passed backend.CheckURL. The errors match backend.ErrInvalidOption or
+// backend.ErrInvalidURL (status 65) and never carry the URL's password.
+func checkTTLFlags(rawURL string, ttl, maxHold time.Duration) error {
+	switch {
+	case ttl < 0:
+		return fmt.Errorf("%w: --ttl must be positive, got %v", backend.ErrInvalidOption, ttl)
+	case maxHold < 0:
+		return fmt.Errorf("%w: --max-hold must not be negative (0 means no limit), got %v", backend.ErrInvalidOption, maxHold)
+	case ttl == 0:
+		return nil
+	}
+	u, err := urlkit.Parse(rawURL)
+	if err != nil {
+		return err
+	}
+	q, err := urlkit.Query(u)
+	if err != nil {
+		return err
+	}
+	q.Set("ttl", ttl.String())
+	u.RawQuery = q.Encode()
+	if err := backend.CheckURL(u.String()); err != nil {
+		return fmt.Errorf("%w: --ttl %v: %w", backend.ErrInvalidOption, ttl, err)
+	}
+	return nil
+}
+
 // redact returns rawURL for output without its secrets (urlkit.Redact: the
 // password replaced by xxxxx); a URL that does not parse is not echoed at
 // all, since url.Parse may have misread where its password ends.

@@ -69,12 +69,25 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		return usageErr(stderr, "run", "no lock name: give --lock")
 	case *noWait && *waitTimeout > 0:
 		return usageErr(stderr, "run", "--no-wait and --wait-timeout exclude each other")
+	case *waitTimeout < 0:
+		return usageErr(stderr, "run", "--wait-timeout must not be negative")
 	case *grace <= 0:
 		return usageErr(stderr, "run", "--grace must be positive")
 	case *connect <= 0:
 		return usageErr(stderr, "run", "--connect-timeout must be positive")
 	case *metricsAddr != "" && checkMetricsAddr(*metricsAddr) != nil:
 		return usageErr(stderr, "run", checkMetricsAddr(*metricsAddr).Error())
+	}
+	// The URL, the name and the TTL as the backend will take them, before
+	// anything is dialled.
+	for _, check := range []func() error{
+		func() error { return backend.CheckURL(*url) },
+		func() error { return backend.ValidateName(*name) },
+		func() error { return checkTTLFlags(*url, *ttl, *maxHold) },
+	} {
+		if err := check(); err != nil {
+			return report(stderr, "run", err)
+		}
 	}
 	metrics, observe, err := serveMetrics(*metricsAddr)
 	if err != nil {
