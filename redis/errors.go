@@ -38,7 +38,10 @@ func mapErr(err error) error {
 		errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%w: %w", backend.ErrUnavailable, err)
 	}
-	for _, p := range []string{"LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "BUSY "} {
+	// The server cannot take the request now: loading its data, no
+	// primary, a busy script, out of memory (maxmemory). (Out of client
+	// slots, it closes the connection: a network error above.)
+	for _, p := range []string{"LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "BUSY ", "OOM"} {
 		if goredis.HasErrorPrefix(err, p) {
 			return fmt.Errorf("%w: %w", backend.ErrUnavailable, err)
 		}

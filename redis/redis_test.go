@@ -506,3 +506,25 @@ func TestWaiterServerGone(t *testing.T) {
 		cancel()
 	}
 }
+
+// TestServerFull: a server out of memory (maxmemory) or of client slots
+// (maxclients) cannot take the request now: Acquire reports ErrUnavailable,
+// not a held lock or a bare error.
+func TestServerFull(t *testing.T) {
+	s := redistest.Start(t)
+	admin := s.NewClient(t)
+	ctx := tctx(t, 10*time.Second)
+
+	l := locker(t, s.Addr(), Config{Prefix: testPrefix(t)})
+	require.NoError(t, admin.ConfigSet(ctx, "maxmemory", "1").Err())
+	_, err := l.TryAcquire(ctx, "n")
+	require.ErrorIs(t, err, backend.ErrUnavailable, "out of memory")
+	require.NotErrorIs(t, err, backend.ErrNotAcquired)
+	require.NoError(t, admin.ConfigSet(ctx, "maxmemory", "0").Err())
+
+	require.NoError(t, admin.ConfigSet(ctx, "maxclients", "1").Err())
+	full := locker(t, s.Addr(), Config{Prefix: testPrefix(t)})
+	_, err = full.TryAcquire(ctx, "n")
+	require.ErrorIs(t, err, backend.ErrUnavailable, "no client slot")
+	require.NotErrorIs(t, err, backend.ErrNotAcquired)
+}

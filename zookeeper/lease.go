@@ -393,7 +393,7 @@ func (l *lease) waitGone(ctx context.Context, watches map[string]<-chan zk.Event
 			if l.g.ended() || sessionGone(ev.Err) {
 				return "", l.markLostWhy("the session ended while waiting")
 			}
-			return "", fmt.Errorf("zookeeper: watch on %s ended: %v", gone, ev.Err)
+			return "", fmt.Errorf("%w: zookeeper: watch on %s ended: %w", backend.ErrUnavailable, gone, ev.Err)
 		}
 		// gone's data changed (EventNodeDataChanged): it is still
 		// there, in the same place; the next round watches it again.
