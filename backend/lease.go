@@ -197,8 +197,9 @@ func (ls *Lease) Deadline() time.Time {
 // matching ErrLeaseLost if the lease is gone (and fires the loss signal), or
 // ErrReleased after Release (or once Release has started). An error
 // matching ErrUnavailable (the backend unreachable, or ctx ended before it
-// answered: the error then matches ctx.Err() too) leaves the lease held
-// until its deadline.
+// answered: the error then matches ctx.Err() too) or ErrPermission (the
+// backend refused the renewal: a revoked grant) leaves the lease held until
+// its deadline, as a failed background renewal does.
 func (ls *Lease) Refresh(ctx context.Context) error {
 	ls.opMu.RLock()
 	defer ls.opMu.RUnlock()
@@ -655,7 +656,7 @@ func (ls *Lease) renew(deadline time.Time) error {
 // changed is closed at the next change of that state. A holder that must
 // not act while in doubt stops on suspension; the default (ignoring it)
 // relies on the deadline. Backends that do not report suspension (etcd,
-// Redis, mem) return false and a nil channel, which never fires.
+// Redis, PostgreSQL, mem) return false and a nil channel, which never fires.
 func (ls *Lease) Suspended() (suspended bool, changed <-chan struct{}) {
 	return ls.drv.Suspended()
 }
