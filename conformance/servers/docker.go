@@ -21,6 +21,13 @@ import (
 	"github.com/fencelock/fencelock/internal/freeport"
 )
 
+// freezeTries is how many times a member's pause asks Docker to freeze it,
+// freezeRetryPause the wait between two tries (see the pause handle).
+const (
+	freezeTries      = 3
+	freezeRetryPause = 200 * time.Millisecond
+)
+
 // DefaultImages are the images the Docker provider runs; ImageEnv names the
 // variable that overrides each.
 var DefaultImages = map[Kind]string{
@@ -538,7 +545,23 @@ func (c *container) newMember(role string) *Member {
 			_, err = cl.WaitContainerWithContext(c.id, ctx)
 			return err
 		},
-		pause: func(context.Context) error { return cl.PauseContainer(c.id) },
+		pause: func(ctx context.Context) error {
+			// On a loaded machine the cgroup freezer may not freeze a busy
+			// container in time ("OCI runtime pause failed: unable to
+			// freeze"); runc then thaws it, so asking again is safe.
+			var err error
+			for try := 0; try < freezeTries; try++ {
+				if err = cl.PauseContainer(c.id); err == nil || !strings.Contains(err.Error(), "unable to freeze") {
+					return err
+				}
+				select {
+				case <-ctx.Done():
+					return err
+				case <-time.After(freezeRetryPause):
+				}
+			}
+			return err
+		},
 		unpause: func(ctx context.Context) error {
 			if err := cl.UnpauseContainer(c.id); err != nil {
 				return err
