@@ -55,12 +55,37 @@ func NewURLHarness(rawURL string, caps Capabilities) (*URLHarness, error) {
 	return &URLHarness{rawURL: rawURL, caps: caps}, nil
 }
 
+// CheckURL reports, without dialling anything, why the URL harness could
+// not run against rawURL: what backend.CheckURL finds wrong with it, a URL
+// with no host:port in its authority (mem://, which is in-process, or a
+// host given in the query, such as PostgreSQL's host=/tmp), or a host
+// without an explicit port (the harness puts a proxy in front of each).
+// The errors match backend.ErrInvalidURL and never carry the URL's
+// password.
+func CheckURL(rawURL string) error {
+	if _, err := parseURL(rawURL); err != nil {
+		return err
+	}
+	return backend.CheckURL(rawURL)
+}
+
+// CheckCapabilities reports why the suite could not run with c (a TTL
+// unset or under MinTTL, a MaxTTL that leaves no room for its long
+// leases), as NewURLHarness does, for a harness of one's own.
+func CheckCapabilities(c Capabilities) error { return c.check() }
+
 // parseURL parses rawURL and checks that each of its hosts has an
 // explicit port (the harness puts a proxy in front of each).
 func parseURL(rawURL string) (*url.URL, error) {
 	u, err := urlkit.Parse(rawURL) // its errors never echo the URL, nor its password
 	if err != nil {
 		return nil, err
+	}
+	switch {
+	case u.Scheme == "mem":
+		return nil, fmt.Errorf("%w: conformance: mem:// is in-process: the URL harness has no host:port to put a proxy in front of (run the suite over mem.Server in process, or fencelock conformance mem://)", backend.ErrInvalidURL)
+	case u.Host == "":
+		return nil, fmt.Errorf("%w: conformance: %s: no host:port in the URL (a host given in the query, such as a Unix socket, cannot be proxied): give host:port", backend.ErrInvalidURL, urlkit.Redact(u))
 	}
 	for _, h := range strings.Split(u.Host, ",") {
 		if _, port, err := net.SplitHostPort(h); err != nil || port == "" {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/conformance/servers"
 	_ "github.com/fencelock/fencelock/etcd"
@@ -144,4 +145,23 @@ func runURL(t *testing.T, u string, adjust func(*conformance.Capabilities)) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = h.Close() })
 	conformance.Run(t, h)
+}
+
+// CheckURL refuses, without dialling, what the URL harness cannot run
+// against, and never echoes a password.
+func TestCheckURLBeforeDial(t *testing.T) {
+	require.NoError(t, conformance.CheckURL("etcd://127.0.0.1:2379,127.0.0.1:2380/x"))
+	for _, raw := range []string{
+		"etcd://10.255.255.1/x",               // no port
+		"etcd://10.255.255.1:2379,h/x",        // one host without a port
+		"postgres://app:s3cret@/db?host=/tmp", // the host in the query
+		"mem://",                              // in-process
+		"etcd://app:s3cret@host:notaport/x",   // does not parse
+		"etcd://127.0.0.1:2379/x?bogus=1",     // backend.CheckURL's
+		"nosuch://127.0.0.1:1/x",              // unknown scheme
+	} {
+		err := conformance.CheckURL(raw)
+		require.ErrorIs(t, err, backend.ErrInvalidURL, raw)
+		require.NotContains(t, err.Error(), "s3cret", raw)
+	}
 }

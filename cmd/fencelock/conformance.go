@@ -20,6 +20,9 @@ const conformanceUsage = `usage: fencelock conformance [flags] URL
 
 Runs the conformance suite against the backend at URL (your own cluster:
 give every host its port), without go test, and prints a table of cases.
+Flags may also follow URL. mem:// runs it against this binary's in-process
+mem adapter, on a server of the run's own (without query parameters; no
+partition case, as there is no network).
 It first checks that every host answers and takes and releases a probe
 lock: a backend it cannot reach fails in seconds. The suite's settings are
 those the URL's scheme declares (ZooKeeper's are read from the session
@@ -88,13 +91,36 @@ func conformanceCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 	case len(urls) > 1:
 		return usageErr(stderr, "conformance", "give one URL")
 	}
-	// Reachability first: one line in seconds, not every case failing.
-	caps, err := conformance.URLCapabilities(ctx, url)
+	// The URL, its hosts' ports and -ttl first, without dialling: 65 at
+	// once, not after a connection.
+	if err := backend.CheckURL(url); err != nil {
+		return report(stderr, "conformance", err)
+	}
+	inProcess := isMemURL(url)
+	check := conformance.CheckURL
+	if inProcess {
+		check = checkMemURL
+	}
+	var given conformance.Capabilities
+	overrideCaps(&given)
+	for _, err := range []error{check(url), checkTTLFlags(url, given.TTL, 0)} {
+		if err != nil {
+			return report(stderr, "conformance", err)
+		}
+	}
+	// Reachability next: one line in seconds, not every case failing.
+	var caps conformance.Capabilities
+	var err error
+	if inProcess {
+		caps, err = memCapabilities(ctx)
+	} else {
+		caps, err = conformance.URLCapabilities(ctx, url)
+	}
 	if err != nil {
 		return report(stderr, "conformance", err)
 	}
 	overrideCaps(&caps)
-	if _, err := conformance.NewURLHarness(url, caps); err != nil {
+	if err := conformance.CheckCapabilities(caps); err != nil {
 		return report(stderr, "conformance", fmt.Errorf("%w: %w", backend.ErrInvalidOption, err))
 	}
 	self, err := os.Executable()
@@ -224,13 +250,21 @@ func runConformanceChild(url string) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(exitUsage)
 	}
-	h, err := conformance.NewURLHarness(url, caps)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(exitInvalid)
+	var h conformance.Harness
+	if isMemURL(url) {
+		h = newMemHarness(caps)
+	} else {
+		uh, err := conformance.NewURLHarness(url, caps)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, stripPrefixes(err.Error()))
+			os.Exit(exitInvalid)
+		}
+		h = uh
 	}
 	tests := []testing.InternalTest{{Name: "TestConformance", F: func(t *testing.T) {
-		t.Cleanup(func() { _ = h.Close() })
+		if c, ok := h.(interface{ Close() error }); ok {
+			t.Cleanup(func() { _ = c.Close() })
+		}
 		conformance.Run(t, h)
 	}}}
 	testing.Main(func(pat, str string) (bool, error) { return regexp.MatchString(pat, str) }, tests, nil, nil)

@@ -233,5 +233,8 @@ func redact(rawURL string) string {
 	if err != nil {
 		return "(a URL that does not parse)"
 	}
-	return urlkit.Redact(u)
+	if r := urlkit.Redact(u); r != u.String() {
+		return r
+	}
+	return rawURL // nothing hidden: as written ("mem://", where String gives "mem:")
 }
