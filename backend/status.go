@@ -10,7 +10,7 @@ import (
 
 // Status is what a backend can tell about one lock.
 type Status struct {
-	Name    string
+	Name    string  // the lock's name, as given to Locker.Status
 	Holder  *Entry  // nil if the lock is free
 	Waiters []Entry // in the order they will be granted, where the backend queues them
 }

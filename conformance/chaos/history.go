@@ -35,16 +35,16 @@ const (
 // machine's clock (every worker runs here); tokens are decimal strings, as
 // JSON numbers lose precision above 2^53.
 type Event struct {
-	Worker int    `json:"worker"`        // worker number; -1 for a fault on no worker
-	Op     string `json:"op"`            // acquire, admit, read, write, release, lost, fault, start, exit
-	Seq    int64  `json:"seq,omitempty"` // the step's number within its worker: an invocation and its outcome share it
-	Phase  string `json:"phase"`         // invoke, ok, stale, error; start, end for faults
-	Time   int64  `json:"time"`          // Unix nanoseconds
-	Token  uint64 `json:"token,omitempty,string"`
-	Value  int64  `json:"value,omitempty"` // the counter read, or written
-	Fault  Fault  `json:"fault,omitempty"`
-	Target string `json:"target,omitempty"` // a fault's member, or its detail
-	Err    string `json:"err,omitempty"`
+	Worker int    `json:"worker"`                 // worker number; -1 for a fault on no worker
+	Op     string `json:"op"`                     // acquire, admit, read, write, release, lost, fault, start, exit
+	Seq    int64  `json:"seq,omitempty"`          // the step's number within its worker: an invocation and its outcome share it
+	Phase  string `json:"phase"`                  // invoke, ok, stale, error; start, end for faults
+	Time   int64  `json:"time"`                   // Unix nanoseconds
+	Token  uint64 `json:"token,omitempty,string"` // the fencing token granted, or written with
+	Value  int64  `json:"value,omitempty"`        // the counter read, or written
+	Fault  Fault  `json:"fault,omitempty"`        // the fault's kind (op fault)
+	Target string `json:"target,omitempty"`       // a fault's member, or its detail
+	Err    string `json:"err,omitempty"`          // the error of a failed step or fault
 }
 
 // ReadHistory reads a history.jsonl file.

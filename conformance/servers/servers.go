@@ -75,9 +75,9 @@ var URLEnv = map[Kind]string{
 // Server is a running server of one kind and topology, stopped and removed
 // when the test that started it ends.
 type Server struct {
-	Provider Provider
-	Kind     Kind
-	Topology Topology
+	Provider Provider // where it comes from: External, Docker or Local
+	Kind     Kind     // etcd, ZooKeeper, Redis or PostgreSQL
+	Topology Topology // one server, or a cluster
 	// URL is a fencelock backend URL with a prefix unique to this Server
 	// (etcd://127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3/fencelock-…,
 	// zk://…/fencelock-…?dial_timeout=30s,
