@@ -13,12 +13,12 @@ import (
 
 // Summary is the checker's figures for one campaign (summary.json).
 type Summary struct {
-	URL             string  `json:"url"` // the lock service, password hidden
-	Guard           Guard   `json:"guard"`
+	URL             string  `json:"url"`                    // the lock service, password hidden
+	Guard           Guard   `json:"guard"`                  // the store the counter lives in
 	RedisClient     string  `json:"redis_client,omitempty"` // for redis:// URLs
-	Workers         int     `json:"workers"`
-	TTLSeconds      float64 `json:"ttl_seconds"`
-	DurationSeconds float64 `json:"duration_seconds"`
+	Workers         int     `json:"workers"`                // worker processes contending
+	TTLSeconds      float64 `json:"ttl_seconds"`            // the leases' TTL
+	DurationSeconds float64 `json:"duration_seconds"`       // how long the campaign ran
 	// Grants counts the leases granted; GrantsPerSecond over the
 	// campaign's history.
 	Grants          int     `json:"grants"`
@@ -30,7 +30,7 @@ type Summary struct {
 	WritesAccepted int   `json:"writes_accepted"`
 	WritesStale    int   `json:"writes_stale"`
 	WritesUnknown  int   `json:"writes_unknown"`
-	FinalCounter   int64 `json:"final_counter"`
+	FinalCounter   int64 `json:"final_counter"` // the counter's value at the end
 	// StaleWritesAccepted counts accepted writes and admits whose token is
 	// lower than one accepted before they were invoked. Must be 0.
 	StaleWritesAccepted int `json:"stale_writes_accepted"`
