@@ -43,8 +43,12 @@ type Locker struct {
 // mem.New, ...). opts are defaults for every acquisition; an Acquire's own
 // options override them. New checks the defaults against the driver's
 // limits. The Locker owns drv from then on, even when New fails: Close (or
-// the failure) shuts it down.
+// the failure) shuts it down. A nil drv is an error matching
+// ErrInvalidOption.
 func New(drv driver.Driver, opts ...Option) (*Locker, error) {
+	if drv == nil {
+		return nil, fmt.Errorf("%w: New: nil driver", ErrInvalidOption)
+	}
 	caps := drv.Capabilities()
 	base, obs, err := defaults(drv, caps, opts)
 	if err != nil {

@@ -6,12 +6,18 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/fencelock/fencelock/backend/driver"
 )
 
-// DefaultTTL is the lease TTL when WithTTL is not given.
+// DefaultTTL is the lease TTL when WithTTL is not given, on every backend
+// but ZooKeeper, whose lease TTL is a session timeout: there the default is
+// the session timeout the server granted for the first session (for the
+// URL's ttl or session_timeout, DefaultTTL if it has neither;
+// Config.SessionTimeout with Dial; the connection's with New), which a
+// server may set between its tick time times 2 and times 20.
 const DefaultTTL = 15 * time.Second
 
 // Option configures a Locker (as defaults for all its acquisitions, given to
@@ -30,6 +36,7 @@ type settings struct {
 	drift     time.Duration
 	driftSet  bool
 	holder    string
+	holderErr error // why WithHolder's identity is refused, or nil
 	metadata  map[string]string
 	value     *string
 	// obs holds the Locker-only options, set only while New reads them
@@ -50,19 +57,27 @@ func defaultHolder() string {
 }
 
 // WithTTL sets the lease TTL: how long the lock outlives its holder's last
-// successful renewal. Default DefaultTTL (15s). It must be positive and at
-// least the backend's minimum (etcd: 2s, whole seconds). It cannot be turned
-// off: a lock without expiry blocks everyone forever when its holder crashes.
+// successful renewal. Default DefaultTTL (15s; on ZooKeeper the session
+// timeout granted, see DefaultTTL). It must be positive and at least the
+// backend's minimum: etcd.MinTTL (1s, in whole seconds; an etcd server with
+// default settings raises a TTL under 2s to 2s, and an acquisition with
+// such a TTL fails with ErrInvalidOption naming the server's minimum, so 2s
+// is the least that works there), zookeeper.MinTTL (400ms), redis.MinTTL
+// and postgres.MinTTL (100ms), mem.MinTTL (10ms); Redis, PostgreSQL and
+// ZooKeeper count whole milliseconds. It cannot be turned off: a lock
+// without expiry blocks everyone forever when its holder crashes.
 func WithTTL(ttl time.Duration) Option { return func(s *settings) { s.ttl = ttl } }
 
 // WithAutoRenew turns background renewal of a held lease on or off. Default
 // on: the lease is renewed every TTL/3, and retried until the loss deadline
-// when a renewal fails. Off: once granted, the lease is lost at its deadline
-// unless Refresh is called. A waiting acquisition is always renewed.
+// when a renewal fails. WithAutoRenew(false) turns it off: once granted, the
+// lease is lost at its deadline unless Refresh is called. A waiting
+// acquisition is always renewed.
 func WithAutoRenew(on bool) Option { return func(s *settings) { s.autoRenew = on } }
 
 // WithMaxHold stops auto-renew once the lease has been held for d, so that a
-// stuck holder loses the lock within d plus one TTL. Default 0: no limit.
+// stuck holder loses the lock within d plus one TTL. Default 0: no limit;
+// WithMaxHold(0) turns a limit given earlier off. It must not be negative.
 // Refresh still works after it.
 func WithMaxHold(d time.Duration) Option { return func(s *settings) { s.maxHold = d } }
 
@@ -70,19 +85,44 @@ func WithMaxHold(d time.Duration) Option { return func(s *settings) { s.maxHold 
 // the holder gives it up: the local deadline is (send time of the last
 // successful acquire or renewal) + TTL - margin, on the monotonic clock. It
 // covers clock-rate differences between client and server. Default: 1% of
-// TTL plus 5ms (at most TTL/10). Zero turns the margin off (the deadline is then exactly send
-// time + TTL, which is still never later than the server's expiry if clocks
-// run at the same rate). It must be smaller than TTL.
+// TTL plus 5ms (at most TTL/10). WithDriftMargin(0) turns the margin off
+// (the deadline is then exactly send time + TTL, which is still never later
+// than the server's expiry if clocks run at the same rate). It must not be
+// negative, and must be smaller than TTL.
 func WithDriftMargin(d time.Duration) Option {
 	return func(s *settings) { s.drift, s.driftSet = d, true }
 }
 
 // WithHolder sets the holder identity stored with the lock where the backend
-// can store it, for status tools. Default "hostname:pid".
-func WithHolder(id string) Option { return func(s *settings) { s.holder = id } }
+// can store it, for status tools. Default "hostname:pid"; it cannot be
+// turned off (a lock always says who holds it). It must be printable UTF-8
+// (no control characters: status tools show it on one line) and not
+// empty; an identity that is not is refused with an error matching
+// ErrInvalidOption where the option is used (New, Open, Acquire), as the
+// URL's holder parameter is.
+func WithHolder(id string) Option {
+	var err error
+	if why := holderProblem(id); why != "" {
+		err = fmt.Errorf("%w: WithHolder(%q): %s", ErrInvalidOption, id, why)
+	}
+	return func(s *settings) { s.holder, s.holderErr = id, err }
+}
+
+// holderProblem says why id cannot be a holder identity (WithHolder, the
+// URL's holder parameter), or returns "".
+func holderProblem(id string) string {
+	switch {
+	case id == "":
+		return "the holder is empty (leave it out for the default, hostname:pid)"
+	case !utf8.ValidString(id) || strings.IndexFunc(id, unicode.IsControl) >= 0:
+		return "the holder is not printable UTF-8"
+	}
+	return ""
+}
 
 // WithMetadata adds key/value pairs stored with the lock beside the holder
-// identity, for status tools. Default none.
+// identity, for status tools. Default none; pairs given earlier (to New or
+// Open, for an Acquire) cannot be taken off, only replaced key by key.
 func WithMetadata(kv map[string]string) Option {
 	return func(s *settings) {
 		m := make(map[string]string, len(s.metadata)+len(kv))
@@ -137,30 +177,56 @@ func resolve(base settings, drv driver.Driver, caps driver.Capabilities, opts []
 	if s.obs != nil {
 		return s, fmt.Errorf("%w: %s configures the Locker: give it to New or Open, not to an acquisition", ErrInvalidOption, s.obs.first)
 	}
+	if err := s.check(caps.MinTTL, drv); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// ttlChecker is a driver's check of a TTL (driver.Driver.CheckTTL).
+type ttlChecker interface{ CheckTTL(time.Duration) error }
+
+// limitsChecker is the CheckTTL of a scheme's Limits: nil checks nothing.
+type limitsChecker func(time.Duration) error
+
+func (f limitsChecker) CheckTTL(ttl time.Duration) error {
+	if f == nil {
+		return nil
+	}
+	return f(ttl)
+}
+
+// check checks s against a backend whose minimum TTL is minTTL and whose
+// own check of a TTL is ttls, and sets its drift margin to the default if
+// none was given. Its errors match ErrInvalidOption.
+func (s *settings) check(minTTL time.Duration, ttls ttlChecker) error {
 	if s.ttl <= 0 {
-		return s, fmt.Errorf("%w: TTL must be positive, got %v", ErrInvalidOption, s.ttl)
+		return fmt.Errorf("%w: TTL must be positive, got %v", ErrInvalidOption, s.ttl)
 	}
-	if s.ttl < caps.MinTTL {
-		return s, fmt.Errorf("%w: TTL %v is under this backend's minimum of %v", ErrInvalidOption, s.ttl, caps.MinTTL)
+	if s.ttl < minTTL {
+		return fmt.Errorf("%w: TTL %v is under this backend's minimum of %v", ErrInvalidOption, s.ttl, minTTL)
 	}
-	if err := drv.CheckTTL(s.ttl); err != nil {
-		return s, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	if err := ttls.CheckTTL(s.ttl); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
 	if !s.driftSet {
 		s.drift = driftOf(s.ttl)
 	}
 	if s.drift < 0 || s.drift >= s.ttl {
-		return s, fmt.Errorf("%w: drift margin %v must be at least 0 and smaller than TTL %v", ErrInvalidOption, s.drift, s.ttl)
+		return fmt.Errorf("%w: drift margin %v must be at least 0 and smaller than TTL %v", ErrInvalidOption, s.drift, s.ttl)
 	}
 	if s.maxHold < 0 {
-		return s, fmt.Errorf("%w: max hold must not be negative, got %v", ErrInvalidOption, s.maxHold)
+		return fmt.Errorf("%w: max hold must not be negative, got %v", ErrInvalidOption, s.maxHold)
+	}
+	if s.holderErr != nil {
+		return s.holderErr
 	}
 	if s.value != nil {
 		if err := CheckValue(*s.value); err != nil {
-			return s, err
+			return err
 		}
 	}
-	return s, nil
+	return nil
 }
 
 // apply returns s with opts applied.

@@ -50,3 +50,37 @@ func TestMetadataOptionDoesNotAlias(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, map[string]string{"a": "1"}, base, "a per-acquire option changed the caller's map")
 }
+
+// WithHolder refuses what the URL's holder refuses, with the same check:
+// an empty identity, or one that is not printable UTF-8, in New and in an
+// Acquire (where it succeeded).
+func TestWithHolderRejectsWhatTheURLRejects(t *testing.T) {
+	conn := mem.NewServer().Connect()
+	for _, id := range []string{"", "a\nb", "a\tb", "a\x00b", "\xff"} {
+		_, err := mem.New(conn, backend.WithHolder(id))
+		assert.ErrorIs(t, err, backend.ErrInvalidOption, "New, holder %q", id)
+		assert.ErrorContains(t, err, "the holder is", "holder %q", id)
+
+		l, err := mem.New(conn)
+		require.NoError(t, err)
+		_, err = l.Acquire(context.Background(), "h", backend.WithHolder(id))
+		assert.ErrorIs(t, err, backend.ErrInvalidOption, "Acquire, holder %q", id)
+		require.NoError(t, l.Close())
+	}
+	// A later WithHolder replaces a refused one, as it replaces any.
+	l, err := mem.New(conn, backend.WithHolder(""), backend.WithHolder("ok:1"))
+	require.NoError(t, err)
+	ls, err := l.Acquire(context.Background(), "h")
+	require.NoError(t, err)
+	assert.Equal(t, "ok:1", ls.Holder())
+	require.NoError(t, l.Close())
+}
+
+// New with a nil driver is an error, not a panic.
+func TestNewNilDriver(t *testing.T) {
+	var l *backend.Locker
+	var err error
+	assert.NotPanics(t, func() { l, err = backend.New(nil) })
+	assert.Nil(t, l)
+	assert.ErrorIs(t, err, backend.ErrInvalidOption)
+}

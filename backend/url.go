@@ -12,8 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/fencelock/fencelock/backend/driver"
 	"github.com/fencelock/fencelock/internal/urlkit"
@@ -42,8 +40,14 @@ func Schemes() []string { return driver.Schemes() }
 // (its password replaced by xxxxx), and a URL that does not parse is not
 // echoed at all.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Locker, error) {
-	u, s, common, err := checkURL(rawURL)
+	u, s, common, lim, err := checkURL(rawURL)
 	if err != nil {
+		return nil, err
+	}
+	// The Locker's defaults, opts included, against what the scheme knows
+	// of the backend before it connects: an option it cannot honour fails
+	// here, not after a dial.
+	if err := checkDefaults(lim, append(common, opts...)); err != nil {
 		return nil, err
 	}
 	if l := loggerOf(opts); l != nil {
@@ -53,6 +57,8 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Again against the driver: the server may have changed what the URL
+	// asked for (a ZooKeeper server grants its own session timeout).
 	if _, _, err := defaults(drv, drv.Capabilities(), common); err != nil {
 		err = fmt.Errorf("%w: %s: %w", ErrInvalidURL, urlkit.Redact(u), err)
 		return nil, errors.Join(err, shutdownNow(drv))
@@ -62,48 +68,95 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Locker, error) {
 
 // CheckURL reports what Open would find wrong with rawURL before it
 // connects: the same errors, matching ErrInvalidURL, for the URL's syntax,
-// its scheme, the common parameters and, where the adapter has a Check, the
+// its scheme, the common parameters (ttl and drift checked against the
+// backend's minimum TTL, its TTL's shape and its default TTL as the URL
+// sets it, as Open checks them) and, where the adapter has a Check, the
 // adapter's own. It dials nothing. A nil error does not promise that Open
-// succeeds: the backend may be unreachable, or refuse the credentials.
+// succeeds: the backend may be unreachable, refuse the credentials, or
+// grant a TTL other than the one asked for (a ZooKeeper session timeout).
 func CheckURL(rawURL string) error {
-	_, _, _, err := checkURL(rawURL)
+	_, _, _, _, err := checkURL(rawURL)
 	return err
 }
 
 // checkURL is CheckURL, returning what Open needs next: the parsed URL, its
-// scheme and the common parameters' options.
-func checkURL(rawURL string) (*url.URL, driver.Scheme, []Option, error) {
+// scheme, the common parameters' options and the Limits its Check
+// reported.
+func checkURL(rawURL string) (*url.URL, driver.Scheme, []Option, driver.Limits, error) {
+	fail := func(err error) (*url.URL, driver.Scheme, []Option, driver.Limits, error) {
+		return nil, driver.Scheme{}, nil, driver.Limits{}, err
+	}
 	u, err := urlkit.Parse(rawURL)
 	if err != nil {
-		return nil, driver.Scheme{}, nil, err
+		return fail(err)
 	}
 	s, ok := driver.Lookup(u.Scheme)
 	if !ok {
-		return nil, driver.Scheme{}, nil, fmt.Errorf("%w: unknown scheme %q in %s (known: %s; import the adapter package to register its scheme)",
-			ErrInvalidURL, u.Scheme, urlkit.Redact(u), strings.Join(Schemes(), ", "))
+		return fail(fmt.Errorf("%w: unknown scheme %q in %s (known: %s; import the adapter package to register its scheme)",
+			ErrInvalidURL, u.Scheme, urlkit.Redact(u), strings.Join(Schemes(), ", ")))
 	}
 	q, err := urlkit.Query(u)
 	if err != nil {
-		return nil, driver.Scheme{}, nil, err
+		return fail(err)
 	}
 	known := append(slices.Clone(urlkit.CommonParams), s.Params...)
 	for k := range q {
 		if !slices.Contains(known, k) {
 			sort.Strings(known)
-			return nil, driver.Scheme{}, nil, fmt.Errorf("%w: unknown query parameter %q for scheme %s (known: %s)",
-				ErrInvalidURL, k, u.Scheme, strings.Join(known, ", "))
+			return fail(fmt.Errorf("%w: unknown query parameter %q for scheme %s (known: %s)",
+				ErrInvalidURL, k, u.Scheme, strings.Join(known, ", ")))
 		}
 	}
 	common, err := commonOptions(q)
 	if err != nil {
-		return nil, driver.Scheme{}, nil, err
+		return fail(err)
 	}
+	var lim driver.Limits
 	if s.Check != nil {
-		if err := s.Check(u); err != nil {
-			return nil, driver.Scheme{}, nil, err
+		if lim, err = s.Check(u); err != nil {
+			return fail(err)
 		}
 	}
-	return u, s, common, nil
+	if err := checkTTLParams(u.Scheme, q, lim); err != nil {
+		return fail(err)
+	}
+	return u, s, common, lim, nil
+}
+
+// checkTTLParams checks the URL's ttl and drift against the scheme's
+// Limits, as New checks WithTTL and WithDriftMargin against the driver:
+// the ttl against the backend's minimum and its CheckTTL, the drift margin
+// against the TTL the Locker will have (the URL's ttl, else the default
+// TTL the URL sets, else DefaultTTL). commonOptions has checked the rest.
+func checkTTLParams(scheme string, q url.Values, lim driver.Limits) error {
+	ttl := cmp.Or(lim.DefaultTTL, DefaultTTL)
+	if q.Has("ttl") {
+		ttl, _ = time.ParseDuration(q.Get("ttl")) // commonOptions parsed it
+		if ttl < lim.MinTTL {
+			return urlkit.ValueError("ttl", q.Get("ttl"), fmt.Sprintf("under the minimum TTL of %s URLs, %v", scheme, lim.MinTTL))
+		}
+		if err := limitsChecker(lim.CheckTTL).CheckTTL(ttl); err != nil {
+			return urlkit.ValueError("ttl", q.Get("ttl"), err.Error())
+		}
+	}
+	if q.Has("drift") {
+		if drift, _ := time.ParseDuration(q.Get("drift")); drift >= ttl {
+			return urlkit.ValueError("drift", q.Get("drift"), fmt.Sprintf("the drift margin must be smaller than the TTL (%v)", ttl))
+		}
+	}
+	return nil
+}
+
+// checkDefaults checks the Locker's defaults that opts give against lim,
+// before any dial, as New checks them against the driver. Its errors match
+// ErrInvalidOption.
+func checkDefaults(lim driver.Limits, opts []Option) error {
+	base := defaultSettings()
+	if lim.DefaultTTL > 0 {
+		base.ttl = lim.DefaultTTL
+	}
+	s := apply(base, opts)
+	return s.check(lim.MinTTL, limitsChecker(lim.CheckTTL))
 }
 
 func commonOptions(q url.Values) ([]Option, error) {
@@ -121,8 +174,8 @@ func commonOptions(q url.Values) ([]Option, error) {
 			*d.to = v
 		}
 	}
-	// The checks of resolve that need no driver, before any dial; the
-	// driver's minimum TTL is checked by the adapter's parser or after it.
+	// The checks of resolve that need no driver, before any dial;
+	// checkTTLParams checks ttl and drift against the scheme's Limits.
 	switch {
 	case q.Has("ttl") && s.ttl <= 0:
 		return nil, urlkit.ValueError("ttl", q.Get("ttl"), "the TTL must be positive")
@@ -130,8 +183,6 @@ func commonOptions(q url.Values) ([]Option, error) {
 		return nil, urlkit.ValueError("max_hold", q.Get("max_hold"), "must not be negative (0 means no limit)")
 	case q.Has("drift") && s.drift < 0:
 		return nil, urlkit.ValueError("drift", q.Get("drift"), "must not be negative (0 turns the margin off)")
-	case q.Has("drift") && s.drift >= cmp.Or(s.ttl, DefaultTTL):
-		return nil, urlkit.ValueError("drift", q.Get("drift"), fmt.Sprintf("the drift margin must be smaller than the TTL (%v)", cmp.Or(s.ttl, DefaultTTL)))
 	}
 	if q.Has("auto_renew") {
 		on, err := strconv.ParseBool(q.Get("auto_renew"))
@@ -142,11 +193,8 @@ func commonOptions(q url.Values) ([]Option, error) {
 	}
 	if q.Has("holder") {
 		h := q.Get("holder")
-		if h == "" {
-			return nil, fmt.Errorf("%w: holder is empty (leave it out for the default, hostname:pid)", ErrInvalidURL)
-		}
-		if !utf8.ValidString(h) || strings.IndexFunc(h, unicode.IsControl) >= 0 {
-			return nil, fmt.Errorf("%w: holder %q is not printable UTF-8", ErrInvalidURL, h)
+		if why := holderProblem(h); why != "" {
+			return nil, urlkit.ValueError("holder", h, why)
 		}
 		opts = append(opts, WithHolder(h))
 	}

@@ -2,11 +2,19 @@ package backend_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/backend/driver"
 	_ "github.com/fencelock/fencelock/backend/mem"
 	"github.com/fencelock/fencelock/internal/urltest"
 )
@@ -27,10 +35,12 @@ func TestOpenBadMemURLs(t *testing.T) {
 		{"mem://?drift=-1ms", `drift="-1ms": must not be negative`},
 		{"mem://?ttl=1s&drift=1s", `drift="1s": the drift margin must be smaller than the TTL (1s)`},
 		{"mem://?drift=20s", `drift="20s": the drift margin must be smaller than the TTL (15s)`},
+		{"mem://x?ttl=1ns", `ttl="1ns": under the minimum TTL of mem URLs, 10ms`},
+		{"mem://x?ttl=9ms", `ttl="9ms": under the minimum TTL of mem URLs, 10ms`},
 		{"mem://?auto_renew=maybe", `auto_renew="maybe" is not true or false`},
 		{"mem://?auto_renew=", `auto_renew="" is not true or false`},
 		{"mem://?holder=", "holder is empty"},
-		{"mem://?holder=a%00b", `holder "a\x00b" is not printable UTF-8`},
+		{"mem://?holder=a%00b", `holder="a\x00b": the holder is not printable UTF-8`},
 		{"mem://?holder=%ff", "is not printable UTF-8"},
 		{"mem://?tll=1s", `unknown query parameter "tll" for scheme mem (known: auto_renew, drift, holder, max_hold, ttl)`},
 		{"mem://?%zz=1", "malformed query: invalid URL escape"},
@@ -44,7 +54,7 @@ func TestOpenBadMemURLs(t *testing.T) {
 		{"mem://a#frag", "a URL fragment (#...) is not allowed"},
 		{"mem:a", "mem: URL without //: want mem://host/path"},
 		{"mem://a\x7f", "cannot parse the URL: invalid control character in URL"},
-		{"nosuch://x", `unknown scheme "nosuch" in nosuch://x (known: mem; import the adapter package to register its scheme)`},
+		{"nosuch://x", `unknown scheme "nosuch" in nosuch://x (known: ` + strings.Join(backend.Schemes(), ", ") + `; import the adapter package to register its scheme)`},
 		{"", "empty URL"},
 		{"//h/x", "no scheme: want scheme://host/path"},
 		{"::not a url", "cannot parse the URL: missing protocol scheme"},
@@ -98,9 +108,95 @@ func TestOpenNeverLeaksPassword(t *testing.T) {
 // A value out of range matches ErrInvalidOption too, as it did when the
 // Locker's checks caught it.
 func TestOpenValueErrorsAreOptionErrors(t *testing.T) {
-	for _, raw := range []string{"mem://?ttl=0s", "mem://?max_hold=-1s", "mem://?drift=-1s", "mem://?ttl=1s&drift=2s"} {
+	for _, raw := range []string{"mem://?ttl=0s", "mem://?max_hold=-1s", "mem://?drift=-1s", "mem://?ttl=1s&drift=2s",
+		"mem://?ttl=1ns", "mem://?holder=", "mem://?holder=a%0Ab"} {
 		_, err := backend.Open(context.Background(), raw)
 		assert.ErrorIs(t, err, backend.ErrInvalidOption, raw)
 		assert.ErrorIs(t, err, backend.ErrInvalidURL, raw)
+	}
+}
+
+// CheckURL does the checks of Open that need the backend's limits: a ttl
+// under mem.MinTTL passes none of them (it passed CheckURL and failed
+// Open).
+func TestCheckURLChecksMinTTL(t *testing.T) {
+	for _, raw := range []string{"mem://x?ttl=1ns", "mem://x?ttl=9ms"} {
+		err := backend.CheckURL(raw)
+		assert.ErrorIs(t, err, backend.ErrInvalidURL, raw)
+		assert.ErrorIs(t, err, backend.ErrInvalidOption, raw)
+		assert.ErrorContains(t, err, "under the minimum TTL of mem URLs, 10ms", raw)
+	}
+	assert.NoError(t, backend.CheckURL("mem://x?ttl=10ms"))
+}
+
+// limitsScheme is a scheme whose Check reports Limits as an adapter's
+// does (a minimum TTL of 1s, whole seconds, a default TTL of 2s from the
+// URL, as ZooKeeper's session_timeout sets one) and whose Open counts its
+// calls: it stands for a dial.
+const limitsScheme = "limitstest"
+
+var limitsOpens atomic.Int64
+
+var errLimitsOpened = errors.New("limitstest: Open was called")
+
+func init() {
+	driver.Register(limitsScheme, driver.Scheme{
+		Check: func(*url.URL) (driver.Limits, error) {
+			return driver.Limits{MinTTL: time.Second, DefaultTTL: 2 * time.Second, CheckTTL: func(ttl time.Duration) error {
+				if ttl%time.Second != 0 {
+					return fmt.Errorf("whole seconds only, got %v", ttl)
+				}
+				return nil
+			}}, nil
+		},
+		Open: func(context.Context, *url.URL) (driver.Driver, error) {
+			limitsOpens.Add(1)
+			return nil, fmt.Errorf("%w: %w", backend.ErrUnavailable, errLimitsOpened)
+		},
+	})
+}
+
+// The URL's ttl and drift, and Open's options, are checked against the
+// Limits of the scheme's Check before its Open runs (before any dial), in
+// CheckURL too for the URL: the drift against the default TTL the URL
+// sets, not DefaultTTL (zk://...?session_timeout=1s&drift=5s dialled).
+func TestOpenChecksLimitsBeforeDial(t *testing.T) {
+	u := limitsScheme + "://x"
+	for _, tc := range []struct{ raw, want string }{
+		{u + "?drift=2s", `drift="2s": the drift margin must be smaller than the TTL (2s)`},
+		{u + "?ttl=3s&drift=3s", `drift="3s": the drift margin must be smaller than the TTL (3s)`},
+		{u + "?ttl=500ms", `ttl="500ms": under the minimum TTL of limitstest URLs, 1s`},
+		{u + "?ttl=1500ms", `ttl="1500ms": whole seconds only, got 1.5s`},
+	} {
+		err := backend.CheckURL(tc.raw)
+		assert.ErrorIs(t, err, backend.ErrInvalidURL, tc.raw)
+		assert.ErrorIs(t, err, backend.ErrInvalidOption, tc.raw)
+		assert.ErrorContains(t, err, tc.want, tc.raw)
+		_, err = backend.Open(context.Background(), tc.raw)
+		assert.ErrorIs(t, err, backend.ErrInvalidURL, tc.raw)
+		assert.ErrorContains(t, err, tc.want, tc.raw)
+	}
+	for name, opt := range map[string]backend.Option{
+		"WithTTL(500ms)":        backend.WithTTL(500 * time.Millisecond),
+		"WithTTL(1500ms)":       backend.WithTTL(1500 * time.Millisecond),
+		"WithTTL(0)":            backend.WithTTL(0),
+		"WithDriftMargin(2s)":   backend.WithDriftMargin(2 * time.Second), // the URL's default TTL is 2s
+		"WithDriftMargin(-1ms)": backend.WithDriftMargin(-time.Millisecond),
+		"WithMaxHold(-1s)":      backend.WithMaxHold(-time.Second),
+		`WithHolder("")`:        backend.WithHolder(""),
+		`WithHolder("a\nb")`:    backend.WithHolder("a\nb"),
+		"WithValue(NUL)":        backend.WithValue("a\x00"),
+	} {
+		_, err := backend.Open(context.Background(), u, opt)
+		assert.ErrorIs(t, err, backend.ErrInvalidOption, name)
+		assert.NotErrorIs(t, err, backend.ErrInvalidURL, "%s: an option, not the URL", name)
+	}
+	assert.Zero(t, limitsOpens.Load(), "the scheme's Open ran before the checks failed")
+
+	// What passes the checks reaches Open.
+	for _, raw := range []string{u, u + "?ttl=3s&drift=2s"} {
+		require.NoError(t, backend.CheckURL(raw))
+		_, err := backend.Open(context.Background(), raw, backend.WithTTL(time.Second), backend.WithDriftMargin(0))
+		assert.ErrorIs(t, err, errLimitsOpened, raw)
 	}
 }

@@ -40,14 +40,20 @@ func init() {
 // under dial_timeout and says why.
 const probeDelay = 250 * time.Millisecond
 
-// open opens a driver that owns its client, for backend.Open. It returns
-// within dial_timeout, and when ctx ends.
-// check is the etcd and etcds schemes' Check: parseURL, without dialling.
-func check(u *url.URL) error {
+// check is the etcd and etcds schemes' Check: parseURL, without dialling,
+// and urlLimits.
+func check(u *url.URL) (driver.Limits, error) {
 	_, _, err := parseURL(u)
-	return err
+	return urlLimits, err
 }
 
+// urlLimits is what backend checks an etcd URL's ttl and drift against
+// before any dial: the driver's minimum TTL and its own CheckTTL, which
+// reads nothing of the driver (a zero one checks as an open one does).
+var urlLimits = driver.Limits{MinTTL: MinTTL, CheckTTL: new(etcdDriver).CheckTTL}
+
+// open opens a driver that owns its client, for backend.Open. It returns
+// within dial_timeout, and when ctx ends.
 func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	cfg, prefix, err := parseURL(u)
 	if err != nil {
@@ -237,14 +243,6 @@ func parseURL(u *url.URL) (clientv3.Config, string, error) {
 		return clientv3.Config{}, "", err
 	} else if ok {
 		cfg.DialTimeout = d
-	}
-	// The TTL's shape, before any dial: etcd leases count whole seconds.
-	if ttl, ok, err := urlkit.Duration(q, "ttl"); err != nil {
-		return clientv3.Config{}, "", err
-	} else if ok && ttl > 0 && ttl < MinTTL {
-		return clientv3.Config{}, "", urlkit.ValueError("ttl", q.Get("ttl"), fmt.Sprintf("under the etcd adapter's minimum of %v", MinTTL))
-	} else if ok && ttl%time.Second != 0 {
-		return clientv3.Config{}, "", urlkit.ValueError("ttl", q.Get("ttl"), "etcd lease TTLs are whole seconds")
 	}
 	if cfg.Username, cfg.Password, err = urlkit.User(u); err != nil {
 		return bad("%v", err)

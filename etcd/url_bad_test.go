@@ -37,7 +37,7 @@ func TestOpenBadURLs(t *testing.T) {
 		{"etcd://" + h + "/x?dial_timeout=0s", `dial_timeout="0s": must be positive`},
 		{"etcd://" + h + "/x?dial_timeout=1s&dial_timeout=2s", "query parameter dial_timeout given 2 times"},
 		{"etcd://" + h + "/x?ttl=1500ms", `ttl="1500ms": etcd lease TTLs are whole seconds`},
-		{"etcd://" + h + "/x?ttl=500ms", `ttl="500ms": under the etcd adapter's minimum of 1s`},
+		{"etcd://" + h + "/x?ttl=500ms", `ttl="500ms": under the minimum TTL of etcd URLs, 1s`},
 		{"etcd://" + h + "/x?ttl=-1s", `ttl="-1s": the TTL must be positive`},
 		{"etcd://" + h + "/x?ttl=5s&drift=5s", `drift="5s": the drift margin must be smaller than the TTL (5s)`},
 		{"etcd://" + h + "/x?auto_renew=yes", `auto_renew="yes" is not true or false`},

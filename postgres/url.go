@@ -51,11 +51,17 @@ func init() {
 const DefaultConnectTimeout = 5 * time.Second
 
 // check is the postgres and postgresql schemes' Check: parseURL, without
-// dialling (pgx's parser reads the TLS files the URL names).
-func check(u *url.URL) error {
+// dialling (pgx's parser reads the TLS files the URL names), and urlLimits.
+func check(u *url.URL) (driver.Limits, error) {
 	_, _, err := parseURL(u)
-	return err
+	return urlLimits, err
 }
+
+// urlLimits is what backend checks a PostgreSQL URL's ttl and drift
+// against before any dial: the driver's minimum TTL and its own CheckTTL,
+// which reads nothing of the driver (a zero one checks as an open one
+// does).
+var urlLimits = driver.Limits{MinTTL: MinTTL, CheckTTL: new(pgDriver).CheckTTL}
 
 // parseURL returns the pool configuration and Config of u. The common and
 // the adapter's own parameters are taken out of the URL before pgx parses
@@ -91,14 +97,6 @@ func parseURL(u *url.URL) (*pgxpool.Config, Config, error) {
 			return fail(fmt.Errorf("%s=%q is not true or false", b.key, q.Get(b.key)))
 		}
 		*b.off = !on
-	}
-	if ttl, ok, err := urlkit.Duration(q, "ttl"); err == nil && ok {
-		switch {
-		case ttl > 0 && ttl < MinTTL:
-			return nil, cfg, urlkit.ValueError("ttl", q.Get("ttl"), fmt.Sprintf("under the PostgreSQL adapter's minimum of %v", MinTTL))
-		case ttl%time.Millisecond != 0:
-			return nil, cfg, urlkit.ValueError("ttl", q.Get("ttl"), "PostgreSQL expiries are whole milliseconds")
-		}
 	}
 	var listenHost, listenPort string
 	if q.Has("listen_host") {

@@ -51,11 +51,17 @@ const DefaultDialTimeout = 5 * time.Second
 // dial_timeout and says why.
 const probeDelay = 250 * time.Millisecond
 
-// check is the redis and rediss schemes' Check: parseURL, without dialling.
-func check(u *url.URL) error {
+// check is the redis and rediss schemes' Check: parseURL, without
+// dialling, and urlLimits.
+func check(u *url.URL) (driver.Limits, error) {
 	_, _, err := parseURL(u)
-	return err
+	return urlLimits, err
 }
+
+// urlLimits is what backend checks a Redis URL's ttl and drift against
+// before any dial: the driver's minimum TTL and its own CheckTTL, which
+// reads nothing of the driver (a zero one checks as an open one does).
+var urlLimits = driver.Limits{MinTTL: MinTTL, CheckTTL: new(redisDriver).CheckTTL}
 
 // open opens a client and checks, with one PING bounded by dial_timeout and
 // ctx, that the server can be reached and accepts the credentials: an
@@ -414,14 +420,6 @@ func parseURL(u *url.URL) (*goredis.Options, Config, error) {
 	}
 	if q.Has("wait_timeout") && cfg.WaitReplicas == 0 {
 		return nil, Config{}, fmt.Errorf("%w: wait_timeout without wait_replicas: it bounds the wait for replicas", backend.ErrInvalidURL)
-	}
-	// The TTL's shape, before any dial.
-	if ttl, ok, err := urlkit.Duration(q, "ttl"); err != nil {
-		return nil, Config{}, err
-	} else if ok && ttl > 0 && ttl < MinTTL {
-		return nil, Config{}, urlkit.ValueError("ttl", q.Get("ttl"), fmt.Sprintf("under the Redis adapter's minimum of %v", MinTTL))
-	} else if ok && ttl%time.Millisecond != 0 {
-		return nil, Config{}, urlkit.ValueError("ttl", q.Get("ttl"), "Redis expiries are whole milliseconds")
 	}
 	cfg, err = cfg.check()
 	if err != nil {

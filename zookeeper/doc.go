@@ -305,7 +305,8 @@
 // connection, a server that accepts and never answers, or any other reason
 // for no session is an error matching backend.ErrUnavailable that says what
 // was seen. A ttl or session_timeout under MinTTL or not whole milliseconds
-// is an error matching backend.ErrInvalidURL, before any dial. A lease's TTL is its
+// is an error matching backend.ErrInvalidURL, before any dial, and so is a
+// drift not under the session timeout asked for. A lease's TTL is its
 // session timeout: the timeout the server grants for ttl (or
 // session_timeout, which must agree with ttl if both are given) is the
 // Locker's default TTL. A Locker opened from a URL owns its sessions.

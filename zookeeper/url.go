@@ -43,10 +43,12 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	return d, nil
 }
 
-// check is the zk and zks schemes' Check: configOf, without dialling.
-func check(u *url.URL) error {
-	_, err := configOf(u)
-	return err
+// check is the zk and zks schemes' Check: configOf, without dialling. The
+// Limits' default TTL is the session timeout the URL asks for, which the
+// driver's Capabilities report as granted.
+func check(u *url.URL) (driver.Limits, error) {
+	cfg, err := configOf(u)
+	return driver.Limits{MinTTL: MinTTL, DefaultTTL: cfg.SessionTimeout, CheckTTL: checkTTLShape}, err
 }
 
 // configOf returns the Config a URL opens, with its session timeout from
@@ -64,15 +66,8 @@ func configOf(u *url.URL) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	// The TTL is the session timeout asked for: checked before any dial.
-	switch {
-	case hasTTL && ttl <= 0:
-		return Config{}, urlkit.ValueError("ttl", q.Get("ttl"), "the TTL must be positive")
-	case hasTTL && ttl < MinTTL:
-		return Config{}, urlkit.ValueError("ttl", q.Get("ttl"), fmt.Sprintf("under the ZooKeeper adapter's minimum of %v", MinTTL))
-	case hasTTL && checkTTLShape(ttl) != nil:
-		return Config{}, urlkit.ValueError("ttl", q.Get("ttl"), "ZooKeeper session timeouts are whole milliseconds")
-	}
+	// The TTL is the session timeout asked for: backend checks it against
+	// the Limits of check before Open runs.
 	switch {
 	case q.Has("session_timeout") && hasTTL && ttl != cfg.SessionTimeout:
 		return Config{}, fmt.Errorf("%w: %s: ttl=%v and session_timeout=%v differ, but a ZooKeeper lease's TTL is its session timeout",

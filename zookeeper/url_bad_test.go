@@ -41,10 +41,15 @@ func TestOpenBadURLs(t *testing.T) {
 		{"zk://" + h + "/x?session_timeout=400500us", `session_timeout="400500us": ZooKeeper session timeouts are whole milliseconds`},
 		{"zk://" + h + "/x?session_timeout=soon", `session_timeout="soon" is not a duration`},
 		{"zk://" + h + "/x?ttl=5s&session_timeout=6s", "ttl=5s and session_timeout=6s differ"},
-		{"zk://" + h + "/x?ttl=100ms", `ttl="100ms": under the ZooKeeper adapter's minimum of 400ms`},
+		{"zk://" + h + "/x?ttl=100ms", `ttl="100ms": under the minimum TTL of zk URLs, 400ms`},
 		{"zk://" + h + "/x?ttl=400500us", `ttl="400500us": ZooKeeper session timeouts are whole milliseconds`},
 		{"zk://" + h + "/x?ttl=-1s", `ttl="-1s": the TTL must be positive`},
 		{"zk://" + h + "/x?ttl=2s&drift=3s", `drift="3s": the drift margin must be smaller than the TTL (2s)`},
+		// The TTL of a URL without ttl is its session_timeout, not
+		// backend.DefaultTTL: drift is checked against it before any dial.
+		{"zk://" + h + "/x?session_timeout=1s&drift=5s", `drift="5s": the drift margin must be smaller than the TTL (1s)`},
+		{"zk://" + h + "/x?session_timeout=1s&drift=1s", `drift="1s": the drift margin must be smaller than the TTL (1s)`},
+		{"zk://" + h + "/x?drift=15s", `drift="15s": the drift margin must be smaller than the TTL (15s)`},
 		{"zk://" + h + "/x?dial_timeout=0s", `dial_timeout="0s": must be positive`},
 		{"zk://" + h + "/x?dial_timeout=-1s", `dial_timeout="-1s": must be positive`},
 		{"zk://" + h + "/x?dial_timeout=x", `dial_timeout="x" is not a duration`},
@@ -70,6 +75,11 @@ func TestOpenBadURLs(t *testing.T) {
 		urltest.NoLeak(t, err, pw)
 	}
 	assert.Zero(t, s.Accepted(), "no connection to the sentinel")
+
+	// CheckURL finds what Open finds.
+	for _, c := range cases {
+		assert.ErrorIs(t, backend.CheckURL(c[0]), backend.ErrInvalidURL, c[0])
+	}
 }
 
 // Open returns at its context's deadline (it overshot by go-zookeeper's

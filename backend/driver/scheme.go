@@ -24,8 +24,13 @@ type Scheme struct {
 	Open func(ctx context.Context, u *url.URL) (Driver, error)
 	// Check, if set, validates u as Open would, without connecting (it may
 	// read local files the URL names, such as certificates), so that a bad
-	// URL is reported before anything is dialled.
-	Check func(u *url.URL) error
+	// URL is reported before anything is dialled, and returns the Limits of
+	// the Driver that Open would return for u: package backend checks the
+	// URL's ttl and drift, and Open's options, against them before Open
+	// runs. Check runs after backend's own checks of the common parameters
+	// that need no Limits (ttl positive, drift not negative, ...). Without
+	// Check, the Limits are zero.
+	Check func(u *url.URL) (Limits, error)
 	// Suite, if set, returns what the conformance suite needs to know of
 	// the backend at u. A profile that does not depend on the server is
 	// StaticSuite(p); one that does (ZooKeeper: the session timeouts the
@@ -33,6 +38,23 @@ type Scheme struct {
 	// that Open accepted. Without it, the suite runs on the scheme's URLs
 	// with every capability given.
 	Suite func(ctx context.Context, u *url.URL) (SuiteProfile, error)
+}
+
+// Limits is what a Scheme's Check knows, before connecting, of the Driver
+// that Open would return for a URL. Package backend checks the Locker's
+// defaults against them before Open dials, and against the Driver's
+// Capabilities and CheckTTL once it is open (the server may change what
+// the URL asked for: a ZooKeeper server grants its own session timeout).
+type Limits struct {
+	// MinTTL is the Driver's Capabilities().MinTTL.
+	MinTTL time.Duration
+	// DefaultTTL is the Driver's Capabilities().DefaultTTL as the URL asks
+	// for it (ZooKeeper: the session timeout of its ttl or session_timeout),
+	// or zero if the Driver declares none.
+	DefaultTTL time.Duration
+	// CheckTTL, if set, is the Driver's CheckTTL as far as it needs no
+	// server: the TTL's shape (etcd: whole seconds).
+	CheckTTL func(ttl time.Duration) error
 }
 
 // SuiteProfile is what an adapter declares, with its Scheme, about the

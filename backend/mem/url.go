@@ -33,7 +33,9 @@ func Named(name string) *Server {
 func init() {
 	driver.Register("mem", driver.Scheme{
 		Suite: driver.StaticSuite(suiteProfile),
-		Check: checkURL,
+		Check: func(u *url.URL) (driver.Limits, error) {
+			return driver.Limits{MinTTL: MinTTL}, checkURL(u)
+		},
 		Open: func(_ context.Context, u *url.URL) (driver.Driver, error) {
 			return openURL(u)
 		},
