@@ -245,5 +245,7 @@
 // *pgxpool.Conn or a pgx.Tx is refused).
 // Closing the Locker does not close a pool given to New; a Locker opened
 // from a URL owns its pool and closes it. A URL without connect_timeout
-// gets DefaultConnectTimeout.
+// gets DefaultConnectTimeout; connect_timeout is a whole number of seconds,
+// positive (0, which pgx and libpq take for no timeout at all, is refused
+// before any dial, as a negative one is).
 package postgres

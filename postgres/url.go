@@ -50,6 +50,10 @@ func init() {
 // that accepts and never answers fails Open, and later requests, in time.
 const DefaultConnectTimeout = 5 * time.Second
 
+// maxConnectTimeout is the longest connect_timeout a URL may set: a day,
+// far more than any dial needs, and far from overflowing a Duration.
+const maxConnectTimeout = 24 * time.Hour
+
 // check is the postgres and postgresql schemes' Check: parseURL, without
 // dialling (pgx's parser reads the TLS files the URL names), and urlLimits.
 func check(u *url.URL) (driver.Limits, error) {
@@ -97,6 +101,21 @@ func parseURL(u *url.URL) (*pgxpool.Config, Config, error) {
 			return fail(fmt.Errorf("%s=%q is not true or false", b.key, q.Get(b.key)))
 		}
 		*b.off = !on
+	}
+	if q.Has("connect_timeout") {
+		// pgx, as libpq, takes whole seconds, and 0 for no timeout at all:
+		// a dial without a bound, which a lock client cannot have (calls
+		// return soon after their context ends, and Open within its bound).
+		v := q.Get("connect_timeout")
+		n, err := strconv.ParseInt(v, 10, 64)
+		switch {
+		case err != nil && !errors.Is(err, strconv.ErrRange):
+			return fail(fmt.Errorf("connect_timeout=%q is not a whole number of seconds such as 5", v))
+		case err != nil || n > int64(maxConnectTimeout/time.Second):
+			return nil, cfg, urlkit.ValueError("connect_timeout", v, fmt.Sprintf("more than %v", maxConnectTimeout))
+		case n <= 0:
+			return nil, cfg, urlkit.ValueError("connect_timeout", v, fmt.Sprintf("must be positive: 0 means no timeout to pgx and libpq, a dial without a bound (leave it out for the default, %v)", DefaultConnectTimeout))
+		}
 	}
 	var listenHost, listenPort string
 	if q.Has("listen_host") {

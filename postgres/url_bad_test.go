@@ -34,7 +34,14 @@ func TestOpenBadURLs(t *testing.T) {
 		{"postgres://" + h + "/db?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem", "/nonexistent/ca.pem"},
 		{"postgres://" + h + "/db?sslmode=verify-full&sslrootcert=" + f.ClientKey, "unable to add CA to cert pool"},
 		{"postgres://" + h + "/db?sslcert=" + f.ClientCert, `both "sslcert" and "sslkey" are required`},
-		{"postgres://" + h + "/db?connect_timeout=soon", "connect_timeout"},
+		{"postgres://" + h + "/db?connect_timeout=soon", `connect_timeout="soon" is not a whole number of seconds such as 5`},
+		{"postgres://" + h + "/db?connect_timeout=5s", `connect_timeout="5s" is not a whole number of seconds`},
+		// 0 is no timeout to pgx and libpq: refused, as dial_timeout=0 is
+		// on the other schemes (it became 5s without a word).
+		{"postgres://" + h + "/db?connect_timeout=0", `connect_timeout="0": must be positive: 0 means no timeout to pgx and libpq`},
+		{"postgres://" + h + "/db?connect_timeout=-1", `connect_timeout="-1": must be positive`},
+		{"postgres://" + h + "/db?connect_timeout=99999999999", `connect_timeout="99999999999": more than 24h0m0s`},
+		{"postgres://" + h + "/db?connect_timeout=99999999999999999999", `connect_timeout="99999999999999999999": more than 24h0m0s`},
 		{"postgres://" + h + "/db?pool_max_conns=0", "pool_max_conns too small"},
 		{"postgres://" + h + "/db?pool_max_conns=many", "pool_max_conns"},
 		{"postgres://" + h + "/db?pool_max_conn_lifetime=x", "pool_max_conn_lifetime"},
