@@ -3,6 +3,7 @@ package conformance_test
 import (
 	"context"
 	"flag"
+	"net/url"
 	"os"
 	"runtime"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/conformance/servers"
+	"github.com/fencelock/fencelock/internal/urlkit"
 	_ "github.com/fencelock/fencelock/etcd"
 	_ "github.com/fencelock/fencelock/postgres"
 	_ "github.com/fencelock/fencelock/redis"
@@ -132,7 +134,9 @@ func urlTopologies(t *testing.T, p servers.Provider, kind servers.Kind) []server
 // runURL runs the suite against u with the capabilities its scheme
 // declares, passed through adjust if not nil.
 func runURL(t *testing.T, u string, adjust func(*conformance.Capabilities)) {
-	t.Logf("backend: %s", u)
+	if pu, err := url.Parse(u); err == nil {
+		t.Logf("backend: %s", urlkit.Redact(pu)) // a user's URL may hold a password
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	caps, err := conformance.URLCapabilities(ctx, u)
 	cancel()
