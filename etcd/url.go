@@ -53,7 +53,8 @@ func check(u *url.URL) (driver.Limits, error) {
 var urlLimits = driver.Limits{MinTTL: MinTTL, CheckTTL: new(etcdDriver).CheckTTL}
 
 // open opens a driver that owns its client, for backend.Open. It returns
-// within dial_timeout, and when ctx ends.
+// within dial_timeout, and when ctx ends; its error names the bound that
+// ended the dial.
 func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	cfg, prefix, err := parseURL(u)
 	if err != nil {
@@ -64,6 +65,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	}
 	cfg.Logger = clientLogger(driver.LoggerFrom(ctx))
 	addr := strings.TrimPrefix(strings.TrimPrefix(cfg.Endpoints[0], "https://"), "http://")
+	bound := urlkit.Bound(ctx, "dial_timeout", cfg.DialTimeout)
 	dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	defer cancel()
 	unreachable := func(err error) error {
@@ -74,7 +76,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
 			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
 		}
-		return fmt.Errorf("%w: etcd: cannot reach %s %s within dial_timeout %v: %w", backend.ErrUnavailable, urlkit.Redact(u), over, cfg.DialTimeout, err)
+		return fmt.Errorf("%w: etcd: cannot reach %s %s within %s: %w", backend.ErrUnavailable, urlkit.Redact(u), over, bound, err)
 	}
 
 	// clientv3.New authenticates a user at once, within its dial timeout

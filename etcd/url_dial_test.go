@@ -31,6 +31,10 @@ func TestOpenHonoursContextDeadline(t *testing.T) {
 		assert.ErrorIs(t, err, backend.ErrUnavailable, raw)
 		assert.ErrorIs(t, err, context.DeadlineExceeded, raw)
 		assert.NotErrorIs(t, err, backend.ErrInvalidURL, raw)
+		// The error names the bound it had: the context's 1s, not the
+		// default dial_timeout (it said "within dial_timeout 5s").
+		assert.ErrorContains(t, err, "the context's deadline (before dial_timeout 5s)", raw)
+		assert.NotContains(t, err.Error(), "within dial_timeout", raw)
 		urltest.NoLeak(t, err, "pass@")
 	}
 }

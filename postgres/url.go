@@ -198,6 +198,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	bound := urlkit.Bound(ctx, "connect_timeout", pc.ConnConfig.ConnectTimeout)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %s: %w", urlkit.Redact(u), mapErr(err))
@@ -216,7 +217,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		case tlsFailure(err):
 			err = fmt.Errorf("TLS handshake failed (check sslrootcert, sslcert, sslkey and that the server's certificate names the URL's host): %w", err)
 		case errors.Is(err, backend.ErrUnavailable):
-			err = fmt.Errorf("cannot reach the server (connect_timeout %v): %w", pc.ConnConfig.ConnectTimeout, err)
+			err = fmt.Errorf("cannot reach the server (%s): %w", bound, err)
 		}
 	} else {
 		err = d.ready(ctx)

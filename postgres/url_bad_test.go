@@ -73,6 +73,8 @@ func TestOpenBounded(t *testing.T) {
 		assert.ErrorIs(t, err, backend.ErrUnavailable, hp)
 		if hp == silent {
 			assert.ErrorIs(t, err, context.DeadlineExceeded, hp)
+			// The error names the bound it had: the context's 1s, not 5s.
+			assert.ErrorContains(t, err, "the context's deadline (before connect_timeout 5s)", hp)
 		}
 		urltest.NoLeak(t, err, urltest.Secret)
 		err = urltest.OpenFails(t, context.Background(), raw+"&connect_timeout=1", 3*time.Second)

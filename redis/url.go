@@ -99,8 +99,10 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 }
 
 // ping sends one PING within opt.DialTimeout and ctx; while it waits, a
-// probe looks for a TLS mismatch.
+// probe looks for a TLS mismatch. Its error names the bound of the two
+// that was the shorter.
 func ping(ctx context.Context, c *goredis.Client, opt *goredis.Options, dials *dialLog) error {
+	bound := urlkit.Bound(ctx, "dial_timeout", opt.DialTimeout)
 	dctx, cancel := context.WithTimeout(ctx, opt.DialTimeout)
 	defer cancel()
 	got := make(chan error, 1)
@@ -116,7 +118,7 @@ func ping(ctx context.Context, c *goredis.Client, opt *goredis.Options, dials *d
 		if opt.TLSConfig != nil {
 			over = "over TLS"
 		}
-		return fmt.Errorf("%w: cannot reach %s %s within dial_timeout %v: %w", backend.ErrUnavailable, opt.Addr, over, opt.DialTimeout, err)
+		return fmt.Errorf("%w: cannot reach %s %s within %s: %w", backend.ErrUnavailable, opt.Addr, over, bound, err)
 	}
 	// A refusal may come wrapped (go-redis: "failed to initialize
 	// connection options: NOPERM ..." when CLIENT SETNAME or SELECT is not
@@ -162,7 +164,7 @@ func ping(ctx context.Context, c *goredis.Client, opt *goredis.Options, dials *d
 		if perr != nil {
 			cancel()
 			<-got
-			return fmt.Errorf("%w: cannot reach %s within dial_timeout %v: %w", backend.ErrUnavailable, opt.Addr, opt.DialTimeout, perr)
+			return fmt.Errorf("%w: cannot reach %s within %s: %w", backend.ErrUnavailable, opt.Addr, bound, perr)
 		}
 	}
 	return result(<-got, nil)

@@ -86,6 +86,9 @@ func TestOpenBounded(t *testing.T) {
 		cancel()
 		assert.ErrorIs(t, err, backend.ErrUnavailable, raw)
 		assert.ErrorIs(t, err, context.DeadlineExceeded, raw)
+		// The error names the bound it had: the context's 1s, not 5s.
+		assert.ErrorContains(t, err, "the context's deadline (before dial_timeout 5s)", raw)
+		assert.NotContains(t, err.Error(), "within dial_timeout 5s", raw)
 		err = urltest.OpenFails(t, context.Background(), raw+"/0?dial_timeout=1s", 3*time.Second)
 		assert.ErrorIs(t, err, backend.ErrUnavailable, raw)
 		assert.ErrorContains(t, err, "within dial_timeout 1s", raw)

@@ -4,6 +4,7 @@
 package urlkit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -235,4 +236,19 @@ func HostPort(h, defaultPort string) (string, error) {
 		return "", fmt.Errorf("host %q: port %q is not a number from 1 to 65535", h, port)
 	}
 	return net.JoinHostPort(host, port), nil
+}
+
+// Bound describes the bound of a dial that gives up after timeout, set by
+// the URL parameter param, or when ctx ends, whichever comes first, as
+// seen now (call it when the dial starts): "dial_timeout 5s", or "1s, the
+// context's deadline (before dial_timeout 5s)" when ctx's deadline comes
+// first (a command's --connect-timeout, say). An error of a dial that gave
+// up names the bound it had with it.
+func Bound(ctx context.Context, param string, timeout time.Duration) string {
+	if dl, ok := ctx.Deadline(); ok {
+		if left := time.Until(dl); left < timeout {
+			return fmt.Sprintf("%v, the context's deadline (before %s %v)", max(left, 0).Round(time.Millisecond), param, timeout)
+		}
+	}
+	return fmt.Sprintf("%s %v", param, timeout)
 }

@@ -1,8 +1,10 @@
 package urlkit_test
 
 import (
+	"context"
 	"net/url"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -74,4 +76,20 @@ func mustURL(t *testing.T, raw string) *url.URL {
 	u, err := url.Parse(raw)
 	require.NoError(t, err)
 	return u
+}
+
+// Bound names the bound a dial has: the URL's timeout, or the context's
+// deadline when it comes first (a command's --connect-timeout).
+func TestBound(t *testing.T) {
+	assert.Equal(t, "dial_timeout 5s", urlkit.Bound(context.Background(), "dial_timeout", 5*time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	assert.Equal(t, "dial_timeout 5s", urlkit.Bound(ctx, "dial_timeout", 5*time.Second), "the timeout comes first")
+	ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	got := urlkit.Bound(ctx, "connect_timeout", 5*time.Second)
+	assert.Regexp(t, `^(2s|1\.9\d*s), the context's deadline \(before connect_timeout 5s\)$`, got)
+	ctx, cancel = context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	assert.Equal(t, "0s, the context's deadline (before dial_timeout 5s)", urlkit.Bound(ctx, "dial_timeout", 5*time.Second))
 }
