@@ -62,7 +62,13 @@
 //     in Params, passed to go-redis's ParseURL once checked: durations
 //     positive (go-redis reads zero or less as "no timeout", which a lock
 //     client must not have), pool_size at least 1, max_retries at least
-//     -1, protocol 2 or 3, skip_verify on rediss only.
+//     -1, protocol 2 or 3, skip_verify on rediss only, min_retry_backoff
+//     at most max_retry_backoff (a plain number is seconds, as go-redis
+//     reads it), client_name printable ASCII without spaces (what Redis's
+//     CLIENT SETNAME accepts).
+//
+// The path is the database number, from 0 to 2147483647 (what SELECT
+// takes; the server's databases setting bounds it further).
 //
 // The host is one host[:port] (no list: use New with a cluster or Sentinel
 // client). Open checks every parameter before it dials, then sends one

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"slices"
@@ -300,10 +301,7 @@ func checkClientParams(u *url.URL, q url.Values) error {
 			}
 		}
 		if slices.Contains(durationParams, k) {
-			d, err := time.ParseDuration(v)
-			if n, ierr := strconv.Atoi(v); ierr == nil { // go-redis: seconds
-				d, err = time.Duration(n)*time.Second, nil
-			}
+			d, err := clientDuration(v)
 			switch {
 			case err != nil:
 				return fmt.Errorf("%w: %s=%q is not a duration such as 5s", backend.ErrInvalidURL, k, v)
@@ -314,21 +312,35 @@ func checkClientParams(u *url.URL, q url.Values) error {
 		if slices.Contains(boolParams, k) && v != "true" && v != "false" && v != "1" && v != "0" {
 			return fmt.Errorf("%w: %s=%q is not true or false", backend.ErrInvalidURL, k, v)
 		}
-		if k == "client_name" && (v == "" || strings.ContainsAny(v, " \n\r")) {
-			return fmt.Errorf("%w: client_name=%q: a client name is not empty and has no spaces", backend.ErrInvalidURL, v)
+		if k == "client_name" && (v == "" || strings.IndexFunc(v, func(r rune) bool { return r < '!' || r > '~' }) >= 0) {
+			// Redis refuses any other name in CLIENT SETNAME, which
+			// go-redis sends on every new connection.
+			return urlkit.ValueError(k, v, "a client name is not empty and has only printable ASCII characters, no spaces (Redis refuses others)")
 		}
 		if k == "skip_verify" && u.Scheme != "rediss" {
 			return fmt.Errorf("%w: skip_verify is a TLS setting: use the rediss:// scheme for TLS", backend.ErrInvalidURL)
 		}
 	}
 	if q.Has("min_retry_backoff") && q.Has("max_retry_backoff") {
-		lo, _ := time.ParseDuration(q.Get("min_retry_backoff"))
-		hi, _ := time.ParseDuration(q.Get("max_retry_backoff"))
-		if lo > 0 && hi > 0 && lo > hi {
+		lo, _ := clientDuration(q.Get("min_retry_backoff")) // both checked above
+		hi, _ := clientDuration(q.Get("max_retry_backoff"))
+		if lo > hi {
 			return urlkit.ValueError("min_retry_backoff", q.Get("min_retry_backoff"), "larger than max_retry_backoff")
 		}
 	}
 	return nil
+}
+
+// clientDuration reads a go-redis duration setting as go-redis's ParseURL
+// does: a whole number of seconds ("5"), or a Go duration ("5s").
+func clientDuration(v string) (time.Duration, error) {
+	if n, err := strconv.Atoi(v); err == nil {
+		if time.Duration(n) > math.MaxInt64/time.Second || time.Duration(n) < math.MinInt64/time.Second {
+			return 0, fmt.Errorf("%s seconds is out of range", v)
+		}
+		return time.Duration(n) * time.Second, nil
+	}
+	return time.ParseDuration(v)
 }
 
 // ParseURL returns the go-redis client options and the adapter's Config
@@ -380,9 +392,10 @@ func parseURL(u *url.URL) (*goredis.Options, Config, error) {
 		}
 	}
 	if db := strings.Trim(u.Path, "/"); db != "" {
-		n, err := strconv.Atoi(db)
-		if err != nil || n < 0 || strings.Contains(db, "/") {
-			return bad("path %q is not a database number such as /0", u.Path)
+		// SELECT takes a non-negative int32 at most (the server's
+		// databases setting is an int).
+		if _, err := strconv.ParseUint(db, 10, 31); err != nil {
+			return bad("path %q is not a database number such as /0 (0 to %d)", u.Path, math.MaxInt32)
 		}
 	}
 	q, err := urlkit.Query(u)

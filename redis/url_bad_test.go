@@ -33,6 +33,10 @@ func TestOpenBadURLs(t *testing.T) {
 		{"redis://" + h + "/notadb", `path "/notadb" is not a database number such as /0`},
 		{"redis://" + h + "/0/1", `path "/0/1" is not a database number`},
 		{"redis://" + h + "/-1", `path "/-1" is not a database number`},
+		// SELECT takes a non-negative int32 at most.
+		{"redis://" + h + "/99999999999", `path "/99999999999" is not a database number such as /0 (0 to 2147483647)`},
+		{"redis://" + h + "/2147483648", `path "/2147483648" is not a database number`},
+		{"redis://" + h + "/+1", `path "/+1" is not a database number`},
 		{"redis://" + h + "?prefix=", "prefix is empty"},
 		{"redis://" + h + "?prefix=a%7Bb", `prefix "a{b" must not contain '{' or '}'`},
 		{"redis://" + h + "?prefix=a&prefix=b", "query parameter prefix given 2 times"},
@@ -53,8 +57,19 @@ func TestOpenBadURLs(t *testing.T) {
 		{"redis://" + h + "?min_idle_conns=-1", `min_idle_conns="-1": must be at least 0`},
 		{"redis://" + h + "?protocol=4", `protocol="4": the RESP protocol version is 2 or 3`},
 		{"redis://" + h + "?pool_fifo=yes", `pool_fifo="yes" is not true or false`},
-		{"redis://" + h + "?client_name=", `client_name="": a client name is not empty and has no spaces`},
+		{"redis://" + h + "?client_name=", `client_name="": a client name is not empty and has only printable ASCII characters, no spaces`},
+		// Redis refuses CLIENT SETNAME with a space, a control character
+		// or anything outside printable ASCII: refused before the dial.
+		{"redis://" + h + "?client_name=a%09b", `client_name="a\tb": a client name is not empty and has only printable ASCII`},
+		{"redis://" + h + "?client_name=a%20b", `client_name="a b": a client name`},
+		{"redis://" + h + "?client_name=a%7Fb", `client_name="a\x7fb": a client name`},
+		{"redis://" + h + "?client_name=%C3%A9t%C3%A9", `client_name="été": a client name`},
 		{"redis://" + h + "?min_retry_backoff=1s&max_retry_backoff=10ms", `min_retry_backoff="1s": larger than max_retry_backoff`},
+		// go-redis reads a plain number as seconds: compared as such.
+		{"redis://" + h + "?min_retry_backoff=2&max_retry_backoff=1", `min_retry_backoff="2": larger than max_retry_backoff`},
+		{"redis://" + h + "?min_retry_backoff=2&max_retry_backoff=1500ms", `min_retry_backoff="2": larger than max_retry_backoff`},
+		{"redis://" + h + "?min_retry_backoff=2s&max_retry_backoff=1", `min_retry_backoff="2s": larger than max_retry_backoff`},
+		{"redis://" + h + "?read_timeout=99999999999", `read_timeout="99999999999" is not a duration`},
 		{"redis://" + h + "?skip_verify=true", "skip_verify is a TLS setting: use the rediss:// scheme for TLS"},
 		{"rediss://" + h + "?skip_verify=maybe", `skip_verify="maybe" is not true or false`},
 		{"redis://" + h + "?bogus=1", `unknown query parameter "bogus" for scheme redis`},

@@ -28,6 +28,9 @@ func TestParseURL(t *testing.T) {
 		{"redis://h?clock_floor=true", "h:6379", "", 0, false, Config{Prefix: DefaultPrefix}},
 		{"redis://h?clock_floor=false", "h:6379", "", 0, false, Config{Prefix: DefaultPrefix, NoClockFloor: true}},
 		{"redis://h", "h:6379", "", 0, false, Config{Prefix: DefaultPrefix}},
+		// The largest database index, a printable client name and
+		// backoffs in go-redis's seconds form, min at most max.
+		{"redis://h/2147483647?client_name=fl~worker-1&min_retry_backoff=1&max_retry_backoff=1", "h:6379", "", 2147483647, false, Config{Prefix: DefaultPrefix}},
 		{"redis://u:p@h:6380/3?prefix=locks&ttl=10s", "h:6380", "u", 3, false, Config{Prefix: "locks"}},
 		{"rediss://h:6380/0?clock_floor=true&wait_replicas=1", "h:6380", "", 0, true,
 			Config{Prefix: DefaultPrefix, WaitReplicas: 1, WaitTimeout: DefaultWaitTimeout}},
