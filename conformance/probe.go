@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/backend/driver"
+	"github.com/fencelock/fencelock/internal/urlkit"
 )
 
 // Bounds of URLCapabilities' checks. They are far above what a reachable
@@ -47,14 +48,14 @@ func URLCapabilities(ctx context.Context, rawURL string) (Capabilities, error) {
 	scheme, ok := driver.Lookup(u.Scheme)
 	if !ok {
 		return Capabilities{}, fmt.Errorf("%w: unknown scheme %q in %q (known: %s; import the adapter package to register its scheme)",
-			backend.ErrInvalidURL, u.Scheme, u.Redacted(), strings.Join(backend.Schemes(), ", "))
+			backend.ErrInvalidURL, u.Scheme, urlkit.Redact(u), strings.Join(backend.Schemes(), ", "))
 	}
 	// A bad URL is reported as such, before anything is dialled.
 	if err := backend.CheckURL(rawURL); err != nil {
 		return Capabilities{}, err
 	}
 	if err := reach(ctx, strings.Split(u.Host, ",")); err != nil {
-		return Capabilities{}, fmt.Errorf("%w: %s: %w", backend.ErrUnavailable, u.Redacted(), err)
+		return Capabilities{}, fmt.Errorf("%w: %s: %w", backend.ErrUnavailable, urlkit.Redact(u), err)
 	}
 
 	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
@@ -65,10 +66,10 @@ func URLCapabilities(ctx context.Context, rawURL string) (Capabilities, error) {
 		}
 		for _, known := range []error{backend.ErrInvalidURL, backend.ErrInvalidOption, backend.ErrPermission, backend.ErrUnavailable} {
 			if errors.Is(err, known) {
-				return fmt.Errorf("conformance: %s: %s: %w", u.Redacted(), what, err)
+				return fmt.Errorf("conformance: %s: %s: %w", urlkit.Redact(u), what, err)
 			}
 		}
-		return fmt.Errorf("%w: %s: %s: %w", backend.ErrUnavailable, u.Redacted(), what, err)
+		return fmt.Errorf("%w: %s: %s: %w", backend.ErrUnavailable, urlkit.Redact(u), what, err)
 	}
 	l, err := backend.Open(pctx, rawURL)
 	if err != nil {

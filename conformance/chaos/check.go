@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/fencelock/fencelock/internal/urlkit"
 )
 
 // Summary is the checker's figures for one campaign (summary.json).
@@ -472,5 +474,5 @@ func redactURL(raw string) string {
 	if err != nil {
 		return "(unparsable URL)"
 	}
-	return u.Redacted()
+	return urlkit.Redact(u)
 }

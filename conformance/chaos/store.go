@@ -24,6 +24,7 @@ import (
 	"github.com/fencelock/fencelock/fencing/filefence"
 	"github.com/fencelock/fencelock/fencing/redisfence"
 	"github.com/fencelock/fencelock/fencing/sqlfence"
+	"github.com/fencelock/fencelock/internal/urlkit"
 )
 
 // counter is the guarded register the workers increment: Admit raises the
@@ -165,8 +166,11 @@ func checkGuardURL(g Guard, raw string) error {
 	case GuardEtcd:
 		for _, e := range strings.Split(raw, ",") {
 			u, perr := url.Parse(e)
-			if perr != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				return fmt.Errorf("endpoint %q is not http://host:port", e)
+			if perr != nil {
+				return errors.New("an endpoint does not parse as a URL")
+			}
+			if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return fmt.Errorf("endpoint %q is not http://host:port", urlkit.Redact(u))
 			}
 		}
 	case GuardSQL:

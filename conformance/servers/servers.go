@@ -10,6 +10,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/fencelock/fencelock/internal/urlkit"
 )
 
 // Kind is the server software a Server runs.
@@ -301,7 +303,7 @@ func redact(u string) string {
 		}
 		return u
 	}
-	return p.Redacted()
+	return urlkit.Redact(p)
 }
 
 // randomHex returns n random bytes in hex.
