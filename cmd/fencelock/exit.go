@@ -218,8 +218,11 @@ func checkTTLFlags(rawURL string, ttl, maxHold time.Duration) error {
 		return err
 	}
 	q.Set("ttl", ttl.String())
-	u.RawQuery = q.Encode()
-	if err := backend.CheckURL(u.String()); err != nil {
+	// The URL as given, with the query replaced: u.String() would write
+	// "mem://" back as "mem:", which is not a mem URL.
+	base, _, _ := strings.Cut(rawURL, "#")
+	base, _, _ = strings.Cut(base, "?")
+	if err := backend.CheckURL(base + "?" + q.Encode()); err != nil {
 		return fmt.Errorf("%w: --ttl %v: %w", backend.ErrInvalidOption, ttl, err)
 	}
 	return nil

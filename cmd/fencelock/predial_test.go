@@ -49,3 +49,19 @@ func TestBadInputBeforeDial(t *testing.T) {
 	r = cli("run", "--url", etcd, "--lock", "a", "--ttl", "3s", "--connect-timeout", "2s", "--", "true")
 	assert.Equal(t, exitUnavailable, r.code, "%+v", r)
 }
+
+// A valid --ttl on the shortest mem URL is taken: the check puts the TTL in
+// the URL's query without rewriting "mem://" (url.URL.String writes it back
+// as "mem:", which no scheme takes).
+func TestTTLFlagOnBareMemURL(t *testing.T) {
+	t.Setenv("FENCELOCK_URL", "")
+	for _, args := range [][]string{
+		{"demo", "--url", "mem://"},
+		{"run", "--url", "mem://", "--lock", "a", "--ttl", "5s", "--", "true"},
+		{"run", "--url", "mem://?ttl=3s", "--lock", "a", "--ttl", "5s", "--", "true"},
+		{"elect", "--url", "mem://", "--name", "a", "--ttl", "5s", "--", "true"},
+	} {
+		r := cli(args...)
+		assert.Equal(t, exitOK, r.code, "%q: %+v", args, r)
+	}
+}
