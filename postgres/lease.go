@@ -228,6 +228,10 @@ func (l *lease) attempt(ctx context.Context, m mode) (time.Time, acquireResult, 
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
+	case err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		// Cut short by the caller's context: that says nothing of the
+		// backend, so the last answer (or failure) stands for
+		// lockwait.Error.
 	case err != nil:
 		l.failing = err
 	case res.status == "lost":

@@ -278,6 +278,10 @@ func (l *lease) attempt(ctx context.Context, queue bool) (time.Time, acquireResu
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
+	case err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		// Cut short by the caller's context: that says nothing of the
+		// backend, so the last answer (or failure) stands for
+		// lockwait.Error.
 	case err != nil:
 		l.failing = err
 	case !res.granted:

@@ -13,14 +13,14 @@ import (
 // Error maps the error of an adapter's Lock: a wait that ctx ended after
 // the server had queued the acquisition, while its last word was that the
 // acquisition waits, is a lock held by someone else (backend.ErrNotAcquired);
-// if the last attempt since failed or had no answer when ctx ended, the
-// backend has stopped answering and who holds the lock is unknown
-// (backend.ErrUnavailable); a wait that ended before the server queued it
-// keeps the last attempt's error, which tells why the server did not
-// answer. state reports, when asked, whether the server queued the
-// acquisition and the last attempt's error (nil if it was answered); it is
-// called only for an error that ctx's end may explain. adapter names the
-// adapter in the message ("redis").
+// if an attempt since failed, the backend has stopped answering and who
+// holds the lock is unknown (backend.ErrUnavailable); a wait that ended
+// before the server queued it keeps the last attempt's error, which tells
+// why the server did not answer. state reports, when asked, whether the
+// server queued the acquisition and the error of the last attempt that was
+// answered or failed (nil if it was answered; an attempt cut short by ctx's
+// end does not count); it is called only for an error that ctx's end may
+// explain. adapter names the adapter in the message ("redis").
 func Error(ctx context.Context, err error, adapter string, state func() (queued bool, lastAttempt error)) error {
 	if err == nil || ctx.Err() == nil || errors.Is(err, backend.ErrLeaseLost) || errors.Is(err, backend.ErrNotAcquired) {
 		return err
@@ -30,9 +30,9 @@ func Error(ctx context.Context, err error, adapter string, state func() (queued 
 	case queued && failing == nil:
 		return fmt.Errorf("%w: %s: queued behind the holder: %w", backend.ErrNotAcquired, adapter, err)
 	case queued && failing != err:
-		return fmt.Errorf("%w: %s: queued behind the holder, then no answer: %w (last attempt: %w)", backend.ErrUnavailable, adapter, err, failing)
+		return fmt.Errorf("%w: %s: queued behind the holder, then an attempt failed: %w (last attempt: %w)", backend.ErrUnavailable, adapter, err, failing)
 	case queued:
-		return fmt.Errorf("%w: %s: queued behind the holder, then no answer: %w", backend.ErrUnavailable, adapter, err)
+		return fmt.Errorf("%w: %s: queued behind the holder, then an attempt failed: %w", backend.ErrUnavailable, adapter, err)
 	case failing != nil && failing != err:
 		return fmt.Errorf("%w (last attempt: %w)", err, failing)
 	}

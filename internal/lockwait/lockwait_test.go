@@ -24,8 +24,11 @@ func TestError(t *testing.T) {
 	}{
 		// The server's last word: queued behind a holder.
 		{"QueuedAnswered", ctx.Err(), true, nil, backend.ErrNotAcquired, backend.ErrUnavailable},
-		// Queued, then an attempt that had no answer when ctx ended.
-		{"QueuedThenUnanswered", noReply, true, noReply, backend.ErrUnavailable, backend.ErrNotAcquired},
+		// Queued, then an attempt cut short by ctx's end, which the
+		// adapter does not count as a failure: the last answer stands.
+		{"QueuedThenCutShort", noReply, true, nil, backend.ErrNotAcquired, backend.ErrUnavailable},
+		// Queued, then an attempt that failed, then one cut short by ctx.
+		{"QueuedFailedThenCutShort", noReply, true, backend.ErrUnavailable, backend.ErrUnavailable, backend.ErrNotAcquired},
 		// Queued, then an attempt that failed, and ctx ended meanwhile.
 		{"QueuedThenFailed", ctx.Err(), true, backend.ErrUnavailable, backend.ErrUnavailable, backend.ErrNotAcquired},
 		// Never queued: the attempt's own error.
