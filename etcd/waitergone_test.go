@@ -1,7 +1,6 @@
 package etcd
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -9,6 +8,7 @@ import (
 
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/internal/etcdtest"
+	"github.com/fencelock/fencelock/internal/locktest"
 )
 
 // TestWaiterServerGone: a waiter queued behind a holder whose server then
@@ -23,19 +23,5 @@ func TestWaiterServerGone(t *testing.T) {
 	require.NoError(t, err)
 	lb, err := New(s.NewClient(t), prefix)
 	require.NoError(t, err)
-	_, err = la.TryAcquire(tctx(t, 10*time.Second), "n", backend.WithTTL(30*time.Second))
-	require.NoError(t, err)
-	ch := goAcquire(tctx(t, 3*time.Second), lb, "n", backend.WithTTL(30*time.Second))
-	requireBlocked(t, ch, 300*time.Millisecond)
-	s.Stop()
-	r := waitAcquired(t, ch, 20*time.Second)
-	require.ErrorIs(t, r.Err, backend.ErrUnavailable)
-	require.ErrorIs(t, r.Err, context.DeadlineExceeded)
-	require.NotErrorIs(t, r.Err, backend.ErrNotAcquired)
-	// Nothing to clean up on a stopped server: close both at once.
-	for _, l := range []*backend.Locker{la, lb} {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-		_ = l.Shutdown(sctx)
-		cancel()
-	}
+	locktest.RequireUnavailableWhenServerGone(t, la, lb, "n", s.Stop, backend.WithTTL(30*time.Second))
 }

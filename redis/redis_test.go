@@ -16,6 +16,7 @@ import (
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/backend/driver"
 	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/internal/locktest"
 	"github.com/fencelock/fencelock/internal/redistest"
 )
 
@@ -490,21 +491,7 @@ func TestWaiterServerGone(t *testing.T) {
 	prefix := testPrefix(t)
 	la := locker(t, s.Addr(), Config{Prefix: prefix})
 	lb := locker(t, s.Addr(), Config{Prefix: prefix})
-	_, err := la.TryAcquire(tctx(t, 5*time.Second), "n", backend.WithTTL(time.Minute))
-	require.NoError(t, err)
-	ch := goAcquire(tctx(t, 3*time.Second), lb, "n", backend.WithTTL(time.Minute))
-	requireBlocked(t, ch, 300*time.Millisecond)
-	s.Kill()
-	r := waitAcquired(t, ch, 10*time.Second)
-	require.ErrorIs(t, r.Err, backend.ErrUnavailable)
-	require.ErrorIs(t, r.Err, context.DeadlineExceeded)
-	require.NotErrorIs(t, r.Err, backend.ErrNotAcquired)
-	// Nothing to clean up on a dead server: close both at once.
-	for _, l := range []*backend.Locker{la, lb} {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-		_ = l.Shutdown(sctx)
-		cancel()
-	}
+	locktest.RequireUnavailableWhenServerGone(t, la, lb, "n", s.Kill, backend.WithTTL(time.Minute))
 }
 
 // TestServerFull: a server out of memory (maxmemory) or of client slots

@@ -62,3 +62,28 @@ func Ctx(t testing.TB, d time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return c
 }
+
+// RequireUnavailableWhenServerGone has holder take the lock called name
+// and waiter queue behind it, then stops their server with stop, and
+// requires that the wait, given up when its context ends, returns an error
+// matching backend.ErrUnavailable and the context's error, not
+// backend.ErrNotAcquired: the server's last word was "held", but who holds
+// the lock is unknown once it stopped answering. It shuts both Lockers
+// down without waiting for clean-ups that a stopped server cannot answer.
+func RequireUnavailableWhenServerGone(t testing.TB, holder, waiter *backend.Locker, name string, stop func(), opts ...backend.Option) {
+	t.Helper()
+	_, err := holder.TryAcquire(Ctx(t, 10*time.Second), name, opts...)
+	require.NoError(t, err)
+	ch := Go(Ctx(t, 4*time.Second), waiter, name, opts...)
+	RequireBlocked(t, ch, 500*time.Millisecond)
+	stop()
+	r := Wait(t, ch, 20*time.Second)
+	require.ErrorIs(t, r.Err, backend.ErrUnavailable)
+	require.ErrorIs(t, r.Err, context.DeadlineExceeded)
+	require.NotErrorIs(t, r.Err, backend.ErrNotAcquired)
+	for _, l := range []*backend.Locker{holder, waiter} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		_ = l.Shutdown(ctx)
+		cancel()
+	}
+}
