@@ -44,7 +44,7 @@ func TestLeastPrivilege(t *testing.T) {
 
 	for _, grant := range []string{
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON " + p + "_locks, " + p + "_waiters TO " + role,
-		"GRANT USAGE ON SEQUENCE " + p + "_token, " + p + "_queue TO " + role,
+		"GRANT USAGE ON SEQUENCE " + p + "_queue TO " + role,
 	} {
 		_, err := admin.Exec(ctx, grant)
 		require.NoError(t, err, grant)

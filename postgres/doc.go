@@ -26,7 +26,7 @@
 //   - p_waiters: one row per waiting acquisition, in the order of the
 //     sequence p_queue, each with an expiry its waiter renews, and the
 //     holder and metadata its grant puts on the lock row.
-//   - p_token: the sequence the tokens come from.
+//   - p_queue: the sequence that orders waiters.
 //   - plpgsql functions p_acquire_v1, p_renew_v1, p_release_v1,
 //     p_revoke_v1, p_inspect_v1 (and p_promote_v1, which they call): each
 //     operation is one statement and one round trip. Every function first
@@ -90,17 +90,54 @@
 //
 // # Tokens
 //
-// A grant's token is nextval of p_token. Grants of one name are serialized
-// by the name's row lock and a sequence only grows, so each grant's token
-// is larger than every earlier grant's of that name. A sequence is
-// WAL-logged ahead of the values it hands out, so tokens do not go back
-// across a restart or a crash, provided the commits that used them were
-// durable: with fsync and synchronous_commit on (PostgreSQL's defaults). With
-// synchronous_commit=off, a crash can lose the last grants and hand their
-// tokens out again; a failover to an asynchronous standby can do the same.
-// Use synchronous replication (synchronous_standby_names with
-// synchronous_commit on or remote_apply) where a failover must keep tokens
-// growing. Tokens are never above math.MaxInt64 (a bigint).
+// A grant's token is the larger of the lock row's last token + 1 and the
+// server's clock in microseconds (clock_timestamp(); the clock floor):
+// tokens are microsecond timestamps (about 1.8e15), not 1, 2, 3. Grants
+// of one name are serialized by the name's row lock, so each grant's token
+// is larger than every earlier grant's of that name on the same data; the
+// row is written in the grant's transaction, so that holds across a
+// restart or a crash whenever the grant's commit was durable (fsync and
+// synchronous_commit on, PostgreSQL's defaults). Tokens are never above
+// math.MaxInt64 (a bigint).
+//
+// The clock floor is for the data going back: a failover to an
+// asynchronous standby (or a crash with synchronous_commit=off) loses the
+// last commits, among them the last grants and their tokens; the promoted
+// server's rows hold older tokens, and a plain counter would hand the lost
+// ones out again, so that a guard that had seen the stale holder's token
+// would reject the new holder and admit the stale one. With the floor the
+// promoted server's next token is its clock, above every token the old
+// primary granted, provided its clock is not behind the old primary's by
+// more than the time between the two grants: a promotion takes seconds,
+// far more than the skew of NTP-synchronised hosts; a clock set back by
+// more than that (or a server far behind) can still repeat tokens.
+// Measured (TestAsyncStandbyPromotedTokens: a primary and an asynchronous
+// standby through a multi-host URL with target_session_attrs=read-write,
+// the standby cut off from the primary's WAL, 40 more grants, the primary
+// killed and the standby promoted): the next token was above every token
+// granted before, a memory guard rejected the stale holder's write and
+// admitted the new holder's, and the stale holder's loss signal fired.
+// Schema version 1's tokens (nextval of a sequence) went back there, from
+// 46 to 34. The clock floor is always on: there is no setting that trades
+// it away. A synchronous standby (synchronous_standby_names,
+// synchronous_commit on or remote_apply) loses no acknowledged grant, so
+// its promotion needs no floor; see "Synchronous standby".
+//
+// # Synchronous standby
+//
+// With a synchronous standby, every commit waits for the standby's
+// acknowledgement, a grant's and a renewal's too. While the standby is
+// away (TestSyncStandbyAway): an acquire statement is given up after one
+// TTL whatever its context allows, and fails with backend.ErrUnavailable
+// (its grant, committed on the primary alone once the cancel request ends
+// the wait, lapses at its TTL); a TryAcquire of a lock another holds
+// answers backend.ErrNotAcquired at once from the committed row, without
+// waiting for the row lock that the holder's waiting renewal keeps;
+// holders' renewals wait, so their leases are lost at their local
+// deadlines (the loss signal fires), and no grant is made until the
+// standby is back. PostgreSQL offers no way to bound the wait itself
+// without giving up the acknowledgement: the standby's absence costs the
+// lock's availability, never its safety.
 //
 // # Waiting: FIFO, one wake-up per release
 //
@@ -179,7 +216,7 @@
 // the search_path). The Lockers' user needs only, for prefix p:
 //
 //	GRANT SELECT, INSERT, UPDATE, DELETE ON p_locks, p_waiters TO app;
-//	GRANT USAGE ON SEQUENCE p_token, p_queue TO app;
+//	GRANT USAGE ON SEQUENCE p_queue TO app;
 //	GRANT EXECUTE ON FUNCTION p_acquire_v1, p_renew_v1, p_release_v1,
 //	  p_revoke_v1, p_inspect_v1, p_promote_v1 TO app; -- PUBLIC has it by default
 //

@@ -262,7 +262,7 @@ func (d *pgDriver) NewLease(ctx context.Context, req driver.Request) (driver.Lea
 		meta = string(b)
 	}
 	owner := d.id + "." + strconv.FormatUint(d.seq.Add(1), 36)
-	l := &lease{d: d, name: req.Name, owner: owner, ttlMs: req.TTL.Milliseconds(), acquireSQL: d.sql.acquire,
+	l := &lease{d: d, name: req.Name, owner: owner, ttl: req.TTL, ttlMs: req.TTL.Milliseconds(), acquireSQL: d.sql.acquire,
 		holder: req.Holder, meta: meta, lost: req.Lost, notify: make(chan struct{}, 1)}
 	if req.Value != nil {
 		l.acquireSQL, l.holder, l.meta = d.sql.acquireValue, nil, *req.Value

@@ -53,6 +53,7 @@ type lease struct {
 	d     *pgDriver
 	name  string
 	owner string
+	ttl   time.Duration
 	ttlMs int64
 	// acquireSQL is the acquire statement: statements.acquire for a lock,
 	// statements.acquireValue for a candidate, whose meta is its value.
@@ -212,7 +213,13 @@ func (l *lease) fallback(ms int64) time.Duration {
 	return d + rand.N(j) + time.Millisecond
 }
 
-// attempt runs the acquire statement once; sent is when it was sent.
+// attempt runs the acquire statement once; sent is when it was sent. The
+// statement is given up after one TTL, whatever ctx allows: a grant whose
+// answer comes later has expired on the server already, and a commit that
+// waits for a synchronous standby that is away waits until it is back
+// (the cancel request ends the wait; the grant, committed on the primary
+// alone, lapses at its TTL). So an Acquire fails with ErrUnavailable in
+// time rather than block for as long as the standby is gone.
 func (l *lease) attempt(ctx context.Context, m mode) (time.Time, acquireResult, error) {
 	l.mu.Lock()
 	l.st = stUnknown
@@ -220,9 +227,15 @@ func (l *lease) attempt(ctx context.Context, m mode) (time.Time, acquireResult, 
 	l.d.attempts.Add(1)
 	sent := time.Now()
 	var res acquireResult
-	err := l.d.c.QueryRow(ctx, l.acquireSQL, pgx.QueryExecModeExec,
+	bounded, cancel := context.WithTimeout(ctx, l.ttl)
+	defer cancel()
+	err := l.d.c.QueryRow(bounded, l.acquireSQL, pgx.QueryExecModeExec,
 		l.name, l.owner, l.ttlMs, int(m), l.holder, l.meta).Scan(&res.status, &res.token, &res.waitMs)
-	if err != nil {
+	switch {
+	case err != nil && ctx.Err() == nil && bounded.Err() != nil:
+		err = fmt.Errorf("%w: postgres: acquire: no answer within the TTL (%v): the server is slow or unreachable, or its commit waits for a synchronous standby: %v",
+			backend.ErrUnavailable, l.ttl, oneLineError{err}) // %v: the caller's ctx did not end
+	case err != nil:
 		err = fmt.Errorf("postgres: acquire: %w", mapErr(err))
 	}
 	l.mu.Lock()

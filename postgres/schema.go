@@ -93,8 +93,11 @@ END $$;
 // deploy or a rollback. A change of the functions' semantics is a new
 // function (_v2) in a new version; the body of a released function is
 // never changed. The adapter is not released yet: its current functions
-// are _v1, in version 1.
-const SchemaVersion = 1
+// are _v1, in version 2, which gave their grants the clock floor (see
+// the package doc's Tokens): a version-1 database is migrated to it, and a
+// process of version 1 over a version-2 database calls the new bodies,
+// whose arguments and results are those it knows.
+const SchemaVersion = 2
 
 // versionComment starts the comment of the locks table, the version
 // following it.

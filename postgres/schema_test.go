@@ -42,7 +42,7 @@ func TestSchema(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(s, "BEGIN;"))
 	require.True(t, strings.HasSuffix(s, "COMMIT;\n"))
-	for _, name := range []string{"fencelock_locks", "fencelock_waiters", "fencelock_token", "fencelock_acquire_v1"} {
+	for _, name := range []string{"fencelock_locks", "fencelock_waiters", "fencelock_queue", "fencelock_acquire_v1"} {
 		require.Contains(t, s, name)
 	}
 	require.NotContains(t, s, "{p}")

@@ -280,7 +280,7 @@ func TestLeaseGuardCheckWaitsForGrant(t *testing.T) {
 	var pid int
 	require.NoError(t, tx.QueryRow(`SELECT pg_backend_pid()`).Scan(&pid))
 	var newer int64
-	require.NoError(t, tx.QueryRow(`UPDATE fencelock_locks SET owner = 'intruder', token = nextval('fencelock_token'),
+	require.NoError(t, tx.QueryRow(`UPDATE fencelock_locks SET owner = 'intruder', token = token + 1,
 expires = clock_timestamp() + interval '1 minute' WHERE name = 'r' RETURNING token`).Scan(&newer))
 	done := make(chan error, 1)
 	go func() {

@@ -6,6 +6,10 @@
 -- Returns r_status 'granted' with r_token; 'held' (mode 0); 'queued' with
 -- r_wait_ms, the ms until the holder's lease ends (the waiter's fallback
 -- timer); or 'lost' (mode 2: the queue row lapsed or was revoked).
+-- A grant's token is the larger of the lock's last token + 1 and the
+-- server's clock in microseconds (the clock floor, see the package doc's
+-- Tokens), so that a promoted standby that lost the last grants does not
+-- hand their tokens out again.
 CREATE OR REPLACE FUNCTION {p}_acquire_v1(p_name text, p_owner text, p_ttl_ms bigint, p_mode integer,
     p_holder text, p_metadata text, OUT r_status text, OUT r_token bigint, OUT r_wait_ms bigint)
 LANGUAGE plpgsql AS $$
@@ -35,8 +39,8 @@ BEGIN
     -- queue would see only this statement's snapshot, and could let a
     -- waiter that queued meanwhile be overtaken).
     t := clock_timestamp();
-    UPDATE {p}_locks SET owner = p_owner, token = nextval('{p}_token'), expires = t + ttl, granted = t,
-      holder = p_holder, metadata = p_metadata::jsonb
+    UPDATE {p}_locks SET owner = p_owner, token = greatest(token + 1, floor(extract(epoch FROM t) * 1000000)::bigint),
+      expires = t + ttl, granted = t, holder = p_holder, metadata = p_metadata::jsonb
     WHERE name = p_name AND NOT queued AND (owner IS NULL OR expires <= t)
     RETURNING token INTO r_token;
     IF FOUND THEN
@@ -45,6 +49,19 @@ BEGIN
     END IF;
   END IF;
   r_token := 0;
+  IF p_mode = 0 THEN
+    -- A TryAcquire of a lock that another acquisition holds, as far as
+    -- what has committed shows, answers without waiting for the row lock:
+    -- a renewal whose commit waits for a synchronous standby that is away
+    -- holds it until the standby answers.
+    SELECT * INTO l FROM {p}_locks WHERE name = p_name;
+    t := clock_timestamp();
+    IF FOUND AND l.owner <> p_owner AND l.expires > t THEN
+      r_status := 'held';
+      r_wait_ms := greatest(ceil(extract(epoch FROM l.expires - t) * 1000), 0);
+      RETURN;
+    END IF;
+  END IF;
   SELECT * INTO l FROM {p}_locks WHERE name = p_name FOR UPDATE;
   IF NOT FOUND THEN
     INSERT INTO {p}_locks (name) VALUES (p_name) ON CONFLICT (name) DO NOTHING;
@@ -74,8 +91,8 @@ BEGIN
       END IF;
       -- With no live waiter the queue is empty now (queued false); with
       -- this one at its head, others may wait behind it.
-      UPDATE {p}_locks SET owner = p_owner, token = nextval('{p}_token'), expires = t + ttl, granted = t,
-        holder = p_holder, metadata = p_metadata::jsonb, queued = queued AND head IS NOT NULL
+      UPDATE {p}_locks SET owner = p_owner, token = greatest(token + 1, floor(extract(epoch FROM t) * 1000000)::bigint),
+        expires = t + ttl, granted = t, holder = p_holder, metadata = p_metadata::jsonb, queued = queued AND head IS NOT NULL
       WHERE name = p_name
       RETURNING token INTO r_token;
       r_status := 'granted';

@@ -20,7 +20,8 @@ BEGIN
   END IF;
   -- The head, and the lapsed rows it passed.
   DELETE FROM {p}_waiters WHERE name = p_name AND seq > after AND seq <= w.seq;
-  UPDATE {p}_locks SET owner = w.owner, token = nextval('{p}_token'), expires = w.expires, granted = p_now,
+  UPDATE {p}_locks SET owner = w.owner, token = greatest(token + 1, floor(extract(epoch FROM p_now) * 1000000)::bigint),
+    expires = w.expires, granted = p_now,
     holder = w.holder, metadata = w.metadata, served = w.seq
   WHERE name = p_name
   RETURNING token INTO tok;

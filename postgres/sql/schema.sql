@@ -7,14 +7,12 @@
 -- a current or compatible schema the migration takes no table lock but
 -- COMMENT's SHARE UPDATE EXCLUSIVE, which no lock operation conflicts with.
 
--- Fencing tokens: nextval at each grant. A sequence is WAL-logged ahead of
--- the values it hands out, so tokens never go back, across restarts too.
--- The FIFO order of waiters: nextval when a waiter joins a queue.
+-- The FIFO order of waiters: nextval when a waiter joins a queue. (Schema
+-- version 1 also made a sequence {p}_token for the fencing tokens; since
+-- version 2 a token is the lock row's last one + 1 or the server's clock,
+-- and a database migrated from version 1 keeps that sequence unused.)
 DO $$
 BEGIN
-  IF to_regclass('{p}_token') IS NULL THEN
-    CREATE SEQUENCE IF NOT EXISTS {p}_token;
-  END IF;
   IF to_regclass('{p}_queue') IS NULL THEN
     CREATE SEQUENCE IF NOT EXISTS {p}_queue;
   END IF;
