@@ -27,7 +27,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -44,6 +43,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
+	"github.com/fencelock/fencelock/internal/freeport"
 	"github.com/fencelock/fencelock/internal/tlstest"
 )
 
@@ -205,12 +205,11 @@ func (c *Cluster) command(name string, args ...string) *exec.Cmd {
 // waits until it accepts connections.
 func (c *Cluster) run() error {
 	if c.port == 0 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		port, err := freeport.Port() // outside the ephemeral range: kept over a Restart
 		if err != nil {
 			return err
 		}
-		c.port = l.Addr().(*net.TCPAddr).Port
-		_ = l.Close()
+		c.port = port
 	}
 	logf, err := os.OpenFile(c.LogPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
