@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,45 +16,102 @@ import (
 )
 
 // Run runs the whole suite against the backend behind h, one named subtest
-// per case (run a single one with -run 'TestX/CaseName'). Cases run one after
-// the other: most of them measure time against the lease TTL, and a
-// neighbour's load would distort that.
-func Run(t *testing.T, h Harness) {
-	s := newSuite(t, h)
-	t.Run("MutualExclusion", s.testMutualExclusion)
-	t.Run("TryAcquire", s.testTryAcquire)
-	t.Run("AcquireBlocksUntilRelease", s.testAcquireBlocksUntilRelease)
-	t.Run("CancelWhileWaiting", s.testCancelWhileWaiting)
-	t.Run("Errors", s.testErrors)
-	t.Run("CancelledCalls", s.testCancelledCalls)
-	t.Run("HolderCrash", s.testHolderCrash)
-	t.Run("WaiterCrash", s.testWaiterCrash)
-	t.Run("WaiterRevoked", s.testWaiterRevoked)
-	t.Run("AutoRenew", s.testAutoRenew)
-	t.Run("Loss", s.testLoss)
-	t.Run("MaxHold", s.testMaxHold)
-	t.Run("Deadline", s.testDeadline)
-	t.Run("ReleaseIdempotent", s.testReleaseIdempotent)
-	t.Run("StaleHolderFenced", s.testStaleHolderFenced)
-	t.Run("IndependentNames", s.testIndependentNames)
-	t.Run("SameLockerTwoHandles", s.testSameLockerTwoHandles)
-	t.Run("BadInput", s.testBadInput)
-	t.Run("Close", s.testClose)
-	t.Run("FIFO", s.testFIFO)
-	t.Run("LongQueueFIFO", s.testLongQueueFIFO)
-	t.Run("ElectionOneLeader", s.testElectionOneLeader)
-	t.Run("ElectionObserve", s.testElectionObserve)
-	t.Run("ElectionResignHandsOver", s.testElectionResignHandsOver)
-	t.Run("ElectionCancelledCampaign", s.testElectionCancelledCampaign)
-	t.Run("ElectionProclaim", s.testElectionProclaim)
-	t.Run("ElectionValueInStatus", s.testElectionValueInStatus)
-	t.Run("Telemetry", s.testTelemetry)
-	if p, ok := h.(Partitioner); ok {
-		t.Run("Partitioned", func(t *testing.T) { s.testPartitioned(t, p) })
-		t.Run("Unavailable", func(t *testing.T) { s.testUnavailable(t, p) })
-		t.Run("LossWhilePartitioned", func(t *testing.T) { s.testLossWhilePartitioned(t, p) })
-		t.Run("ClosePartitioned", func(t *testing.T) { s.testClosePartitioned(t, p) })
+// per case (run a single one with -run 'TestX/CaseName'). Cases run
+// concurrently, DefaultParallel at a time (WithParallel changes it; 1 runs
+// them one after the other), the longest first: each works on lock names
+// and Lockers of its own, and most of the suite's time is cases waiting
+// for TTLs to pass, so one run takes about as long as its longest case
+// instead of the sum of all. Their time bounds are generous (see suite),
+// so that a neighbour's load does not fail them on a busy machine.
+func Run(t *testing.T, h Harness, opts ...RunOption) {
+	o := runOptions{parallel: DefaultParallel}
+	for _, opt := range opts {
+		opt(&o)
 	}
+	s := newSuite(t, h)
+	// Longest first (measured: 11 runs of the suite on every backend), so
+	// that the last ones to start are short.
+	cases := []suiteCase{
+		{"ElectionObserve", s.testElectionObserve},
+		{"AutoRenew", s.testAutoRenew},
+		{"Telemetry", s.testTelemetry},
+		{"HolderCrash", s.testHolderCrash},
+		{"ElectionOneLeader", s.testElectionOneLeader},
+		{"MaxHold", s.testMaxHold},
+		{"MutualExclusion", s.testMutualExclusion},
+		{"ReleaseIdempotent", s.testReleaseIdempotent},
+		{"WaiterCrash", s.testWaiterCrash},
+		{"CancelWhileWaiting", s.testCancelWhileWaiting},
+		{"ElectionProclaim", s.testElectionProclaim},
+		{"Loss", s.testLoss},
+		{"Deadline", s.testDeadline},
+		{"ElectionCancelledCampaign", s.testElectionCancelledCampaign},
+		{"Errors", s.testErrors},
+		{"StaleHolderFenced", s.testStaleHolderFenced},
+		{"FIFO", s.testFIFO},
+		{"LongQueueFIFO", s.testLongQueueFIFO},
+		{"Close", s.testClose},
+		{"WaiterRevoked", s.testWaiterRevoked},
+		{"IndependentNames", s.testIndependentNames},
+		{"ElectionValueInStatus", s.testElectionValueInStatus},
+		{"AcquireBlocksUntilRelease", s.testAcquireBlocksUntilRelease},
+		{"SameLockerTwoHandles", s.testSameLockerTwoHandles},
+		{"ElectionResignHandsOver", s.testElectionResignHandsOver},
+		{"BadInput", s.testBadInput},
+		{"TryAcquire", s.testTryAcquire},
+		{"CancelledCalls", s.testCancelledCalls},
+	}
+	if p, ok := h.(Partitioner); ok {
+		// Before the short cases: ClosePartitioned takes 7s.
+		cases = slices.Insert(cases, 6,
+			suiteCase{"ClosePartitioned", func(t *testing.T) { s.testClosePartitioned(t, p) }},
+			suiteCase{"Unavailable", func(t *testing.T) { s.testUnavailable(t, p) }},
+			suiteCase{"LossWhilePartitioned", func(t *testing.T) { s.testLossWhilePartitioned(t, p) }},
+			suiteCase{"Partitioned", func(t *testing.T) { s.testPartitioned(t, p) }})
+	}
+	runCases(t, cases, o.parallel)
+}
+
+// DefaultParallel is how many cases of the suite Run runs at once by
+// default.
+const DefaultParallel = 8
+
+// RunOption changes how Run runs the suite.
+type RunOption func(*runOptions)
+
+type runOptions struct{ parallel int }
+
+// WithParallel runs n cases at once (n < 1 is taken as 1: one after the
+// other, as a backend whose timings suffer from concurrent clients may
+// need). The default is DefaultParallel.
+func WithParallel(n int) RunOption {
+	return func(o *runOptions) { o.parallel = max(n, 1) }
+}
+
+// suiteCase is one case of the suite: a subtest of Run.
+type suiteCase struct {
+	name string
+	run  func(*testing.T)
+}
+
+// runCases runs each case as a subtest of t, at most parallel at once and
+// in their order. The subtests are started from goroutines of their own
+// (t.Run may be called from several at once), not with t.Parallel, whose
+// limit (-test.parallel, GOMAXPROCS by default) is for the whole test
+// binary: the cases wait for TTLs, not for the CPU.
+func runCases(t *testing.T, cases []suiteCase, parallel int) {
+	sem := make(chan struct{}, parallel)
+	var wg sync.WaitGroup
+	for _, c := range cases {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			t.Run(c.name, c.run)
+		}()
+	}
+	wg.Wait()
 }
 
 // suite carries the harness and the time bounds derived from its TTL.
