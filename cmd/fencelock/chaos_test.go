@@ -33,6 +33,7 @@ func testChaosOn(t *testing.T, url string) {
 // holders wake and write over newer holders' writes (long holds, so that a
 // pause lands between a read and its write).
 func TestChaosViolationIs1(t *testing.T) {
+	t.Parallel() // long, and on servers of its own
 	addr := strings.TrimPrefix(etcdtest.Start(t).Endpoints()[0], "http://")
 	r := binary(t, "chaos", "--url", "etcd://"+addr+"/cli-unfenced", "--guard", "none", "--faults", "pause",
 		"--hold", "300ms", "--workers", "3", "--duration", "25s", "--out", t.TempDir())

@@ -187,6 +187,7 @@ func TestErrorPrefixNotRepeated(t *testing.T) {
 // A --max-hold (or max_hold=) that ends the hold is reported as such, with
 // status 76.
 func TestRunReportsMaxHold(t *testing.T) {
+	t.Parallel() // long, and on servers of its own
 	script := `trap 'exit 0' TERM; while :; do sleep 0.05; done`
 	for _, c := range []struct {
 		name string

@@ -26,6 +26,7 @@ var thirdPartyMarks = []string{"redis: ", "connection pool", "zk: ", "Connected 
 // the outage and run loses its lease, and no backend client adds a line
 // of its own.
 func TestNoClientLogsOnStderr(t *testing.T) {
+	t.Parallel() // long, and on servers of its own
 	for _, c := range []struct {
 		name  string
 		start func(t *testing.T) (url string, stop func(), restart func() error)
@@ -49,6 +50,7 @@ func TestNoClientLogsOnStderr(t *testing.T) {
 		}},
 	} { // dial timeouts of 5s: a busy machine can take over 1s to connect at the start
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel() // a server of its own
 			url, stop, restart := c.start(t)
 			dir := t.TempDir()
 			watch := startLive(t, true, "leader", "--url", url, "--watch", "clientlog")

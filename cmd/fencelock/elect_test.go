@@ -174,8 +174,10 @@ func electBackends() []electBackend {
 // The election commands on every backend, each a real server on this
 // machine (mem in process).
 func TestElectLeaderOnEveryBackend(t *testing.T) {
+	t.Parallel() // long, and on servers of its own
 	for _, b := range electBackends() {
 		t.Run(b.name, func(t *testing.T) {
+			t.Parallel() // a server of its own
 			url := b.testBackend.start(t)
 			longTTL := func(prefix string) string {
 				u := url(prefix)
@@ -610,6 +612,7 @@ func TestLeaderWatchEndsOnSignal(t *testing.T) {
 // fails is reported and made again after a pause), and it leads again,
 // with a greater term, once the backend is back.
 func TestElectForeverOutlivesBackendOutage(t *testing.T) {
+	t.Parallel() // long, and on servers of its own
 	for _, c := range []struct {
 		name  string
 		start func(t *testing.T) (url string, stop func(), restart func() error)
@@ -633,6 +636,7 @@ func TestElectForeverOutlivesBackendOutage(t *testing.T) {
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel() // a server of its own
 			url, stop, restart := c.start(t)
 			dir := t.TempDir()
 			script := `echo "$FENCELOCK_TOKEN" >> "$1/tokens"; n=$(wc -l < "$1/tokens")

@@ -92,8 +92,10 @@ func init() { quietClientLogs() }
 // server on this machine: run, status (--watch too), bench, advise and
 // demo --url.
 func TestSubcommandsOnEveryBackend(t *testing.T) {
+	t.Parallel() // long, and on servers of its own
 	for _, b := range testBackends {
 		t.Run(b.name, func(t *testing.T) {
+			t.Parallel() // a server of its own
 			url := b.start(t)
 			t.Run("run", func(t *testing.T) { testRunOn(t, url("cli-run")) })
 			t.Run("status", func(t *testing.T) { testStatusOn(t, b, url("cli-status")) })

@@ -36,8 +36,10 @@ func scrape(addr string) string {
 // server on this machine: while the command runs, /metrics shows the
 // grant's acquire duration with the backend attribute, and one lease held.
 func TestMetricsAddrOnEveryBackend(t *testing.T) {
+	t.Parallel() // long, and on servers of its own
 	for _, b := range testBackends {
 		t.Run(b.name, func(t *testing.T) {
+			t.Parallel() // a server of its own
 			url := b.start(t)
 			for _, command := range []string{"run", "elect"} {
 				t.Run(command, func(t *testing.T) {
