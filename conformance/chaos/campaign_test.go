@@ -148,6 +148,9 @@ func (r *roleMember) Unpause(ctx context.Context) error {
 //	           itself, single (grants stop while it is down; the tokens
 //	           must grow across its kills)
 func TestCampaign(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the campaigns run in the full run (scripts/test)")
+	}
 	providers, err := servers.ProvidersFromEnv()
 	require.NoError(t, err)
 	p := providers[0]

@@ -21,6 +21,7 @@ import (
 const childEnv = "FENCELOCK_SERVERS_CHILD"
 
 func TestDockerChildProcess(t *testing.T) {
+	skipDockerInShort(t)
 	if os.Getenv(childEnv) == "" {
 		return // only a helper for TestDockerSignalAndSweep
 	}
@@ -89,6 +90,7 @@ func networkExists(t *testing.T, name string) bool {
 // containers and network before it dies; after a SIGKILL, the next
 // process's sweep removes them.
 func TestDockerSignalAndSweep(t *testing.T) {
+	skipDockerInShort(t)
 	t.Parallel()
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
 		cmd, name := startChild(t)
@@ -126,6 +128,7 @@ func TestDockerSignalAndSweep(t *testing.T) {
 // TestDockerPortConflict checks that a container whose chosen port was
 // taken in the meantime is started again on another port.
 func TestDockerPortConflict(t *testing.T) {
+	skipDockerInShort(t)
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -150,5 +153,14 @@ func TestDockerPortConflict(t *testing.T) {
 	}
 	if err := redisPing(context.Background(), s.Members[0].Addr); err != nil {
 		t.Error(err)
+	}
+}
+
+// skipDockerInShort skips a test that runs containers under -short (the
+// quick tier, scripts/test quick, runs local servers only); the full run
+// runs it, and there a missing Docker engine fails it.
+func skipDockerInShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: Docker tests run in the full run (scripts/test)")
 	}
 }

@@ -24,6 +24,7 @@ func hookCtx(t *testing.T) context.Context {
 }
 
 func TestDockerEtcdCluster(t *testing.T) {
+	servers.SkipDockerInShort(t)
 	t.Parallel()
 	s := servers.StartWith(t, servers.Docker, servers.Etcd, servers.Cluster)
 	require.Equal(t, servers.Docker, s.Provider)
@@ -51,6 +52,7 @@ func TestDockerEtcdCluster(t *testing.T) {
 }
 
 func TestDockerZooKeeperEnsemble(t *testing.T) {
+	servers.SkipDockerInShort(t)
 	t.Parallel()
 	s := servers.StartWith(t, servers.Docker, servers.ZooKeeper, servers.Cluster)
 	require.Len(t, s.Members, 3)
@@ -76,6 +78,7 @@ func follower(t *testing.T, s *servers.Server) *servers.Member {
 }
 
 func TestDockerRedisFailover(t *testing.T) {
+	servers.SkipDockerInShort(t)
 	t.Parallel()
 	s := servers.StartWith(t, servers.Docker, servers.Redis, servers.Cluster)
 	require.Len(t, s.Members, 3)
@@ -103,6 +106,7 @@ func TestDockerRedisFailover(t *testing.T) {
 }
 
 func TestDockerPostgres(t *testing.T) {
+	servers.SkipDockerInShort(t)
 	t.Parallel()
 	s := servers.StartWith(t, servers.Docker, servers.Postgres, servers.Single)
 	require.Equal(t, servers.Docker, s.Provider)
@@ -112,6 +116,7 @@ func TestDockerPostgres(t *testing.T) {
 }
 
 func TestDockerSingles(t *testing.T) {
+	servers.SkipDockerInShort(t)
 	t.Parallel()
 	for _, k := range servers.Kinds {
 		t.Run(string(k), func(t *testing.T) {
@@ -126,6 +131,7 @@ func TestDockerSingles(t *testing.T) {
 // TestDockerCleanup checks that a Server's containers and network are gone
 // once the test that started it ended, passed or failed.
 func TestDockerCleanup(t *testing.T) {
+	servers.SkipDockerInShort(t)
 	t.Parallel()
 	pool, err := dockertest.NewPool("")
 	require.NoError(t, err)
@@ -152,6 +158,7 @@ func TestDockerCleanup(t *testing.T) {
 }
 
 func TestDockerHooksUnsupportedOnExternal(t *testing.T) {
+	servers.SkipDockerInShort(t)
 	s := &servers.Server{}
 	_, err := s.Primary(context.Background())
 	require.ErrorIs(t, err, errors.ErrUnsupported)
@@ -160,6 +167,7 @@ func TestDockerHooksUnsupportedOnExternal(t *testing.T) {
 // TestDockerAutoPicksDocker: with no external URL set and the engine and
 // images here, auto takes Docker, for clusters too (Postgres has none).
 func TestDockerAutoPicksDocker(t *testing.T) {
+	servers.SkipDockerInShort(t)
 	for _, k := range servers.Kinds {
 		t.Setenv(servers.URLEnv[k], "")
 		topo := servers.Cluster
@@ -175,6 +183,7 @@ func TestDockerAutoPicksDocker(t *testing.T) {
 // Leader names one member of an etcd cluster and of a ZooKeeper ensemble,
 // the same one every member agrees on; killing it makes another lead.
 func TestDockerLeader(t *testing.T) {
+	servers.SkipDockerInShort(t)
 	for _, kind := range []servers.Kind{servers.Etcd, servers.ZooKeeper} {
 		t.Run(string(kind), func(t *testing.T) {
 			s := servers.StartWith(t, servers.Docker, kind, servers.Cluster)

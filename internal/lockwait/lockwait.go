@@ -27,6 +27,12 @@ func Error(ctx context.Context, err error, adapter string, state func() (queued 
 	}
 	queued, failing := state()
 	switch {
+	case queued && failing == nil && err != ctx.Err():
+		// An attempt that ctx's end cut short: the adapter wrapped it in
+		// ErrUnavailable, as any request without an answer, but it says
+		// nothing of the backend, whose last word stands. Its text stays,
+		// not its chain.
+		return fmt.Errorf("%w: %s: queued behind the holder (the last attempt, cut short: %v): %w", backend.ErrNotAcquired, adapter, err, ctx.Err())
 	case queued && failing == nil:
 		return fmt.Errorf("%w: %s: queued behind the holder: %w", backend.ErrNotAcquired, adapter, err)
 	case queued && failing != err:
