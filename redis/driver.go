@@ -282,8 +282,12 @@ func (d *redisDriver) lockKeys(name string) *lockKeys {
 
 // Shutdown implements driver.Driver: it stops the shared subscription and
 // closes the client if the driver opened it. It asks the server for
-// nothing, so it does not wait for ctx.
-func (d *redisDriver) Shutdown(context.Context) error {
+// nothing, but closing the subscription waits for a dial of its
+// connection in progress (go-redis holds the subscription's lock over the
+// dial and the handshake, up to its dial timeout when the network is
+// gone): Shutdown returns when ctx ends at the latest, and the closing
+// goes on in the background until that dial gives up.
+func (d *redisDriver) Shutdown(ctx context.Context) error {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
@@ -291,13 +295,31 @@ func (d *redisDriver) Shutdown(context.Context) error {
 	}
 	d.closed = true
 	d.mu.Unlock()
-	err := d.hub.close()
-	if d.owned != nil {
-		if cerr := d.owned.Close(); cerr != nil {
-			err = errors.Join(err, fmt.Errorf("redis: close client: %w", cerr))
+	done := make(chan error, 1)
+	go func() {
+		err := d.hub.close()
+		if d.owned != nil {
+			if cerr := d.owned.Close(); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("redis: close client: %w", cerr))
+			}
 		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
 	}
-	return err
+	// A context that had ended before the call: closing takes no time
+	// unless a dial holds it up.
+	t := time.NewTimer(50 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		return fmt.Errorf("redis: close: the subscription's connection was still being dialled (it closes once the dial gives up): %w", ctx.Err())
+	}
 }
 
 // keys are the Redis names of one lock. All carry the hash tag {<escaped

@@ -27,6 +27,9 @@ type Proxy struct {
 	// answering is healed for the target's bytes alone: HoldReplies
 	// replaces it with an open channel, which Heal closes.
 	answering chan struct{}
+	// connecting is healed for the connections accepted from then on:
+	// HoldNew replaces it with an open channel, which Heal closes.
+	connecting chan struct{}
 	// latency is how long each chunk of bytes waits before it is
 	// forwarded, in either direction (SetLatency).
 	latency time.Duration
@@ -65,10 +68,12 @@ func Start(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	healed, answering := make(chan struct{}), make(chan struct{})
+	healed, answering, connecting := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	close(healed)
 	close(answering)
-	p := &Proxy{ln: ln, target: target, links: make(map[*link]struct{}), healed: healed, answering: answering}
+	close(connecting)
+	p := &Proxy{ln: ln, target: target, links: make(map[*link]struct{}), healed: healed, answering: answering,
+		connecting: connecting}
 	p.wg.Add(1)
 	go p.serve()
 	return p, nil
@@ -134,6 +139,17 @@ func (p *Proxy) HoldReplies() {
 	hold(&p.answering)
 }
 
+// HoldNew leaves the connections accepted from now on unconnected to the
+// target until Heal, and the ones already made as they are: to the client
+// a new connection is accepted and then never answered, as when a
+// partition strikes while it connects, while its pooled connections go on
+// working.
+func (p *Proxy) HoldNew() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	hold(&p.connecting)
+}
+
 // SetLatency makes every chunk of bytes read from either side wait d
 // before it is forwarded, so that a request and its answer take 2d longer;
 // bytes read behind a waiting chunk wait after it, as on a slow link. Zero
@@ -144,13 +160,13 @@ func (p *Proxy) SetLatency(d time.Duration) {
 	p.latency = max(d, 0)
 }
 
-// Heal ends a Partition or HoldReplies: the proxy forwards again, first
-// what it held, in order, and connects the connections accepted meanwhile.
-// Healing a proxy that is not partitioned does nothing.
+// Heal ends a Partition, HoldReplies or HoldNew: the proxy forwards again,
+// first what it held, in order, and connects the connections accepted
+// meanwhile. Healing a proxy that is not partitioned does nothing.
 func (p *Proxy) Heal() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, c := range []chan struct{}{p.healed, p.answering} {
+	for _, c := range []chan struct{}{p.healed, p.answering, p.connecting} {
 		select {
 		case <-c:
 		default:
@@ -220,8 +236,16 @@ func (p *Proxy) forward(l *link) {
 		delete(p.links, l)
 		p.mu.Unlock()
 	}()
-	// A connection accepted during a partition reaches the target only
-	// once it heals.
+	// A connection accepted during a partition (or HoldNew) reaches the
+	// target only once it heals.
+	p.mu.Lock()
+	connecting := p.connecting
+	p.mu.Unlock()
+	select {
+	case <-connecting:
+	case <-l.ctx.Done():
+		return
+	}
 	if !p.waitHealed(l, false) {
 		return
 	}

@@ -351,3 +351,30 @@ func TestLatencyDelaysEachWay(t *testing.T) {
 	}
 	assert.Less(t, time.Since(start), 20*d, "ten echoes with the latency off")
 }
+
+func TestHoldNewKeepsOldConnections(t *testing.T) {
+	target, conns := acceptServer(t)
+	p, err := Start(target)
+	require.NoError(t, err)
+	defer p.Close()
+	old := dial(t, p.Addr())
+	s := accepted(t, conns)
+
+	p.HoldNew()
+	c := dial(t, p.Addr()) // accepted...
+	_, err = c.Write([]byte("early"))
+	require.NoError(t, err)
+	_, err = old.Write([]byte("still"))
+	require.NoError(t, err)
+	assert.Equal(t, "still", readN(t, s, 5), "a connection made before HoldNew goes on")
+	nothingFor(t, c, 300*time.Millisecond)
+	select {
+	case <-conns:
+		t.Fatal("the proxy connected a new connection to the server during HoldNew")
+	default: // ...but not connected through
+	}
+
+	p.Heal()
+	s2 := accepted(t, conns)
+	assert.Equal(t, "early", readN(t, s2, 5))
+}
