@@ -236,12 +236,19 @@ func (s *suite) requireHeld(t testing.TB, l *backend.Locker, name string, msgAnd
 // it first: a wait cut off before the backend answered it is reported as
 // ErrUnavailable (whether the lock is held is then unknown), so the case
 // must know the backend answered, which a fixed sleep does not tell on a
-// loaded machine. Without Status it falls back to the settle time.
+// loaded machine. The time it then allows grows with how long Status took
+// to answer (a loaded machine, a distant cluster: the same delays hold up
+// the answer that queued the waiter): the settle time, or 4 times the
+// slowest Status call, whichever is longer. Without Status it falls back
+// to the settle time.
 func (s *suite) requireQueued(t testing.TB, l *backend.Locker, name string, n int) {
 	t.Helper()
 	until := time.Now().Add(s.prompt)
+	var slowest time.Duration
 	for {
+		start := time.Now()
 		st, err := l.Status(ctx(t, s.prompt), name)
+		slowest = max(slowest, time.Since(start))
 		if errors.Is(err, errors.ErrUnsupported) {
 			time.Sleep(s.settle)
 			return
@@ -253,7 +260,7 @@ func (s *suite) requireQueued(t testing.TB, l *backend.Locker, name string, n in
 		require.True(t, time.Now().Before(until), "%d waiters of %q not listed within %v (%d are)", n, name, s.prompt, len(st.Waiters))
 		time.Sleep(10 * time.Millisecond)
 	}
-	time.Sleep(s.settle / 4)
+	time.Sleep(max(s.settle, 4*slowest))
 }
 
 // answered bounds a wait that must end while queued, not before the
