@@ -5,8 +5,6 @@ import (
 	"flag"
 	"net/url"
 	"os"
-	"runtime"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -50,8 +48,8 @@ func skipForUserURL(t *testing.T) {
 // TestURL runs the suite through the URL harness against servers it starts:
 // for each provider in $FENCELOCK_PROVIDER (comma-separated, default auto)
 // and each of etcd, ZooKeeper, Redis and PostgreSQL, against a single server
-// and, where the provider is Docker (or auto picks it), a cluster (not for
-// PostgreSQL, which has none):
+// and, where the provider is Docker (or auto picks it), a cluster (for
+// PostgreSQL a primary and its streaming standby, locally too):
 // TestURL/<provider>/<kind>/<topology>, e.g. -run
 // 'TestURL/docker/etcd/cluster'. The external provider runs the kinds whose
 // $FENCELOCK_<KIND>_URL is set. Nothing is skipped: a provider that cannot
@@ -63,8 +61,10 @@ func skipForUserURL(t *testing.T) {
 // -fencelock.min-ttl, -fencelock.max-ttl and -fencelock.fifo override. An
 // unreachable backend fails it in seconds, with one error.
 //
-// The runs mostly wait for TTLs to pass (measured: 9 runs, 35s of CPU in
-// 4 minutes), so up to twice -parallel of them (4 on 2 cores) run at once.
+// Two runs go at once (suitesAtOnce), each running its cases
+// concurrently: more would load a two-core machine past the suite's time
+// bounds (seen: four runs at once, with a campaign beside them, at a load
+// average over 20).
 func TestURL(t *testing.T) {
 	if u := userURL(); u != "" {
 		t.Run("user", func(t *testing.T) { runURL(t, u, capFlags) })
@@ -72,7 +72,7 @@ func TestURL(t *testing.T) {
 	}
 	providers, err := servers.ProvidersFromEnv()
 	require.NoError(t, err)
-	sem := make(chan struct{}, 2*urlParallel())
+	sem := make(chan struct{}, suitesAtOnce)
 	var wg sync.WaitGroup
 	for _, p := range providers {
 		ran := 0
@@ -100,18 +100,12 @@ func TestURL(t *testing.T) {
 	wg.Wait()
 }
 
-// urlParallel returns the -test.parallel setting (GOMAXPROCS by default).
-func urlParallel() int {
-	if f := flag.Lookup("test.parallel"); f != nil {
-		if n, err := strconv.Atoi(f.Value.String()); err == nil && n > 0 {
-			return n
-		}
-	}
-	return runtime.GOMAXPROCS(0)
-}
+// suitesAtOnce is how many runs of the suite TestURL runs at once.
+const suitesAtOnce = 2
 
 // urlTopologies returns the topologies TestURL runs kind in with provider
-// p: single, and cluster too with Docker (Postgres: single only).
+// p: single, and cluster too with Docker, and for PostgreSQL (a primary
+// and its standby) with the local provider too.
 func urlTopologies(t *testing.T, p servers.Provider, kind servers.Kind) []servers.Topology {
 	switch {
 	case p == servers.External:
@@ -120,8 +114,7 @@ func urlTopologies(t *testing.T, p servers.Provider, kind servers.Kind) []server
 			return nil
 		}
 		return []servers.Topology{servers.Single}
-	case kind == servers.Postgres: // single only
-	case p == servers.Docker:
+	case p == servers.Docker, kind == servers.Postgres:
 		return []servers.Topology{servers.Single, servers.Cluster}
 	case p == servers.Auto:
 		if got, err := servers.Resolve(p, kind, servers.Cluster); err == nil && got == servers.Docker {

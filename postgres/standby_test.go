@@ -79,7 +79,9 @@ func TestAsyncStandbyPromotedTokens(t *testing.T) {
 	require.NoError(t, guard.Do(ctx, "r", stale.Token(), func(context.Context) error { return nil }))
 
 	require.NoError(t, primary.Kill())
+	killed := time.Now()
 	standby.Promote(t)
+	promoted := time.Now()
 	lb := openUntil(t, ctx, raw)
 	var fresh *backend.Lease
 	require.Eventually(t, func() bool {
@@ -90,6 +92,8 @@ func TestAsyncStandbyPromotedTokens(t *testing.T) {
 		return err == nil
 	}, time.Minute, 50*time.Millisecond)
 	defer release(t, fresh)
+	t.Logf("promoted %v after the kill; next grant %v after the kill; tokens %d (stale) -> %d",
+		promoted.Sub(killed).Round(time.Millisecond), time.Since(killed).Round(time.Millisecond), stale.Token(), fresh.Token())
 	require.Greater(t, fresh.Token(), stale.Token(), "the promoted standby handed out a token not above one the old primary granted")
 	require.NoError(t, guard.Do(ctx, "r", fresh.Token(), func(context.Context) error { return nil }))
 	err = guard.Do(ctx, "r", stale.Token(), func(context.Context) error {
@@ -100,6 +104,7 @@ func TestAsyncStandbyPromotedTokens(t *testing.T) {
 	select {
 	case <-stale.Done():
 		require.ErrorIs(t, stale.Err(), backend.ErrLeaseLost)
+		t.Logf("the stale holder's loss signal fired %v after the kill: %v", time.Since(killed).Round(time.Millisecond), stale.Err())
 	case <-time.After(30 * time.Second):
 		t.Fatal("the stale holder's loss signal did not fire")
 	}
@@ -132,16 +137,19 @@ func TestSyncStandbyAway(t *testing.T) {
 	_, err = lb.TryAcquire(tctx(t, 20*time.Second), "held")
 	require.ErrorIs(t, err, backend.ErrNotAcquired)
 	require.Less(t, time.Since(start), 10*time.Second, "TryAcquire waited for the holder's renewal")
+	t.Logf("TryAcquire of the held lock answered in %v", time.Since(start).Round(time.Millisecond))
 
 	start = time.Now()
 	_, err = lb.Acquire(tctx(t, 2*time.Minute), "free")
 	require.ErrorIs(t, err, backend.ErrUnavailable)
 	require.NotErrorIs(t, err, context.DeadlineExceeded)
 	require.Less(t, time.Since(start), time.Minute, "Acquire blocked for as long as its context let it")
+	t.Logf("Acquire of a free lock failed in %v: %v", time.Since(start).Round(time.Millisecond), err)
 
 	select {
 	case <-held.Done():
 		require.ErrorIs(t, held.Err(), backend.ErrLeaseLost)
+		t.Logf("the holder's loss signal: %v", held.Err())
 	case <-time.After(30 * time.Second):
 		t.Fatal("the holder's loss signal did not fire while its renewals waited")
 	}
@@ -164,6 +172,7 @@ func TestSyncStandbyAway(t *testing.T) {
 	}, time.Minute, 50*time.Millisecond, "no grant once the standby was back")
 
 	require.NoError(t, primary.Kill())
+	killed := time.Now()
 	standby.Promote(t)
 	lc := openUntil(t, ctx, raw)
 	require.Eventually(t, func() bool {
@@ -176,6 +185,7 @@ func TestSyncStandbyAway(t *testing.T) {
 		release(t, ls)
 		return true
 	}, time.Minute, 50*time.Millisecond, "no grant on the promoted standby")
+	t.Logf("next grant %v after the kill", time.Since(killed).Round(time.Millisecond))
 }
 
 // waitSyncRep waits until a backend of primary waits for its synchronous

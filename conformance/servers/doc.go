@@ -32,7 +32,8 @@
 //     when the test ends (failed or not) and on SIGINT/SIGTERM, and every
 //     first start in a process removes those of test processes of this
 //     host that no longer run (a killed run).
-//   - local: processes on this machine, single servers only: an embedded
+//   - local: processes on this machine, single servers (and a PostgreSQL
+//     primary with its standby): an embedded
 //     etcd (internal/etcdtest), Debian's zookeeper (internal/zktest),
 //     redis-server (internal/redistest) and postgresql (internal/pgtest).
 //     A missing binary fails the test. Clients reach each server through
@@ -60,9 +61,14 @@
 // # Topologies
 //
 // Single is one server. Cluster is a 3-member etcd cluster, a 3-server
-// ZooKeeper ensemble, or a Redis primary, replica and Sentinel (quorum 1,
-// primary down after 1s; see Server.Primary and Server.Failover). Postgres
-// is single only.
+// ZooKeeper ensemble, a Redis primary, replica and Sentinel (quorum 1,
+// primary down after 1s; see Server.Primary and Server.Failover), or a
+// PostgreSQL primary and an asynchronous streaming standby (made with
+// pg_basebackup; Docker and local), Members in that order with Roles
+// "primary" and "standby", whose URL names both hosts, the primary first,
+// with target_session_attrs=read-write: Server.Failover kills the primary
+// and promotes the standby, which the URL then reaches (once: the old
+// primary stays down, with Role "failed").
 //
 // Server.URL carries a prefix unique to the Server. For a Redis cluster it
 // names the primary with wait_replicas=1, so every grant is on the replica
@@ -84,7 +90,10 @@
 // ZooKeeper srvr reporting leader, follower or standalone on each server,
 // Redis PING (and, for a cluster, the replica's link up, WAIT 1 answered,
 // the Sentinel naming the primary and knowing the replica), Postgres a
-// connection and SELECT 1. The wait is bounded by ReadyTimeout; its error
+// connection and SELECT 1 (and, for a standby, the primary listing it as
+// streaming). A PostgreSQL standby in Docker runs pg_basebackup and then
+// postgres as its command (bash, setpriv); the primary gets a replication
+// line in pg_hba.conf through docker exec. The wait is bounded by ReadyTimeout; its error
 // carries the container's last log lines.
 //
 // # This package's own tests

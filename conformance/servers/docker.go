@@ -462,6 +462,28 @@ func (c *container) logs(n int) string {
 	return b.String()
 }
 
+// exec runs cmd in the container and returns its output; a command that
+// exits non-zero is an error.
+func (c *container) exec(ctx context.Context, cmd ...string) (string, error) {
+	cl := c.d.pool.Client
+	e, err := cl.CreateExec(dc.CreateExecOptions{Container: c.id, Cmd: cmd, AttachStdout: true, AttachStderr: true, Context: ctx})
+	if err != nil {
+		return "", err
+	}
+	var out bytes.Buffer
+	if err := cl.StartExec(e.ID, dc.StartExecOptions{OutputStream: &out, ErrorStream: &out, Context: ctx}); err != nil {
+		return out.String(), err
+	}
+	st, err := cl.InspectExec(e.ID)
+	if err != nil {
+		return out.String(), err
+	}
+	if st.ExitCode != 0 {
+		return out.String(), fmt.Errorf("%q exited with %d", cmd, st.ExitCode)
+	}
+	return out.String(), nil
+}
+
 func (c *container) inspect(ctx context.Context) (*dc.Container, error) {
 	return c.d.pool.Client.InspectContainerWithContext(c.id, ctx)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -30,7 +31,7 @@ func startDocker(t testing.TB, kind Kind, topo Topology) (*Server, error) {
 	case Redis:
 		s, err = d.startRedis(topo == Cluster)
 	case Postgres:
-		s, err = d.startPostgres()
+		s, err = d.startPostgres(topo == Cluster)
 	}
 	d.logsOnFailure()
 	return s, err
@@ -203,31 +204,93 @@ func (d *dockerServer) startRedis(cluster bool) (*Server, error) {
 	return s, nil
 }
 
-// startPostgres runs a PostgreSQL server with a random password. As etcd
-// here, a throwaway server: fsync off (its data survives a kill of the
-// container, whose page cache outlives it, not a host crash), commits
-// still synchronous (written to the kernel before they return).
-func (d *dockerServer) startPostgres() (*Server, error) {
+// startPostgres runs a PostgreSQL server with a random password, and with
+// pair an asynchronous streaming standby of it (pg_basebackup from the
+// primary, hot standby): the URL then names both, the primary first, with
+// target_session_attrs=read-write. As etcd here, throwaway servers: fsync
+// off (the data survives a kill of the container, whose page cache
+// outlives it, not a host crash), commits still synchronous (written to
+// the kernel before they return).
+func (d *dockerServer) startPostgres(pair bool) (*Server, error) {
 	pw := randomHex(12)
+	settings := []string{"-c", "fsync=off", "-c", "full_page_writes=off", "-c", "max_connections=200"}
 	c, err := d.run(containerSpec{name: d.name(1), cport: "5432/tcp", env: []string{
 		"POSTGRES_PASSWORD=" + pw, "POSTGRES_USER=fencelock", "POSTGRES_DB=fencelock",
-	}, cmd: []string{"postgres", "-c", "fsync=off", "-c", "full_page_writes=off", "-c", "max_connections=200"}})
+	}, cmd: append([]string{"postgres"}, settings...)})
 	if err != nil {
 		return nil, err
 	}
-	dsn := fmt.Sprintf("postgres://fencelock:%s@%s/fencelock?sslmode=disable", pw, c.addr())
-	c.ready = func(ctx context.Context) error { return pgReady(ctx, dsn) }
-	s := &Server{Members: []*Member{c.newMember("")}, URL: dsn}
+	dsnOf := func(hosts string) string {
+		return fmt.Sprintf("postgres://fencelock:%s@%s/fencelock?sslmode=disable", pw, hosts)
+	}
+	primaryDSN := dsnOf(c.addr())
+	c.ready = func(ctx context.Context) error { return pgReady(ctx, primaryDSN) }
 	if err := c.waitReady(context.Background()); err != nil {
 		return nil, err
 	}
-	return s, nil
+	if !pair {
+		return &Server{Members: []*Member{c.newMember("")}, URL: primaryDSN}, nil
+	}
+
+	// The primary lets the standby replicate with the same password.
+	ctx, cancel := context.WithTimeout(context.Background(), ReadyTimeout)
+	defer cancel()
+	if out, err := c.exec(ctx, "sh", "-c", `echo "host replication all all scram-sha-256" >> "$PGDATA/pg_hba.conf"`); err != nil {
+		return nil, fmt.Errorf("pg_hba.conf of %s: %w: %s", c.name, err, out)
+	}
+	if err := pgExec(ctx, primaryDSN, "SELECT pg_reload_conf()"); err != nil {
+		return nil, err
+	}
+	conninfo := fmt.Sprintf("host=%s port=5432 user=fencelock password=%s application_name=standby", c.name, pw)
+	// As root: the data directory for the postgres user, then the base
+	// backup (again until the primary answers) and the server, as it.
+	script := `set -e
+mkdir -p "$PGDATA"; chown postgres "$PGDATA"; chmod 700 "$PGDATA"
+as_pg() { setpriv --reuid=postgres --regid=postgres --init-groups "$@"; }
+if [ ! -s "$PGDATA/PG_VERSION" ]; then
+	until as_pg pg_basebackup -d "$0" -D "$PGDATA" -X stream --checkpoint=fast --no-sync; do
+		find "$PGDATA" -mindepth 1 -delete; sleep 1
+	done
+	as_pg touch "$PGDATA/standby.signal"
+fi
+exec setpriv --reuid=postgres --regid=postgres --init-groups postgres -c primary_conninfo="$0" "$@"`
+	sb, err := d.run(containerSpec{name: d.name(2), cport: "5432/tcp", env: []string{"HOME=/var/lib/postgresql"},
+		cmd: append([]string{"bash", "-c", script, conninfo}, settings...)})
+	if err != nil {
+		return nil, err
+	}
+	standbyDSN := dsnOf(sb.addr())
+	sb.ready = func(ctx context.Context) error { return pgReady(ctx, standbyDSN) }
+	if err := sb.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	if err := poll(ctx, func(ctx context.Context) error {
+		return pgTrue(ctx, primaryDSN, "SELECT count(*) = 1 FROM pg_stat_replication WHERE application_name = 'standby' AND state = 'streaming'")
+	}); err != nil {
+		return nil, fmt.Errorf("standby %s not streaming: %w; its last lines:\n%s", sb.name, err, sb.logs(30))
+	}
+	sm := sb.newMember("standby")
+	sm.h.promote = func(ctx context.Context) error {
+		return pgTrue(ctx, standbyDSN, "SELECT pg_promote(true, 60)")
+	}
+	u, err := url.Parse(dsnOf(c.addr() + "," + sb.addr()))
+	if err != nil {
+		return nil, err
+	}
+	q := u.Query()
+	q.Set("target_session_attrs", "read-write")
+	u.RawQuery = q.Encode()
+	return &Server{Members: []*Member{c.newMember("primary"), sm}, URL: u.String()}, nil
 }
 
 // Primary asks the Redis cluster's Sentinel which member is the primary
-// now. It returns an error matching errors.ErrUnsupported for a server
-// without a Sentinel.
+// now; for a PostgreSQL primary and standby, it is the member that is the
+// primary since the last Failover. It returns an error matching
+// errors.ErrUnsupported for another server.
 func (s *Server) Primary(ctx context.Context) (*Member, error) {
+	if s.Kind == Postgres && s.Topology == Cluster {
+		return s.pgPrimary()
+	}
 	if s.sentinel == nil {
 		return nil, fmt.Errorf("servers: Primary: %s %s via %s has no Sentinel: %w", s.Kind, s.Topology, s.Provider, errors.ErrUnsupported)
 	}
@@ -248,7 +311,14 @@ func (s *Server) Primary(ctx context.Context) (*Member, error) {
 // knows no good replica yet) and waits until it names another primary that
 // accepts writes; it returns that primary. Server.URL still
 // names the old one.
+//
+// For a PostgreSQL primary and standby, it kills the primary and promotes
+// the standby (once: the old primary stays down), and returns the new
+// primary once it accepts writes; Server.URL names both, and reaches it.
 func (s *Server) Failover(ctx context.Context) (*Member, error) {
+	if s.Kind == Postgres && s.Topology == Cluster {
+		return s.pgFailover(ctx)
+	}
 	old, err := s.Primary(ctx)
 	if err != nil {
 		return nil, err

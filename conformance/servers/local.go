@@ -15,12 +15,13 @@ import (
 )
 
 // startLocal starts a single server of kind as a process (or, for etcd, in
-// this process) through the internal test helpers, which fail t (never
+// this process), or for Postgres in the cluster topology a primary and a
+// streaming standby, through the internal test helpers, which fail t (never
 // skip) when a binary is missing. Clients reach it through a faultproxy
 // (the Server's URL and the Member's Addr name the proxy), whose Partition
 // and Heal are the Member's Disconnect and Reconnect; the proxy forwards
 // to the server's own port, which stays the same over a Restart.
-func startLocal(t testing.TB, kind Kind) (*Server, error) {
+func startLocal(t testing.TB, kind Kind, topo Topology) (*Server, error) {
 	switch kind {
 	case Etcd:
 		srv := etcdtest.Start(t)
@@ -88,37 +89,81 @@ func startLocal(t testing.TB, kind Kind) (*Server, error) {
 		return &Server{URL: "redis://" + p.Addr() + "/0?prefix=" + prefix(), Members: []*Member{m}}, nil
 	case Postgres:
 		c := pgtest.Start(t)
-		p, err := startProxy(t, hostPort("127.0.0.1", c.Port()))
+		if topo == Cluster {
+			return startLocalPostgresPair(t, c)
+		}
+		m, dsn, err := localPostgres(t, c, "postgres", "")
 		if err != nil {
 			return nil, err
 		}
-		u, err := url.Parse(c.DSN())
-		if err != nil {
-			return nil, err
-		}
-		u.Host = p.Addr()
-		dsn := u.String()
-		direct := c.DSN()
-		m := &Member{Name: "postgres", Addr: p.Addr(), h: hooks{
-			stop:  func(context.Context) error { c.Stop(); return nil },
-			kill:  func(context.Context) error { return c.Kill() },
-			pause: func(context.Context) error { return c.Pause() },
-			unpause: func(ctx context.Context) error {
-				if err := c.Resume(); err != nil {
-					return err
-				}
-				return poll(ctx, func(ctx context.Context) error { return pgReady(ctx, direct) })
-			},
-			restart: func(context.Context) error {
-				rt := &recordTB{TB: t}
-				c.Restart(rt)
-				return rt.err
-			},
-		}}
-		m.h.disconnect, m.h.reconnect = partition(p, func(ctx context.Context) error { return pgReady(ctx, dsn) })
 		return &Server{URL: dsn, Members: []*Member{m}}, nil
 	}
 	return nil, fmt.Errorf("unknown kind %q", kind)
+}
+
+// localPostgres returns the Member of the local PostgreSQL server c,
+// named name, with role, reached through a proxy of its own, and the DSN
+// of its postgres database through that proxy.
+func localPostgres(t testing.TB, c *pgtest.Cluster, name, role string) (*Member, string, error) {
+	p, err := startProxy(t, hostPort("127.0.0.1", c.Port()))
+	if err != nil {
+		return nil, "", err
+	}
+	u, err := url.Parse(c.DSN())
+	if err != nil {
+		return nil, "", err
+	}
+	u.Host = p.Addr()
+	dsn := u.String()
+	direct := c.DSN()
+	m := &Member{Name: name, Addr: p.Addr(), Role: role, h: hooks{
+		stop:  func(context.Context) error { c.Stop(); return nil },
+		kill:  func(context.Context) error { return c.Kill() },
+		pause: func(context.Context) error { return c.Pause() },
+		unpause: func(ctx context.Context) error {
+			if err := c.Resume(); err != nil {
+				return err
+			}
+			return poll(ctx, func(ctx context.Context) error { return pgReady(ctx, direct) })
+		},
+		restart: func(context.Context) error {
+			rt := &recordTB{TB: t}
+			c.Restart(rt)
+			return rt.err
+		},
+	}}
+	m.h.disconnect, m.h.reconnect = partition(p, func(ctx context.Context) error { return pgReady(ctx, dsn) })
+	return m, dsn, nil
+}
+
+// startLocalPostgresPair starts an asynchronous streaming standby of the
+// local server c: the Server's URL names both, the primary first, with
+// target_session_attrs=read-write, so that clients follow a promotion
+// (Server.Failover). The standby replicates through a proxy of its own.
+func startLocalPostgresPair(t testing.TB, c *pgtest.Cluster) (*Server, error) {
+	sb := c.StartStandby(t, false)
+	pm, dsn, err := localPostgres(t, c, "postgres-1", "primary")
+	if err != nil {
+		return nil, err
+	}
+	sm, _, err := localPostgres(t, sb.Cluster, "postgres-2", "standby")
+	if err != nil {
+		return nil, err
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return nil, err
+	}
+	u.Host = pm.Addr + "," + sm.Addr
+	q := u.Query()
+	q.Set("target_session_attrs", "read-write")
+	u.RawQuery = q.Encode()
+	sm.h.promote = func(ctx context.Context) error {
+		rt := &recordTB{TB: t}
+		sb.Promote(rt)
+		return rt.err
+	}
+	return &Server{URL: u.String(), Members: []*Member{pm, sm}}, nil
 }
 
 // startProxy starts a faultproxy to target and closes it when t ends

@@ -2,6 +2,7 @@ package servers_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -90,4 +91,41 @@ func pgConn(t *testing.T, ctx context.Context, dsn string) *pgx.Conn {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return c
+}
+
+// pgPairWorks checks a PostgreSQL primary with its standby: the URL
+// reaches the primary; Failover kills it and promotes the standby, which
+// the same URL then reaches, with tokens above the old primary's; there is
+// no second failover (the standby is used up).
+func pgPairWorks(t *testing.T, s *servers.Server) {
+	t.Helper()
+	require.Len(t, s.Members, 2)
+	require.Contains(t, s.URL, "target_session_attrs=read-write")
+	ctx := hookCtx(t)
+	p, err := s.Primary(ctx)
+	require.NoError(t, err)
+	require.Equal(t, s.Members[0], p)
+	last := lockToken(t, s.URL)
+	n, err := s.Failover(ctx)
+	require.NoError(t, err)
+	require.Equal(t, s.Members[1], n)
+	require.Equal(t, "primary", n.Role)
+	require.Equal(t, "failed", s.Members[0].Role)
+	require.Greater(t, lockToken(t, s.URL), last, "the token after the failover")
+	_, err = s.Failover(ctx)
+	require.ErrorIs(t, err, errors.ErrUnsupported)
+}
+
+// TestLocalPostgresPair: a local primary and its streaming standby.
+func TestLocalPostgresPair(t *testing.T) {
+	t.Parallel()
+	pgPairWorks(t, servers.StartWith(t, servers.Local, servers.Postgres, servers.Cluster))
+}
+
+// TestDockerPostgresPair: a primary and its streaming standby in
+// containers.
+func TestDockerPostgresPair(t *testing.T) {
+	servers.SkipDockerInShort(t)
+	t.Parallel()
+	pgPairWorks(t, servers.StartWith(t, servers.Docker, servers.Postgres, servers.Cluster))
 }

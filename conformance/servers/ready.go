@@ -210,3 +210,36 @@ func pgSelectWithin(ctx context.Context, dsn string, d time.Duration) error {
 	}
 	return nil
 }
+
+// pgExec connects to dsn and runs stmt, within probeTimeout.
+func pgExec(ctx context.Context, dsn, stmt string) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.Background())
+	_, err = c.Exec(ctx, stmt)
+	return err
+}
+
+// pgTrue connects to dsn and runs query, which returns one boolean: an
+// error unless it is true.
+func pgTrue(ctx context.Context, dsn, query string) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.Background())
+	var yes bool
+	if err := c.QueryRow(ctx, query).Scan(&yes); err != nil {
+		return err
+	}
+	if !yes {
+		return fmt.Errorf("%s: false", query)
+	}
+	return nil
+}

@@ -25,9 +25,8 @@ const (
 	Postgres  Kind = "postgres"
 )
 
-// Kinds are the lock backends' kinds, in the order the suite runs them
-// (Postgres in the single topology only). A Postgres Server also serves
-// the SQL fencing guards.
+// Kinds are the lock backends' kinds, in the order the suite runs them. A
+// Postgres Server also serves the SQL fencing guards.
 var Kinds = []Kind{Etcd, ZooKeeper, Redis, Postgres}
 
 // Topology is the shape of a Server.
@@ -37,8 +36,11 @@ type Topology string
 const (
 	// Single is one server.
 	Single Topology = "single"
-	// Cluster is a 3-member etcd cluster, a 3-server ZooKeeper ensemble, or
-	// a Redis primary with one replica and one Sentinel. Postgres has none.
+	// Cluster is a 3-member etcd cluster, a 3-server ZooKeeper ensemble, a
+	// Redis primary with one replica and one Sentinel, or a PostgreSQL
+	// primary with an asynchronous streaming standby (Docker and local),
+	// named together in a multi-host URL with
+	// target_session_attrs=read-write.
 	Cluster Topology = "cluster"
 )
 
@@ -119,6 +121,8 @@ type Member struct {
 // unsupported.
 type hooks struct {
 	stop, kill, pause, unpause, restart, disconnect, reconnect func(context.Context) error
+	// promote makes a PostgreSQL standby a primary (Server.Failover).
+	promote func(context.Context) error
 }
 
 func (m *Member) do(ctx context.Context, name string, f func(context.Context) error) error {
@@ -197,7 +201,7 @@ func StartWith(t testing.TB, p Provider, kind Kind, topo Topology) *Server {
 	case Docker:
 		s, err = startDocker(t, kind, topo)
 	case Local:
-		s, err = startLocal(t, kind)
+		s, err = startLocal(t, kind, topo)
 	}
 	if err != nil {
 		t.Fatalf("servers: %s %s via %s: %v", kind, topo, chosen, err)
@@ -250,11 +254,7 @@ func check(kind Kind, topo Topology) error {
 		return fmt.Errorf("unknown kind %q (want etcd, zookeeper, redis or postgres)", kind)
 	}
 	switch topo {
-	case Single:
-	case Cluster:
-		if kind == Postgres {
-			return errors.New("postgres has no cluster topology (single only)")
-		}
+	case Single, Cluster:
 	default:
 		return fmt.Errorf("unknown topology %q (want single or cluster)", topo)
 	}
@@ -275,8 +275,8 @@ func resolve(p Provider, kind Kind, topo Topology) (Provider, string, error) {
 	case Docker:
 		return Docker, "image " + Image(kind), nil
 	case Local:
-		if topo != Single {
-			return "", "", errors.New("provider local runs single servers only: a cluster needs docker (FENCELOCK_PROVIDER=docker) or your own (external)")
+		if topo != Single && kind != Postgres {
+			return "", "", errors.New("provider local runs single servers only (and a PostgreSQL primary with its standby): a cluster needs docker (FENCELOCK_PROVIDER=docker) or your own (external)")
 		}
 		return Local, "processes on this machine", nil
 	}
@@ -288,7 +288,7 @@ func resolve(p Provider, kind Kind, topo Topology) (Provider, string, error) {
 	if derr == nil {
 		return Docker, "auto: image " + Image(kind), nil
 	}
-	if topo != Single {
+	if topo != Single && kind != Postgres {
 		return "", "", fmt.Errorf("provider auto: no external server ($%s unset), docker unusable (%v), and local runs single servers only", URLEnv[kind], derr)
 	}
 	return Local, fmt.Sprintf("auto: $%s unset, docker unusable: %v", URLEnv[kind], derr), nil
