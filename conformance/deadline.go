@@ -45,9 +45,12 @@ func (s *suite) testDeadline(t *testing.T) {
 	t.Run("Refresh", func(t *testing.T) {
 		drift := s.short / 10
 		ls := s.try(t, a, lockName(t), s.shortTTL(backend.WithAutoRenew(false), backend.WithDriftMargin(drift))...)
-		for range 6 { // 6 * TTL/5: past the TTL
+		// 11 * TTL/10: past the TTL. Each Refresh must be answered
+		// within TTL - drift - TTL/10 of the last one's send (1.6s with
+		// the suite's 2s): a loaded machine may take over a second.
+		for range 11 {
 			before := ls.Deadline()
-			time.Sleep(s.short / 5)
+			time.Sleep(s.short / 10)
 			sent := time.Now()
 			require.NoError(t, ls.Refresh(ctx(t, s.prompt)))
 			returned := time.Now()

@@ -46,7 +46,7 @@ func conformanceRun(t *testing.T, timeout time.Duration, args ...string) (code i
 // (the suite's 2s TTL and 60s long leases are not granted there). The runs
 // mostly wait for TTLs, so they run at once.
 func TestConformanceCommandServers(t *testing.T) {
-	t.Parallel() // long, and on servers of its own
+	t.Parallel()    // long, and on servers of its own
 	fencelockBin(t) // build once, before the parallel runs
 	for _, tc := range []struct {
 		name     string

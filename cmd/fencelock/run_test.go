@@ -24,7 +24,9 @@ import (
 )
 
 // These tests run the real fencelock binary as child processes against a
-// real (embedded) etcd server.
+// real (embedded) etcd server: $FENCELOCK_BIN if set (scripts/test builds
+// it from this tree once, for these tests and the campaigns' workers),
+// else one built here.
 
 var (
 	buildOnce sync.Once
@@ -34,6 +36,9 @@ var (
 
 func fencelockBin(t *testing.T) string {
 	t.Helper()
+	if bin := os.Getenv("FENCELOCK_BIN"); bin != "" {
+		return bin // scripts/test built it from this tree
+	}
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "fencelock-bin-")
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,6 +44,7 @@ func outDir(t *testing.T) string {
 func run(t *testing.T, c chaos.Config) (*chaos.Result, error) {
 	c.Log = logWriter{t}
 	c.Out = outDir(t)
+	c.Worker = os.Getenv(binEnv)
 	ctx, cancel := context.WithTimeout(context.Background(), c.MaxDuration+3*time.Minute)
 	defer cancel()
 	res, err := chaos.Run(ctx, c)
@@ -53,6 +55,13 @@ func run(t *testing.T, c chaos.Config) (*chaos.Result, error) {
 	}
 	return res, err
 }
+
+// binEnv names a fencelock binary (scripts/test builds one, without the
+// race detector) for the campaigns' workers to run instead of this test
+// binary: the campaigns check what faults do, and five race-instrumented
+// workers per campaign cost the CPU that the other tests beside them
+// need. Unset: the workers are this test binary, re-executed.
+const binEnv = "FENCELOCK_BIN"
 
 // grantsEnv sets TestCampaign's minimum of grants per backend (default
 // 1000): the README's longer campaign sets 10000.
@@ -147,6 +156,12 @@ func (r *roleMember) Unpause(ctx context.Context) error {
 //	PostgreSQL guard sqlfence on a second PostgreSQL; members: the server
 //	           itself, single (grants stop while it is down; the tokens
 //	           must grow across its kills)
+//
+// campaignsAtOnce is how many campaigns TestCampaign runs at once: each
+// has five workers hammering one lock and a cluster of servers, so more
+// would starve the tests beside them on a two-core machine.
+const campaignsAtOnce = 3
+
 func TestCampaign(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the campaigns run in the full run (scripts/test)")
@@ -167,85 +182,106 @@ func TestCampaign(t *testing.T) {
 		// half the grants.
 		{kind: servers.Redis, client: chaos.RedisClientDocs},
 		{kind: servers.Redis, client: chaos.RedisClientNoContextTimeout}}
+	slots := make(chan struct{}, campaignsAtOnce)
+	var wg sync.WaitGroup
 	for _, cp := range campaigns {
-		kind := cp.kind
-		name := string(kind)
+		name := string(cp.kind)
 		if cp.client != "" {
 			name += "/" + string(cp.client)
 		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			topo := servers.Single
-			if got, err := servers.Resolve(p, kind, servers.Cluster); err == nil && got == servers.Docker {
-				topo = servers.Cluster
-			}
-			s := servers.StartWith(t, p, kind, topo)
-			grants := minGrants(t)
-			// A busy machine grants 20 a second at least.
-			c := chaos.Config{URL: s.URL, MinGrants: grants, MinFaults: 3, Duration: 20 * time.Second,
-				MaxDuration: max(10*time.Minute, time.Duration(grants/20)*time.Second)}
-			u, err := url.Parse(s.URL)
-			require.NoError(t, err)
-			switch kind {
-			case servers.Etcd:
-				c.Guard = chaos.GuardEtcd
-				c.GuardURL = "http://" + strings.ReplaceAll(u.Host, ",", ",http://")
-			case servers.ZooKeeper, servers.Postgres:
-				c.Guard = chaos.GuardSQL
-				c.GuardURL = servers.StartWith(t, p, servers.Postgres, servers.Single).URL
-			case servers.Redis:
-				c.Guard = chaos.GuardRedis
-				u.RawQuery = ""
-				c.GuardURL = u.String()
-			}
-			switch {
-			case kind == servers.Redis:
-				for _, m := range s.Members {
-					if m.Role == "replica" {
-						c.Members = append(c.Members, m)
-					}
-				}
-			case topo == servers.Cluster: // the leader, then a follower, in turn
-				c.Members = []chaos.ServerMember{&roleMember{s: s, leader: true}, &roleMember{s: s}}
-			case kind == servers.Postgres: // single, on any provider
-				c.Members = []chaos.ServerMember{s.Members[0]}
-			}
-			if len(c.Members) > 0 {
-				c.Faults = append(slices.Clone(chaos.ClientFaults), chaos.Member)
-			}
-			if cp.client != "" {
-				c.RedisClient, c.Faults, c.Members = cp.client, chaos.ClientFaults, nil
-				grants /= 2
-				c.MinGrants = grants
-			}
-			if cp.client == chaos.RedisClientDocs && topo == servers.Cluster {
-				// Failovers of the primary, with the clock floor alone:
-				// with wait_replicas=1 and one replica, grants stop after
-				// each failover until the old primary has resynced as a
-				// replica (up to 12 s, measured here), which the member
-				// faults of the other Redis campaign show already. The
-				// guard must not be on a primary that fails over.
-				c.Guard, c.GuardURL = chaos.GuardSQL, servers.StartWith(t, p, servers.Postgres, servers.Single).URL
-				c.Sentinel = sentinelOf(s)
-				c.Faults = append(slices.Clone(chaos.ClientFaults), chaos.Failover)
-				lu, err := url.Parse(s.URL)
-				require.NoError(t, err)
-				q := lu.Query()
-				q.Del("wait_replicas")
-				lu.RawQuery = q.Encode()
-				c.URL = lu.String()
-			}
-			res, err := run(t, c)
-			require.NoError(t, err)
-			sum := res.Summary
-			assert.GreaterOrEqual(t, sum.Grants, grants)
-			for _, f := range c.Faults {
-				assert.GreaterOrEqual(t, sum.Faults[f], 3, "%s faults", f)
-			}
-			assert.Zero(t, sum.StaleWritesAccepted)
-			assert.Zero(t, sum.LostUpdates)
-			assert.Zero(t, sum.TokenAnomalies)
-			assert.Equal(t, "ok", sum.Linearizable)
-		})
+		slots <- struct{}{}
+		wg.Add(1)
+		// t.Run from goroutines of its own: campaignsAtOnce at once,
+		// whatever -parallel says.
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			t.Run(name, func(t *testing.T) { campaignOn(t, p, cp.kind, cp.client) })
+		}()
 	}
+	wg.Wait()
+}
+
+// campaignOn runs TestCampaign's campaign on kind with client (for Redis;
+// "" is the URL's own client).
+func campaignOn(t *testing.T, p servers.Provider, kind servers.Kind, client chaos.RedisClient) {
+	topo := servers.Single
+	// PostgreSQL's member faults are on a single server: its tokens must
+	// grow across its own crashes (a standby's promotion is tested in the
+	// postgres package).
+	if got, err := servers.Resolve(p, kind, servers.Cluster); err == nil && got == servers.Docker && kind != servers.Postgres {
+		topo = servers.Cluster
+	}
+	s := servers.StartWith(t, p, kind, topo)
+	grants := minGrants(t)
+	// A busy machine grants 20 a second at least. Holds of up to
+	// 50ms (the default is 10ms): the faults set the campaign's
+	// length, and 1,000 grants come well within it, so there is
+	// no use in five workers hammering the lock faster, only CPU
+	// taken from the tests beside it.
+	c := chaos.Config{URL: s.URL, MinGrants: grants, MinFaults: 3, Duration: 20 * time.Second,
+		HoldMax:     50 * time.Millisecond,
+		MaxDuration: max(10*time.Minute, time.Duration(grants/20)*time.Second)}
+	u, err := url.Parse(s.URL)
+	require.NoError(t, err)
+	switch kind {
+	case servers.Etcd:
+		c.Guard = chaos.GuardEtcd
+		c.GuardURL = "http://" + strings.ReplaceAll(u.Host, ",", ",http://")
+	case servers.ZooKeeper, servers.Postgres:
+		c.Guard = chaos.GuardSQL
+		c.GuardURL = servers.StartWith(t, p, servers.Postgres, servers.Single).URL
+	case servers.Redis:
+		c.Guard = chaos.GuardRedis
+		u.RawQuery = ""
+		c.GuardURL = u.String()
+	}
+	switch {
+	case kind == servers.Redis:
+		for _, m := range s.Members {
+			if m.Role == "replica" {
+				c.Members = append(c.Members, m)
+			}
+		}
+	case topo == servers.Cluster: // the leader, then a follower, in turn
+		c.Members = []chaos.ServerMember{&roleMember{s: s, leader: true}, &roleMember{s: s}}
+	case kind == servers.Postgres: // single, on any provider
+		c.Members = []chaos.ServerMember{s.Members[0]}
+	}
+	if len(c.Members) > 0 {
+		c.Faults = append(slices.Clone(chaos.ClientFaults), chaos.Member)
+	}
+	if client != "" {
+		c.RedisClient, c.Faults, c.Members = client, chaos.ClientFaults, nil
+		grants /= 2
+		c.MinGrants = grants
+	}
+	if client == chaos.RedisClientDocs && topo == servers.Cluster {
+		// Failovers of the primary, with the clock floor alone:
+		// with wait_replicas=1 and one replica, grants stop after
+		// each failover until the old primary has resynced as a
+		// replica (up to 12 s, measured here), which the member
+		// faults of the other Redis campaign show already. The
+		// guard must not be on a primary that fails over.
+		c.Guard, c.GuardURL = chaos.GuardSQL, servers.StartWith(t, p, servers.Postgres, servers.Single).URL
+		c.Sentinel = sentinelOf(s)
+		c.Faults = append(slices.Clone(chaos.ClientFaults), chaos.Failover)
+		lu, err := url.Parse(s.URL)
+		require.NoError(t, err)
+		q := lu.Query()
+		q.Del("wait_replicas")
+		lu.RawQuery = q.Encode()
+		c.URL = lu.String()
+	}
+	res, err := run(t, c)
+	require.NoError(t, err)
+	sum := res.Summary
+	assert.GreaterOrEqual(t, sum.Grants, grants)
+	for _, f := range c.Faults {
+		assert.GreaterOrEqual(t, sum.Faults[f], 3, "%s faults", f)
+	}
+	assert.Zero(t, sum.StaleWritesAccepted)
+	assert.Zero(t, sum.LostUpdates)
+	assert.Zero(t, sum.TokenAnomalies)
+	assert.Equal(t, "ok", sum.Linearizable)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -158,6 +159,10 @@ type Config struct {
 	// Log, if set, gets a line per fault and a progress line every few
 	// seconds.
 	Log io.Writer
+	// Worker is the program the worker processes run: a binary whose main
+	// calls WorkerMain first thing, as the fencelock command's does. Empty:
+	// this process's own executable, re-executed.
+	Worker string
 }
 
 // allowInProcess lets a campaign run over mem://, where each worker has a
@@ -217,6 +222,11 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Workers == 0 {
 		c.Workers = 5
+	}
+	if c.Worker != "" {
+		if st, err := os.Stat(c.Worker); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			return bad("worker %q is not an executable file", c.Worker)
+		}
 	}
 	if c.Workers < 2 {
 		return bad("%d worker: a campaign needs two to contend", c.Workers)

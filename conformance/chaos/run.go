@@ -58,9 +58,11 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 			cp.mu.Unlock()
 		}
 	}()
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
+	exe := c.Worker
+	if exe == "" {
+		if exe, err = os.Executable(); err != nil {
+			return nil, err
+		}
 	}
 	u, _ := url.Parse(c.URL)
 	cp = &campaign{
