@@ -213,12 +213,14 @@ func TestLossCauseKeepsRenewalError(t *testing.T) {
 	l, err := backend.New(d)
 	require.NoError(t, err)
 	defer l.Close()
-	ls, err := l.TryAcquire(context.Background(), "fails", backend.WithTTL(200*time.Millisecond))
+	// A TTL long enough that a renewal is tried before the deadline on a
+	// loaded machine (at 200ms, the deadline sometimes came first).
+	ls, err := l.TryAcquire(context.Background(), "fails", backend.WithTTL(time.Second))
 	require.NoError(t, err)
 	d.set(func(d *stuckDriver) { d.hangKA = true })
 	select {
 	case <-ls.Done():
-	case <-time.After(2 * time.Second):
+	case <-time.After(10 * time.Second):
 		require.FailNow(t, "no loss signal")
 	}
 	require.ErrorIs(t, ls.Err(), backend.ErrLeaseLost)

@@ -310,7 +310,11 @@ func TestTelemetryLosses(t *testing.T) {
 			return ls
 		},
 		"deadline": func(t *testing.T, o *observed) *backend.Lease {
-			ls, err := o.l.Acquire(ctx, "t", backend.WithTTL(50*time.Millisecond), backend.WithAutoRenew(false))
+			// The local deadline half a TTL before the server's expiry:
+			// with the default drift (5ms at this TTL) a loaded machine
+			// could let the server's expiry be seen first.
+			ls, err := o.l.Acquire(ctx, "t", backend.WithTTL(400*time.Millisecond), backend.WithAutoRenew(false),
+				backend.WithDriftMargin(200*time.Millisecond))
 			require.NoError(t, err)
 			return ls
 		},

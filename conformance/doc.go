@@ -67,9 +67,11 @@
 // cluster. Leases are released and Lockers closed at the end of each case;
 // a case that fails midway leaves at most leases that expire with their TTL.
 //
-// Cases run one after the other, not in parallel: most of them measure time
-// against the TTL. The suite is written for noisy machines (two shared
-// cores, the race detector): bounds are generous, and "promptly" is told
-// apart from "after an expiry" by giving the lease in question a long TTL,
-// not by tight timing.
+// Cases run concurrently, DefaultParallel (8) at a time, the longest first:
+// most of them spend their time waiting for a TTL, not working, and each
+// uses lock names of its own. WithParallel(1) runs them one after the
+// other. The suite is written for noisy machines (two shared cores, the
+// race detector): bounds are generous, and "promptly" is told apart from
+// "after an expiry" by giving the lease in question a long TTL, not by
+// tight timing.
 package conformance

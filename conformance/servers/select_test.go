@@ -39,7 +39,7 @@ func TestSelectFailures(t *testing.T) {
 		{"unknown kind", "", servers.Local, "mysql", servers.Single, `unknown kind "mysql"`},
 		{"unknown topology", "", servers.Local, servers.Etcd, "ring", `unknown topology "ring"`},
 		{"local cluster", "", servers.Local, servers.Etcd, servers.Cluster, "provider local runs single servers only"},
-		{"postgres cluster", "", servers.Docker, servers.Postgres, servers.Cluster, "postgres has no cluster topology"},
+		{"local zookeeper cluster", "", servers.Local, servers.ZooKeeper, servers.Cluster, "a cluster needs docker"},
 		{"external unset", "", servers.External, servers.Redis, servers.Single, "provider external: $FENCELOCK_REDIS_URL is not set"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
