@@ -148,7 +148,11 @@
 // is: the node's raw data, the value's UTF-8 bytes (empty data, never
 // null, for ""). Status reports every node's data as Entry.Value, whoever
 // created the node, and Holder and Metadata where the data is that JSON
-// record.
+// record. Status (and so election's Leader and Observe) sends a sync
+// before it reads: a Locker keeps a session per TTL, and without it a
+// session on a lagging follower could miss a grant just made on another
+// (a leader's own Leader call said "no leader" on a three-server ensemble).
+// That is one more round trip per Status.
 //
 // Curator's LeaderSelector is an InterProcessMutex whose lock nodes hold
 // the participant id (setId) as UTF-8 data, so a candidate's node is what

@@ -25,14 +25,27 @@ type lockNode struct {
 }
 
 // lockNodes lists name's lock nodes in queue order (sequence suffix), each
-// with its data and Stat: getChildren plus one getData per node. Nodes that
-// vanish meanwhile and children that are not lock nodes are left out.
+// with its data and Stat: sync, getChildren plus one getData per node.
+// Nodes that vanish meanwhile and children that are not lock nodes are
+// left out.
+//
+// The sync comes first because the session that reads is not always the
+// one that wrote: a Locker keeps a session per TTL, so a grant made on one
+// session may not yet be on the follower another session reads from (on
+// an ensemble, seen in CI: a leader's own Elector.Leader said "no leader"
+// right after its Campaign returned). sync brings the server this session
+// reads from up to date with the ensemble's leader, so Status shows every
+// grant made before it was called.
 func (d *zkDriver) lockNodes(ctx context.Context, name string) ([]lockNode, error) {
 	s, err := d.session(ctx, d.defaultTTL)
 	if err != nil {
 		return nil, err
 	}
 	dir := lockDir(d.prefix, name)
+	err = call(ctx, func() error { _, err := s.conn.Sync(dir); return err })
+	if err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return nil, fmt.Errorf("zookeeper: sync %s: %w", dir, mapErr(err))
+	}
 	var children []string
 	err = call(ctx, func() (err error) { children, _, err = s.conn.Children(dir); return err })
 	if errors.Is(err, zk.ErrNoNode) {
