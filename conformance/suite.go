@@ -69,7 +69,28 @@ func Run(t *testing.T, h Harness, opts ...RunOption) {
 			suiteCase{"LossWhilePartitioned", func(t *testing.T) { s.testLossWhilePartitioned(t, p) }},
 			suiteCase{"Partitioned", func(t *testing.T) { s.testPartitioned(t, p) }})
 	}
+	if o.only != nil {
+		cases = onlyCases(t, cases, o.only)
+	}
 	runCases(t, cases, o.parallel)
+}
+
+// onlyCases keeps the cases named in only, in the suite's order; a name
+// the suite does not have fails t (a typo must not pass as "nothing ran").
+func onlyCases(t *testing.T, cases []suiteCase, only []string) []suiteCase {
+	var kept []suiteCase
+	for _, name := range only {
+		i := slices.IndexFunc(cases, func(c suiteCase) bool { return c.name == name })
+		if i < 0 {
+			t.Fatalf("conformance: OnlyCases: the suite has no case %q (for this harness)", name)
+		}
+	}
+	for _, c := range cases {
+		if slices.Contains(only, c.name) {
+			kept = append(kept, c)
+		}
+	}
+	return kept
 }
 
 // DefaultParallel is how many cases of the suite Run runs at once by
@@ -79,13 +100,30 @@ const DefaultParallel = 8
 // RunOption changes how Run runs the suite.
 type RunOption func(*runOptions)
 
-type runOptions struct{ parallel int }
+type runOptions struct {
+	parallel int
+	only     []string
+}
 
 // WithParallel runs n cases at once (n < 1 is taken as 1: one after the
 // other, as a backend whose timings suffer from concurrent clients may
 // need). The default is DefaultParallel.
 func WithParallel(n int) RunOption {
 	return func(o *runOptions) { o.parallel = max(n, 1) }
+}
+
+// OnlyCases runs only the named cases (as named in the subtests, for
+// example "TryAcquire" or "FIFO"), for a test that checks one aspect of a
+// backend (a user's permissions, a command line) and needs only the cases
+// that exercise it; a name the suite does not have fails the test. By
+// default (and with no names) Run runs every case. -run selects cases too,
+// from outside.
+func OnlyCases(names ...string) RunOption {
+	return func(o *runOptions) {
+		if len(names) > 0 {
+			o.only = names
+		}
+	}
 }
 
 // suiteCase is one case of the suite: a subtest of Run.

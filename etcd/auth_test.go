@@ -14,6 +14,7 @@ import (
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/internal/etcdtest"
+	"github.com/fencelock/fencelock/internal/locktest"
 )
 
 // The least-privilege grant of the package documentation: a role with
@@ -46,7 +47,7 @@ func TestRestrictedUserConformance(t *testing.T) {
 	h, err := conformance.NewURLHarness(u, caps)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = h.Close() })
-	conformance.Run(t, h)
+	conformance.Run(t, h, locktest.RestrictedUserRun()...)
 }
 
 // A user without the grant is refused at Open, at once, with an error that

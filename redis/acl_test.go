@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/conformance"
+	"github.com/fencelock/fencelock/internal/locktest"
 )
 
 // aclRules is the least a fencelock user needs under prefix, as the
@@ -243,7 +244,7 @@ func TestMinimalACL(t *testing.T) {
 	h, err := conformance.NewURLHarness(raw, caps)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = h.Close() })
-	conformance.Run(t, h)
+	conformance.Run(t, h, locktest.RestrictedUserRun()...)
 }
 
 // useEverything runs, as the user of raw, every kind of request the

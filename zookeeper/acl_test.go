@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/conformance"
+	"github.com/fencelock/fencelock/internal/locktest"
 )
 
 // digestConn returns a session of the shared server authenticated as
@@ -46,7 +47,7 @@ func TestRestrictedUserConformance(t *testing.T) {
 	h, err := conformance.NewURLHarness(u, caps)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = h.Close() })
-	conformance.Run(t, h)
+	conformance.Run(t, h, locktest.RestrictedUserRun()...)
 
 	// Every lock directory the run left is the app user's alone.
 	kids, _, err := admin.Children(prefix)
