@@ -268,8 +268,11 @@ func (s *suite) requireHeld(t testing.TB, l *backend.Locker, name string, msgAnd
 	require.Nil(t, ls, msgAndArgs...)
 }
 
-// requireQueued waits, up to the prompt bound, until l's Status lists at
-// least n waiters of name, then a little longer for the answer that queued
+// requireQueued waits, up to three times the prompt bound, until l's
+// Status lists at least n waiters of name (a waiter on a Locker of its
+// own first connects, and on a loaded machine that took over 5s to a
+// PostgreSQL pair in Docker; how fast it queues is not what the cases
+// check), then a little longer for the answer that queued
 // the last of them to reach its Acquire. A case that cancels a wait calls
 // it first: a wait cut off before the backend answered it is reported as
 // ErrUnavailable (whether the lock is held is then unknown), so the case
@@ -281,7 +284,8 @@ func (s *suite) requireHeld(t testing.TB, l *backend.Locker, name string, msgAnd
 // to the settle time.
 func (s *suite) requireQueued(t testing.TB, l *backend.Locker, name string, n int) {
 	t.Helper()
-	until := time.Now().Add(s.prompt)
+	bound := 3 * s.prompt
+	until := time.Now().Add(bound)
 	var slowest time.Duration
 	for {
 		start := time.Now()
@@ -295,7 +299,7 @@ func (s *suite) requireQueued(t testing.TB, l *backend.Locker, name string, n in
 		if len(st.Waiters) >= n {
 			break
 		}
-		require.True(t, time.Now().Before(until), "%d waiters of %q not listed within %v (%d are)", n, name, s.prompt, len(st.Waiters))
+		require.True(t, time.Now().Before(until), "%d waiters of %q not listed within %v (%d are)", n, name, bound, len(st.Waiters))
 		time.Sleep(10 * time.Millisecond)
 	}
 	time.Sleep(max(s.settle, 4*slowest))
