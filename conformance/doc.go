@@ -46,12 +46,17 @@
 //     Locker it crashed.
 //   - Crash cuts one Locker's connection; Revoke removes one lease on the
 //     server. Neither may touch other Lockers.
+//   - Every method is called from several goroutines at once: the cases run
+//     concurrently (DefaultParallel at a time), so a harness that keeps
+//     state (a map of Lockers to crash) guards it with a mutex. A harness
+//     that cannot be shared so runs with WithParallel(1).
 //   - Capabilities.TTL is the short TTL for expiry cases; every time bound
 //     is derived from it (expiry within 2*TTL+2s, "promptly" within 5s,
 //     against a TTL of 15*TTL, at least 30s and at most MaxTTL, for leases
-//     that must not expire). The suite takes about 35*TTL plus a few
-//     seconds (mem at 300ms: ~20s; etcd at 2s: ~70s, of which the
-//     election cases take ~6s and ~20s). Every adapter of this module
+//     that must not expire). Cases run concurrently (see below), so a run
+//     takes about as long as its longest case, ElectionObserve: about
+//     15*TTL plus a few seconds (mem at 300ms: ~5s; etcd at 2s: ~15 to
+//     35s on a loaded machine). Every adapter of this module
 //     declares its Capabilities with its URL scheme (driver.Scheme.Suite,
 //     see URLCapabilities).
 //   - Optionally, WaiterRevoker enables the WaiterRevoked case; a backend

@@ -14,7 +14,8 @@ import (
 
 // Harness connects the suite to one backend. Each adapter's tests provide one
 // (over a real server), and so can users, to run the suite against their own
-// cluster.
+// cluster. Its methods are called from several goroutines at once (the
+// suite's cases run concurrently): they must be safe for that.
 type Harness interface {
 	// NewLocker returns a Locker with its own client connection, as a
 	// separate process would have. opts are Locker defaults. The harness

@@ -280,8 +280,8 @@ func (s *suite) requireHeld(t testing.TB, l *backend.Locker, name string, msgAnd
 // loaded machine. The time it then allows grows with how long Status took
 // to answer (a loaded machine, a distant cluster: the same delays hold up
 // the answer that queued the waiter): the settle time, or 4 times the
-// slowest Status call, whichever is longer. Without Status it falls back
-// to the settle time.
+// slowest Status call, whichever is longer, at most the prompt bound.
+// Without Status it falls back to the settle time.
 func (s *suite) requireQueued(t testing.TB, l *backend.Locker, name string, n int) {
 	t.Helper()
 	bound := 3 * s.prompt
@@ -302,7 +302,7 @@ func (s *suite) requireQueued(t testing.TB, l *backend.Locker, name string, n in
 		require.True(t, time.Now().Before(until), "%d waiters of %q not listed within %v (%d are)", n, name, bound, len(st.Waiters))
 		time.Sleep(10 * time.Millisecond)
 	}
-	time.Sleep(max(s.settle, 4*slowest))
+	time.Sleep(min(max(s.settle, 4*slowest), s.prompt))
 }
 
 // answered bounds a wait that must end while queued, not before the

@@ -57,7 +57,12 @@
 // of a lock nobody touches again stay; a lapsed row is never renewed, so
 // DELETE FROM p_waiters WHERE expires < now() - interval '1 minute'
 // removes them safely at any time. Rows of free locks stay (one small row
-// per name); DELETE FROM p_locks WHERE owner IS NULL removes them safely.
+// per name). A free lock's row holds its last token, which the next
+// grant's must exceed: delete only rows whose token the server's clock has
+// passed (the clock floor then takes over), with
+// DELETE FROM p_locks WHERE owner IS NULL AND token < (extract(epoch FROM clock_timestamp()) * 1e6)::bigint
+// (a plain DELETE ... WHERE owner IS NULL could let the next token go
+// back after the clock was stepped back or a lagging standby promoted).
 //
 // # Values
 //
@@ -128,14 +133,16 @@
 // With a synchronous standby, every commit waits for the standby's
 // acknowledgement, a grant's and a renewal's too. While the standby is
 // away (TestSyncStandbyAway): an acquire statement is given up after one
-// TTL whatever its context allows, and fails with backend.ErrUnavailable
-// (its grant, committed on the primary alone once the cancel request ends
-// the wait, lapses at its TTL); a TryAcquire of a lock another holds
-// answers backend.ErrNotAcquired at once from the committed row, without
-// waiting for the row lock that the holder's waiting renewal keeps;
-// holders' renewals wait, so their leases are lost at their local
-// deadlines (the loss signal fires), and no grant is made until the
-// standby is back. PostgreSQL offers no way to bound the wait itself
+// TTL (at least 2s) whatever its context allows, and fails with
+// backend.ErrUnavailable (its grant, committed on the primary alone once
+// the cancel request ends the wait, holds the lock until its TTL lapses,
+// unused); a TryAcquire of a lock another holds answers
+// backend.ErrNotAcquired at once from the committed row, without waiting
+// for the row lock that the holder's waiting renewal keeps, as long as the
+// committed lease has not expired (after that it waits for the row lock
+// too, and fails with ErrUnavailable); holders' renewals wait, so their
+// leases are lost at their local deadlines (the loss signal fires), and no
+// caller is handed a grant until the standby is back. PostgreSQL offers no way to bound the wait itself
 // without giving up the acknowledgement: the standby's absence costs the
 // lock's availability, never its safety.
 //

@@ -213,9 +213,15 @@ func (l *lease) fallback(ms int64) time.Duration {
 	return d + rand.N(j) + time.Millisecond
 }
 
+// attemptFloor is the least time an acquire statement is given (see
+// attempt): with a short TTL (100ms is allowed) a loaded server or a
+// brief wait for the row lock would otherwise be reported unavailable.
+const attemptFloor = 2 * time.Second
+
 // attempt runs the acquire statement once; sent is when it was sent. The
-// statement is given up after one TTL, whatever ctx allows: a grant whose
-// answer comes later has expired on the server already, and a commit that
+// statement is given up after one TTL (at least attemptFloor), whatever
+// ctx allows: a grant whose answer comes later has expired on the server
+// already (the lease, timed from sent, is then lost at once), and a commit that
 // waits for a synchronous standby that is away waits until it is back
 // (the cancel request ends the wait; the grant, committed on the primary
 // alone, lapses at its TTL). So an Acquire fails with ErrUnavailable in
@@ -227,14 +233,15 @@ func (l *lease) attempt(ctx context.Context, m mode) (time.Time, acquireResult, 
 	l.d.attempts.Add(1)
 	sent := time.Now()
 	var res acquireResult
-	bounded, cancel := context.WithTimeout(ctx, l.ttl)
+	bound := max(l.ttl, attemptFloor)
+	bounded, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	err := l.d.c.QueryRow(bounded, l.acquireSQL, pgx.QueryExecModeExec,
 		l.name, l.owner, l.ttlMs, int(m), l.holder, l.meta).Scan(&res.status, &res.token, &res.waitMs)
 	switch {
 	case err != nil && ctx.Err() == nil && bounded.Err() != nil:
-		err = fmt.Errorf("%w: postgres: acquire: no answer within the TTL (%v): the server is slow or unreachable, or its commit waits for a synchronous standby: %v",
-			backend.ErrUnavailable, l.ttl, oneLineError{err}) // %v: the caller's ctx did not end
+		err = fmt.Errorf("%w: postgres: acquire: no answer within %v: the server is slow or unreachable, or its commit waits for a synchronous standby: %v",
+			backend.ErrUnavailable, bound, oneLineError{err}) // %v: the caller's ctx did not end
 	case err != nil:
 		err = fmt.Errorf("postgres: acquire: %w", mapErr(err))
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelock/fencelock/backend"
@@ -31,7 +32,7 @@ func openUntil(t *testing.T, ctx context.Context, raw string) *backend.Locker {
 		var err error
 		l, err = backend.Open(ctx, raw)
 		if err != nil {
-			require.ErrorIs(t, err, backend.ErrUnavailable)
+			assert.ErrorIs(t, err, backend.ErrUnavailable)
 		}
 		return err == nil
 	}, time.Minute, 100*time.Millisecond, "no Locker over the promoted standby")
@@ -87,7 +88,7 @@ func TestAsyncStandbyPromotedTokens(t *testing.T) {
 	require.Eventually(t, func() bool {
 		fresh, err = lb.TryAcquire(ctx, "n")
 		if err != nil {
-			require.ErrorIs(t, err, backend.ErrUnavailable)
+			assert.ErrorIs(t, err, backend.ErrUnavailable)
 		}
 		return err == nil
 	}, time.Minute, 50*time.Millisecond)
@@ -162,7 +163,7 @@ func TestSyncStandbyAway(t *testing.T) {
 			// The grant that timed out committed on the primary and
 			// holds the lock until its TTL ends.
 			if !errors.Is(err, backend.ErrNotAcquired) {
-				require.ErrorIs(t, err, backend.ErrUnavailable)
+				assert.ErrorIs(t, err, backend.ErrUnavailable)
 			}
 			return false
 		}
@@ -178,10 +179,10 @@ func TestSyncStandbyAway(t *testing.T) {
 	require.Eventually(t, func() bool {
 		ls, err := lc.TryAcquire(ctx, "free")
 		if err != nil {
-			require.ErrorIs(t, err, backend.ErrUnavailable)
+			assert.ErrorIs(t, err, backend.ErrUnavailable)
 			return false
 		}
-		require.Greater(t, ls.Token(), last)
+		assert.Greater(t, ls.Token(), last)
 		release(t, ls)
 		return true
 	}, time.Minute, 50*time.Millisecond, "no grant on the promoted standby")

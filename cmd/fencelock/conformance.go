@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -28,7 +29,9 @@ lock: a backend it cannot reach fails in seconds. The suite's settings are
 those the URL's scheme declares (ZooKeeper's are read from the session
 timeouts the server grants); -ttl, -min-ttl, -max-ttl and -fifo override
 them. Each client reaches the backend through its own proxy on 127.0.0.1,
-so the suite can cut one off to play a crash.
+so the suite can cut one off to play a crash. Cases run 8 at a time
+(-parallel), each on lock names of its own; -parallel 1 runs them one
+after the other, for a cluster that limits a client's connections.
 
 Exit status: 0 if every case passed, 1 if any failed; otherwise as for
 every command (65 for an invalid URL or settings, 69 if the backend cannot
@@ -45,6 +48,9 @@ const childEnv = "FENCELOCK_CONFORMANCE_URL"
 // capsEnv carries the capabilities to the child, as the parent resolved
 // them: "fifo,ttl,min-ttl,max-ttl".
 const capsEnv = "FENCELOCK_CONFORMANCE_CAPS"
+
+// parallelEnv carries -parallel to the child.
+const parallelEnv = "FENCELOCK_CONFORMANCE_PARALLEL"
 
 func encodeCaps(c conformance.Capabilities) string {
 	if c == (conformance.Capabilities{}) {
@@ -77,9 +83,13 @@ func conformanceCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 	run := fs.String("run", "", "run only the cases matching this regular expression (as go test -run, under TestConformance/)")
 	overrideCaps := conformance.CapabilityFlags(fs, "")
 	verbose := fs.Bool("v", false, "print the suite's full output")
+	parallel := fs.Int("parallel", conformance.DefaultParallel, "run this many cases at once (1: one after the other, for a cluster that limits a client's connections)")
 	urls, code, ok := parseInterspersed(fs, args, stdout, stderr)
 	if !ok {
 		return code
+	}
+	if *parallel < 1 {
+		return usageErr(stderr, "conformance", fmt.Sprintf("-parallel %d: want 1 or more", *parallel))
 	}
 	url := os.Getenv("FENCELOCK_URL")
 	if len(urls) > 0 {
@@ -132,7 +142,7 @@ func conformanceCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 		childArgs = append(childArgs, "-test.run=^TestConformance$/("+*run+")")
 	}
 	cmd := exec.CommandContext(ctx, self, childArgs...)
-	cmd.Env = append(os.Environ(), childEnv+"="+url, capsEnv+"="+encodeCaps(caps))
+	cmd.Env = append(os.Environ(), childEnv+"="+url, capsEnv+"="+encodeCaps(caps), parallelEnv+"="+strconv.Itoa(*parallel))
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -265,7 +275,11 @@ func runConformanceChild(url string) {
 		if c, ok := h.(interface{ Close() error }); ok {
 			t.Cleanup(func() { _ = c.Close() })
 		}
-		conformance.Run(t, h)
+		parallel, err := strconv.Atoi(os.Getenv(parallelEnv))
+		if err != nil {
+			parallel = conformance.DefaultParallel
+		}
+		conformance.Run(t, h, conformance.WithParallel(parallel))
 	}}}
 	testing.Main(func(pat, str string) (bool, error) { return regexp.MatchString(pat, str) }, tests, nil, nil)
 }

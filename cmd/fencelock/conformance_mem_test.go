@@ -25,6 +25,14 @@ func TestConformanceOnMem(t *testing.T) {
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
 	assert.Contains(t, out, "settings: ttl 500ms")
 	assert.Contains(t, out, "1 passed, 0 failed")
+
+	// -parallel 1 (one case after the other) is taken; 0 is a usage error.
+	code, out, errOut, _ = conformanceRun(t, time.Minute, "mem://", "-parallel", "1", "--run", "^(FIFO|TryAcquire)$")
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	assert.Contains(t, out, "2 passed, 0 failed")
+	r := cli("conformance", "-parallel", "0", "mem://")
+	assert.Equal(t, exitUsage, r.code, "%+v", r)
+	assert.Contains(t, r.stderr, "-parallel 0: want 1 or more")
 }
 
 // The URL, its hosts' ports and -ttl are checked before anything is

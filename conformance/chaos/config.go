@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -227,6 +228,12 @@ func (c Config) withDefaults() (Config, error) {
 		if st, err := os.Stat(c.Worker); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
 			return bad("worker %q is not an executable file", c.Worker)
 		}
+		// As checked: a bare name is a file here, not one on $PATH.
+		abs, err := filepath.Abs(c.Worker)
+		if err != nil {
+			return bad("worker %q: %v", c.Worker, err)
+		}
+		c.Worker = abs
 	}
 	if c.Workers < 2 {
 		return bad("%d worker: a campaign needs two to contend", c.Workers)

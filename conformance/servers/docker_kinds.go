@@ -288,8 +288,11 @@ exec setpriv --reuid=postgres --regid=postgres --init-groups postgres -c primary
 // primary since the last Failover. It returns an error matching
 // errors.ErrUnsupported for another server.
 func (s *Server) Primary(ctx context.Context) (*Member, error) {
-	if s.Kind == Postgres && s.Topology == Cluster {
+	if s.Kind == Postgres && s.Topology == Cluster && s.Provider != External {
 		return s.pgPrimary()
+	}
+	if s.Kind == Postgres {
+		return nil, fmt.Errorf("servers: Primary: %s %s via %s: %w", s.Kind, s.Topology, s.Provider, errors.ErrUnsupported)
 	}
 	if s.sentinel == nil {
 		return nil, fmt.Errorf("servers: Primary: %s %s via %s has no Sentinel: %w", s.Kind, s.Topology, s.Provider, errors.ErrUnsupported)
@@ -316,8 +319,11 @@ func (s *Server) Primary(ctx context.Context) (*Member, error) {
 // the standby (once: the old primary stays down), and returns the new
 // primary once it accepts writes; Server.URL names both, and reaches it.
 func (s *Server) Failover(ctx context.Context) (*Member, error) {
-	if s.Kind == Postgres && s.Topology == Cluster {
+	if s.Kind == Postgres && s.Topology == Cluster && s.Provider != External {
 		return s.pgFailover(ctx)
+	}
+	if s.Kind == Postgres {
+		return nil, fmt.Errorf("servers: Failover: %s %s via %s: %w", s.Kind, s.Topology, s.Provider, errors.ErrUnsupported)
 	}
 	old, err := s.Primary(ctx)
 	if err != nil {
