@@ -37,7 +37,13 @@ func HoldThroughOutage(t *testing.T, onFailed func(), lockers ...*backend.Locker
 			b, err := l.TryAcquire(actx, "b")
 			cancel()
 			if err == nil {
-				err = b.Release(ctx)
+				// Bounded too: a server stopped between the grant and
+				// the release would hold a Release without a deadline
+				// until it is back, and the parent restarts it only
+				// after "failed" (seen: the parent waited its minute).
+				rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				err = b.Release(rctx)
+				cancel()
 				if err != nil {
 					require.ErrorIs(t, err, backend.ErrUnavailable)
 				}
