@@ -58,6 +58,10 @@ type config struct {
 	replicaOf string
 	tls       *tlstest.Files
 	args      []string
+	// cluster: a Redis Cluster node (see StartCluster); sentinel: the
+	// Sentinel configuration's lines (see StartSentinels).
+	cluster  bool
+	sentinel []string
 }
 
 // WithPersistence keeps the data in an append-only file fsynced on every
@@ -87,6 +91,7 @@ type Server struct {
 	bin       string
 	dir       string
 	port      int
+	busPort   int // a cluster node's cluster bus port
 	cfg       config
 	clientTLS *tls.Config // for WithTLS
 	rm        bool        // remove dir on Close
@@ -95,6 +100,7 @@ type Server struct {
 	cmd    *exec.Cmd
 	exited chan struct{}
 	closed bool
+	admin  *goredis.Client // the package's own client (see client)
 }
 
 // Binary returns the redis-server binary the package runs, or an error that
@@ -209,6 +215,11 @@ func startIn(dir string, rm bool, opts []Option) (*Server, error) {
 			return nil, err
 		}
 		s := &Server{bin: bin, dir: dir, port: port, cfg: cfg, clientTLS: clientTLS, rm: rm}
+		if cfg.cluster {
+			if s.busPort, err = freeport.Port(); err != nil {
+				return nil, err
+			}
+		}
 		err = s.start()
 		if err == nil {
 			return s, nil
@@ -222,7 +233,10 @@ func startIn(dir string, rm bool, opts []Option) (*Server, error) {
 }
 
 // args is the command line of the server.
-func (s *Server) args() []string {
+func (s *Server) args() ([]string, error) {
+	if s.cfg.sentinel != nil {
+		return s.sentinelArgs()
+	}
 	a := []string{
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
@@ -245,6 +259,10 @@ func (s *Server) args() []string {
 	} else {
 		a = append(a, "--appendonly", "no")
 	}
+	if s.cfg.cluster {
+		a = append(a, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(s.busPort),
+			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", strconv.Itoa(int(clusterNodeTimeout.Milliseconds())))
+	}
 	if s.cfg.replicaOf != "" {
 		host, port, _ := net.SplitHostPort(s.cfg.replicaOf)
 		a = append(a, "--replicaof", host, port)
@@ -254,12 +272,16 @@ func (s *Server) args() []string {
 				"--tls-client-cert-file", f.ClientCert, "--tls-client-key-file", f.ClientKey)
 		}
 	}
-	return append(a, s.cfg.args...)
+	return append(a, s.cfg.args...), nil
 }
 
 // start runs the process and waits for PING.
 func (s *Server) start() error {
-	cmd := exec.Command(s.bin, s.args()...)
+	args, err := s.args()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = s.dir
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", s.bin, err)
@@ -478,6 +500,11 @@ func (s *Server) Close() {
 	s.mu.Unlock()
 	_ = s.Resume()
 	s.Kill()
+	s.mu.Lock()
+	if s.admin != nil {
+		_ = s.admin.Close()
+	}
+	s.mu.Unlock()
 	if s.rm {
 		_ = os.RemoveAll(s.dir)
 	}

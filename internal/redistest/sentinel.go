@@ -1,0 +1,152 @@
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// SentinelMaster is the name under which StartSentinels' Sentinels monitor
+// the primary.
+const SentinelMaster = "fencelock"
+
+// sentinelDownAfter is the Sentinels' down-after-milliseconds: how long
+// the primary may not answer before a failover starts.
+const sentinelDownAfter = time.Second
+
+// Sentinels is a primary, its replica and Sentinels that monitor them
+// (quorum: a majority of the Sentinels), as real processes on 127.0.0.1.
+type Sentinels struct {
+	Primary   *Server // as started: after a failover, Master says which
+	Replica   *Server
+	Sentinels []*Server
+}
+
+// StartSentinels starts a primary, a replica and n Sentinels, waits until
+// every Sentinel knows the replica and the other Sentinels and reaches
+// its quorum (SENTINEL CKQUORUM), and stops them all when tb ends. opts
+// apply to the primary and the replica.
+func StartSentinels(tb testing.TB, n int, opts ...Option) *Sentinels {
+	tb.Helper()
+	s := &Sentinels{Primary: Start(tb, opts...)}
+	s.Replica = StartReplica(tb, s.Primary, opts...)
+	host, port, _ := net.SplitHostPort(s.Primary.Addr())
+	conf := []string{
+		fmt.Sprintf("sentinel monitor %s %s %s %d", SentinelMaster, host, port, n/2+1),
+		fmt.Sprintf("sentinel down-after-milliseconds %s %d", SentinelMaster, sentinelDownAfter.Milliseconds()),
+		fmt.Sprintf("sentinel failover-timeout %s 10000", SentinelMaster),
+	}
+	for range n {
+		s.Sentinels = append(s.Sentinels, Start(tb, func(c *config) { c.sentinel = conf }))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, sn := range s.Sentinels {
+		err := poll(ctx, func(ctx context.Context) error {
+			replicas, err := sn.client().Do(ctx, "SENTINEL", "REPLICAS", SentinelMaster).Slice()
+			switch {
+			case err != nil:
+				return err
+			case len(replicas) == 0:
+				return fmt.Errorf("sentinel %s knows no replica yet", sn.Addr())
+			}
+			return sn.do(ctx, "SENTINEL", "CKQUORUM", SentinelMaster)
+		})
+		if err != nil {
+			tb.Fatalf("redistest: sentinel %s: %v", sn.Addr(), err)
+		}
+	}
+	return s
+}
+
+// Addrs returns the Sentinels' addresses.
+func (s *Sentinels) Addrs() []string {
+	var a []string
+	for _, sn := range s.Sentinels {
+		a = append(a, sn.Addr())
+	}
+	return a
+}
+
+// Master returns the server the first running Sentinel names as the
+// primary now.
+func (s *Sentinels) Master(ctx context.Context) (*Server, error) {
+	var last error
+	for _, sn := range s.Sentinels {
+		if !sn.running() {
+			continue
+		}
+		addr, err := sn.client().Do(ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SentinelMaster).StringSlice()
+		if err != nil || len(addr) != 2 {
+			last = fmt.Errorf("sentinel %s: %v %v", sn.Addr(), addr, err)
+			continue
+		}
+		for _, m := range []*Server{s.Primary, s.Replica} {
+			if m.Addr() == net.JoinHostPort(addr[0], addr[1]) {
+				return m, nil
+			}
+		}
+		return nil, fmt.Errorf("redistest: the Sentinels name %s:%s, not one of their servers", addr[0], addr[1])
+	}
+	return nil, fmt.Errorf("redistest: no running Sentinel names the primary (%v)", last)
+}
+
+// Failover asks a Sentinel to fail over (SENTINEL FAILOVER: the replica is
+// promoted, the old primary made its replica) and waits until the
+// Sentinels name the other server and it says it is a master.
+func (s *Sentinels) Failover(ctx context.Context) (*Server, error) {
+	old, err := s.Master(ctx)
+	if err != nil {
+		return nil, err
+	}
+	want := s.Replica
+	if old == s.Replica {
+		want = s.Primary
+	}
+	// Right after a server came back a Sentinel may refuse (NOGOODSLAVE):
+	// asked again until it starts.
+	err = poll(ctx, func(ctx context.Context) error {
+		for _, sn := range s.Sentinels {
+			if sn.running() {
+				return sn.do(ctx, "SENTINEL", "FAILOVER", SentinelMaster)
+			}
+		}
+		return fmt.Errorf("no running Sentinel")
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redistest: SENTINEL FAILOVER: %w", err)
+	}
+	err = poll(ctx, func(ctx context.Context) error {
+		m, err := s.Master(ctx)
+		if err != nil {
+			return err
+		}
+		if m != want {
+			return fmt.Errorf("the Sentinels still name %s", m.Addr())
+		}
+		if role, err := InfoField(ctx, m.client(), "role"); err != nil || role != "master" {
+			return fmt.Errorf("%s is %q (%v)", m.Addr(), role, err)
+		}
+		return nil
+	})
+	return want, err
+}
+
+// sentinelArgs writes the Sentinel's configuration file (Sentinel rewrites
+// it as it learns) and returns its command line.
+func (s *Server) sentinelArgs() ([]string, error) {
+	path := filepath.Join(s.dir, "sentinel-"+strconv.Itoa(s.port)+".conf")
+	if _, err := os.Stat(path); err != nil { // a restart keeps what it learnt
+		if err := os.WriteFile(path, []byte(strings.Join(s.cfg.sentinel, "\n")+"\n"), 0o600); err != nil {
+			return nil, err
+		}
+	}
+	return []string{path, "--sentinel", "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--dir", s.dir, "--daemonize", "no", "--logfile", s.LogPath()}, nil
+}
