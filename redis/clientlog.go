@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"reflect"
+	"strings"
 	"sync"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -65,6 +66,10 @@ func (c clientLogger) Printf(ctx context.Context, format string, args ...any) {
 			to.printf(ctx, format, args...)
 			return
 		}
+	}
+	if to := ownedSentinels.find(format, args); to != nil {
+		to.printf(ctx, format, args...)
+		return
 	}
 	for _, a := range args {
 		if err, ok := a.(error); ok {
@@ -136,4 +141,60 @@ func (h logHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.P
 	return func(ctx context.Context, cmds []goredis.Cmder) error {
 		return next(withClientLog(ctx, h.to), cmds)
 	}
+}
+
+// ownedSentinels routes the lines of the Sentinel clients this package
+// opened. go-redis logs what a Sentinel client does (the primary it
+// selected, a switch of primary, a Sentinel that failed) with the context
+// of a dial, which its pool runs on a context of its own, or of its
+// pub/sub listener: not one a hook marked. Those lines start with
+// "sentinel:" and name the master (or the Sentinel's address), so a line
+// that names the master name or a Sentinel address of an owned client goes
+// to that client's clientLog. An application's own Sentinel client of the
+// same deployment, in the same process, has its Sentinel lines routed
+// there too.
+var ownedSentinels sentinelLogs
+
+type sentinelLogs struct {
+	mu sync.Mutex
+	to map[string]*clientLog // by master name and Sentinel address
+}
+
+// add routes the lines that name any of keys to to, until the returned
+// function is called.
+func (s *sentinelLogs) add(to *clientLog, keys ...string) (remove func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.to == nil {
+		s.to = make(map[string]*clientLog)
+	}
+	for _, k := range keys {
+		s.to[k] = to
+	}
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, k := range keys {
+			if s.to[k] == to {
+				delete(s.to, k)
+			}
+		}
+	}
+}
+
+// find returns where a line of format with args goes, or nil.
+func (s *sentinelLogs) find(format string, args []any) *clientLog {
+	if !strings.HasPrefix(format, "sentinel:") {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range args {
+		if k, ok := a.(string); ok {
+			if to := s.to[k]; to != nil {
+				return to
+			}
+		}
+	}
+	return nil
 }

@@ -10,6 +10,8 @@
 //	redis://user:pass@host:6379/0?prefix=locks&ttl=10s
 //	rediss://host:6380/0?wait_replicas=1&wait_timeout=200ms
 //	rediss://host:6380/0?cacert=/etc/ca.pem&cert=/etc/c.pem&key=/etc/c-key.pem
+//	redis+sentinel://user:pass@s1:26379,s2:26379,s3:26379/0?master_name=mymaster
+//	redis+cluster://user:pass@n1:7000,n2:7001,n3:7002?prefix=locks
 //
 // # Clients, Sentinel and Cluster
 //
@@ -33,8 +35,11 @@
 // acquire+release under load).
 //
 // Closing the Locker does not close a client given to New; a Locker opened
-// from a URL owns its client and closes it. URLs cover single servers only
-// (for Sentinel or Cluster build the client and call New).
+// from a URL owns its client and closes it. A URL names a single server
+// (redis, rediss), a Sentinel deployment (redis+sentinel, rediss+sentinel)
+// or a Redis Cluster (redis+cluster, rediss+cluster): see "Sentinel and
+// Cluster URLs". ParseURL, ParseFailoverURL and ParseClusterURL give the
+// go-redis options a URL stands for, for a client of your own.
 //
 // # URLs
 //
@@ -70,8 +75,7 @@
 // The path is the database number, from 0 to 2147483647 (what SELECT
 // takes; the server's databases setting bounds it further).
 //
-// The host is one host[:port] (no list: use New with a cluster or Sentinel
-// client). Open checks every parameter before it dials, then sends one
+// The host is one host[:port] (for a list, see "Sentinel and Cluster URLs"). Open checks every parameter before it dials, then sends one
 // PING within dial_timeout (default DefaultDialTimeout, 5s) and the
 // context: a server it cannot reach is an error matching
 // backend.ErrUnavailable, a refused password one matching
@@ -79,6 +83,43 @@
 // probes it: a rediss URL at a plain port (which answers a plain PING, or
 // waits silently for the TLS hello) and a redis URL at a TLS port fail at
 // once with an error that says TLS.
+//
+// # Sentinel and Cluster URLs
+//
+// redis+sentinel:// (rediss+sentinel:// for TLS) names the Sentinels, as
+// a comma-separated host list (default port 26379), and the master they
+// monitor: the Locker's client (go-redis's failover client) asks them for
+// the primary and follows a failover. Its userinfo and path are the
+// primary's credentials and database, as in a redis:// URL; the query adds:
+//
+//   - master_name (required): the name the Sentinels monitor the primary
+//     under ("sentinel monitor NAME ...").
+//   - sentinel_username, sentinel_password: the Sentinels' own credentials,
+//     if they have requirepass or ACLs (a password in a query: errors show
+//     it as xxxxx).
+//   - addr: more Sentinel addresses, comma-separated (go-redis's URLs
+//     repeat addr; a fencelock URL gives each parameter once).
+//
+// redis+cluster:// (rediss+cluster://) names seed nodes of a Redis Cluster
+// (default port 6379; addr adds more); the client learns the rest from
+// CLUSTER SLOTS and follows MOVED and ASK redirections. A cluster has
+// database 0 only, so the path is empty. Every other parameter is that of
+// a redis:// URL, applied to every node. With TLS each node is verified
+// for its own host name (the one the Sentinel or the cluster announces),
+// unless skip_verify.
+//
+// Both run the whole conformance suite in this module's tests, on real
+// servers: a primary, a replica and three Sentinels, and a cluster of
+// three masters with a replica each (conformance/servers' sentinel and
+// sharded topologies, local processes; TestURL), through the URL harness,
+// which puts a fault proxy in front of every node the client dials; every
+// command-line subcommand runs on both too. In Docker they are untested. A failover (SENTINEL FAILOVER; CLUSTER
+// FAILOVER TAKEOVER on the replica of the lock's master) while a lock is
+// held is tested: the holder goes on, and later tokens are larger. A
+// request that a cluster node refuses while its slot moves or its master
+// fails over (MOVED or ASK where the client cannot follow them, as with
+// WaitReplicas, whose pipeline goes to one node; CLUSTERDOWN; TRYAGAIN)
+// matches backend.ErrUnavailable, the Redis error kept in the chain.
 //
 // # Key layout and token
 //

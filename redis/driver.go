@@ -529,31 +529,65 @@ func (d *redisDriver) acquireWait(ctx context.Context, lock string, cmd []any) (
 // writes under lock (the lock key, which names the Cluster node), and
 // WAIT in one pipeline on one connection: WAIT counts the replicas that
 // have this connection's writes. After a NOSCRIPT it sends both again,
-// with EVAL. The error is one of reaching the node; the script's and
-// WAIT's are in their replies.
+// with EVAL. A pipeline to one cluster node does not follow redirections:
+// after a MOVED (the slot has another master, after a failover), which the
+// node answers without running the script, it reloads the slot map and
+// sends both once more, to the new master. The error is one of reaching
+// the node; the script's and WAIT's are in their replies.
 func (d *redisDriver) evalWait(ctx context.Context, lock string, cmd []any, src string) (*goredis.Cmd, *goredis.Cmd, error) {
-	var p goredis.Pipeliner
-	if c, ok := d.c.(masterForKey); ok {
-		node, err := c.MasterForKey(ctx, lock)
-		if err != nil {
-			return nil, nil, mapErr(err)
-		}
-		p = node.Pipeline()
-	} else {
-		p = d.c.(pipeliner).Pipeline()
-	}
-	for attempt := 0; ; attempt++ {
-		if attempt > 0 {
-			cmd[0], cmd[1] = "eval", src
+	var movedFrom string // the node that answered MOVED
+	for {
+		var p goredis.Pipeliner
+		var addr string
+		if c, ok := d.c.(masterForKey); ok {
+			node, err := c.MasterForKey(ctx, lock)
+			if err != nil {
+				return nil, nil, mapErr(err)
+			}
+			p, addr = node.Pipeline(), node.Options().Addr
+		} else {
+			p = d.c.(pipeliner).Pipeline()
 		}
 		script := p.Do(ctx, cmd...)
 		wait := p.Do(ctx, "WAIT", d.cfg.WaitReplicas, d.cfg.WaitTimeout.Milliseconds())
 		_, _ = p.Exec(ctx)
-		if attempt == 0 && isNoScript(script.Err()) {
+		switch err := script.Err(); {
+		case isNoScript(err) && cmd[0] != "eval":
+			cmd[0], cmd[1] = "eval", src
 			continue
+		case goredis.HasErrorPrefix(err, "MOVED") && movedFrom == "" && addr != "":
+			movedFrom = addr
+			if d.reloadSlots(ctx, lock, addr) {
+				continue
+			}
 		}
 		return script, wait, nil
 	}
+}
+
+// reloadSlots has a cluster client reload its slot map, which it does in
+// the background, and waits (up to 1s, and ctx) until lock's master is
+// another node than from. false if it did not move.
+func (d *redisDriver) reloadSlots(ctx context.Context, lock, from string) bool {
+	c, ok := d.c.(interface {
+		masterForKey
+		ReloadState(context.Context)
+	})
+	if !ok {
+		return false
+	}
+	c.ReloadState(ctx)
+	for range 100 {
+		if node, err := c.MasterForKey(ctx, lock); err == nil && node.Options().Addr != from {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return false
 }
 
 // checkAcks reads the reply of the WAIT that followed what (a write): an

@@ -39,9 +39,13 @@ func mapErr(err error) error {
 		return fmt.Errorf("%w: %w", backend.ErrUnavailable, err)
 	}
 	// The server cannot take the request now: loading its data, no
-	// primary, a busy script, out of memory (maxmemory). (Out of client
-	// slots, it closes the connection: a network error above.)
-	for _, p := range []string{"LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "BUSY ", "OOM"} {
+	// primary, a busy script, out of memory (maxmemory), a Redis Cluster
+	// whose slot moved or is moving (MOVED, ASK: the cluster client
+	// follows them, but a request sent to one node, as a grant that waits
+	// for replicas is, meets them during a failover or a slot migration).
+	// (Out of client slots, it closes the connection: a network error
+	// above.)
+	for _, p := range []string{"LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "BUSY ", "OOM", "MOVED ", "ASK "} {
 		if goredis.HasErrorPrefix(err, p) {
 			return fmt.Errorf("%w: %w", backend.ErrUnavailable, err)
 		}

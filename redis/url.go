@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/url"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/backend/driver"
+	"github.com/fencelock/fencelock/internal/dialhook"
 	"github.com/fencelock/fencelock/internal/urlkit"
 )
 
@@ -37,8 +39,15 @@ var clientParams = []string{
 }
 
 func init() {
-	for _, scheme := range []string{"redis", "rediss"} {
-		driver.Register(scheme, driver.Scheme{Params: Params, Open: open, Check: check, Suite: driver.StaticSuite(suiteProfile)})
+	for scheme, s := range schemes {
+		params := Params
+		switch s.topo {
+		case sentinel:
+			params = slices.Concat(Params, sentinelParams)
+		case cluster:
+			params = slices.Concat(Params, clusterParams)
+		}
+		driver.Register(scheme, driver.Scheme{Params: params, Open: open, Check: check, Suite: driver.StaticSuite(suiteProfile)})
 	}
 }
 
@@ -52,10 +61,10 @@ const DefaultDialTimeout = 5 * time.Second
 // dial_timeout and says why.
 const probeDelay = 250 * time.Millisecond
 
-// check is the redis and rediss schemes' Check: parseURL, without
-// dialling, and urlLimits.
+// check is the schemes' Check: parseEndpoint, without dialling, and
+// urlLimits.
 func check(u *url.URL) (driver.Limits, error) {
-	_, _, err := parseURL(u)
+	_, _, err := parseEndpoint(u)
 	return urlLimits, err
 }
 
@@ -69,10 +78,11 @@ var urlLimits = driver.Limits{MinTTL: MinTTL, CheckTTL: new(redisDriver).CheckTT
 // unreachable server, a wrong password or a TLS mismatch is an error of
 // Open, not of the first acquisition.
 func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
-	opt, cfg, err := parseURL(u)
+	ep, cfg, err := parseEndpoint(u)
 	if err != nil {
 		return nil, err
 	}
+	opt := ep.opt
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -84,25 +94,60 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	// logger, or nowhere (see clientLogger).
 	logs := &clientLog{l: driver.LoggerFrom(ctx)}
 	dials := &dialLog{}
-	opt.Dialer = dials.dialer(opt, logs)
-	c := goredis.NewClient(opt)
+	opt.Dialer = dials.dialer(opt, logs, dialhook.From(ctx))
+	var c ownedClient
+	switch ep.topo {
+	case sentinel:
+		c = goredis.NewFailoverClient(ep.failoverOptions())
+	case cluster:
+		c = goredis.NewClusterClient(ep.clusterOptions())
+	default:
+		c = goredis.NewClient(opt)
+	}
 	c.AddHook(logHook{logs})
-	d, err := newDriver(c, cfg, c)
+	var owned io.Closer = c
+	if ep.topo == sentinel {
+		owned = closeThen{c, ownedSentinels.add(logs, append([]string{ep.masterName}, ep.addrs...)...)}
+	}
+	d, err := newDriver(c, cfg, owned)
 	if err != nil {
-		_ = c.Close()
+		_ = owned.Close()
 		return nil, err
 	}
-	if err := ping(ctx, c, opt, dials); err != nil {
+	if err := ping(ctx, c, ep, dials); err != nil {
 		_ = d.Shutdown(ctx)
 		return nil, fmt.Errorf("redis: %s: %w", urlkit.Redact(u), err)
 	}
 	return d, nil
 }
 
-// ping sends one PING within opt.DialTimeout and ctx; while it waits, a
-// probe looks for a TLS mismatch. Its error names the bound of the two
-// that was the shorter.
-func ping(ctx context.Context, c *goredis.Client, opt *goredis.Options, dials *dialLog) error {
+// closeThen closes its Closer, then calls then.
+type closeThen struct {
+	io.Closer
+	then func()
+}
+
+func (c closeThen) Close() error {
+	defer c.then()
+	return c.Closer.Close()
+}
+
+// ownedClient is a client that open makes: a *goredis.Client (also for
+// Sentinel) or a *goredis.ClusterClient.
+type ownedClient interface {
+	Client
+	AddHook(goredis.Hook)
+	Ping(ctx context.Context) *goredis.StatusCmd
+	Close() error
+}
+
+// ping sends one PING within the dial timeout and ctx (through a
+// Sentinel client, to the primary the Sentinels name; through a cluster
+// client, to a node); while it waits, a probe of the URL's first host
+// looks for a TLS mismatch. Its error names the bound of the two that was
+// the shorter.
+func ping(ctx context.Context, c ownedClient, ep endpoint, dials *dialLog) error {
+	opt := ep.opt
 	bound := urlkit.Bound(ctx, "dial_timeout", opt.DialTimeout)
 	dctx, cancel := context.WithTimeout(ctx, opt.DialTimeout)
 	defer cancel()
@@ -119,7 +164,7 @@ func ping(ctx context.Context, c *goredis.Client, opt *goredis.Options, dials *d
 		if opt.TLSConfig != nil {
 			over = "over TLS"
 		}
-		return fmt.Errorf("%w: cannot reach %s %s within %s: %w", backend.ErrUnavailable, opt.Addr, over, bound, err)
+		return fmt.Errorf("%w: cannot reach %s %s within %s: %w", backend.ErrUnavailable, ep.where(), over, bound, err)
 	}
 	// A refusal may come wrapped (go-redis: "failed to initialize
 	// connection options: NOPERM ..." when CLIENT SETNAME or SELECT is not
@@ -165,7 +210,7 @@ func ping(ctx context.Context, c *goredis.Client, opt *goredis.Options, dials *d
 		if perr != nil {
 			cancel()
 			<-got
-			return fmt.Errorf("%w: cannot reach %s within %s: %w", backend.ErrUnavailable, opt.Addr, bound, perr)
+			return fmt.Errorf("%w: cannot reach %s within %s: %w", backend.ErrUnavailable, ep.where(), bound, perr)
 		}
 	}
 	return result(<-got, nil)
@@ -223,9 +268,9 @@ func (l *dialLog) last() error {
 	return l.err
 }
 
-func (l *dialLog) dialer(opt *goredis.Options, logs *clientLog) func(ctx context.Context, network, addr string) (net.Conn, error) {
+func (l *dialLog) dialer(opt *goredis.Options, logs *clientLog, hook dialhook.Func) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dialTLS(ctx, opt, network, addr)
+		c, err := dialTLS(ctx, opt, network, addr, hook)
 		ownedDials.add(err, logs)
 		l.mu.Lock()
 		l.err = err
@@ -234,16 +279,26 @@ func (l *dialLog) dialer(opt *goredis.Options, logs *clientLog) func(ctx context
 	}
 }
 
-// dialTLS dials as go-redis's default dialer does, and for rediss does the
-// handshake within the dial timeout and ctx, with an error that says TLS:
-// go-redis's says "i/o timeout" for a plain port that waits silently.
-func dialTLS(ctx context.Context, opt *goredis.Options, network, addr string) (net.Conn, error) {
-	nd := &net.Dialer{Timeout: opt.DialTimeout, KeepAlive: 5 * time.Minute}
-	raw, err := nd.DialContext(ctx, network, addr)
+// dialTLS dials as go-redis's default dialer does (through hook if not
+// nil), and for TLS does the handshake within the dial timeout and ctx,
+// for the host name of addr unless the TLS settings name one, with an
+// error that says TLS: go-redis's says "i/o timeout" for a plain port that
+// waits silently.
+func dialTLS(ctx context.Context, opt *goredis.Options, network, addr string, hook dialhook.Func) (net.Conn, error) {
+	dial := (&net.Dialer{Timeout: opt.DialTimeout, KeepAlive: 5 * time.Minute}).DialContext
+	if hook != nil {
+		dial = hook
+	}
+	raw, err := dial(ctx, network, addr)
 	if err != nil || opt.TLSConfig == nil {
 		return raw, err
 	}
-	c := tls.Client(raw, opt.TLSConfig)
+	tc := opt.TLSConfig
+	if tc.ServerName == "" && !tc.InsecureSkipVerify {
+		tc = tc.Clone()
+		tc.ServerName, _, _ = net.SplitHostPort(addr)
+	}
+	c := tls.Client(raw, tc)
 	deadline := time.Now().Add(opt.DialTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
@@ -381,7 +436,7 @@ func parseURL(u *url.URL) (*goredis.Options, Config, error) {
 		return bad("no host: want redis://host:port/db")
 	}
 	if strings.Contains(u.Host, ",") {
-		return bad("one host only: redis:// reaches one server (for a cluster or Sentinel, use New with your client)")
+		return bad("one host only: %s:// reaches one server (for Sentinel use %s+sentinel://, for a Redis Cluster %s+cluster://)", u.Scheme, u.Scheme, u.Scheme)
 	}
 	if _, err := urlkit.HostPort(u.Host, "6379"); err != nil {
 		return bad("%v", err)

@@ -86,6 +86,23 @@ func TestOpenBadURLs(t *testing.T) {
 		{"rediss://:" + pw + "@" + h + "?cacert=" + qe(f.ClientKey), "rediss://:xxxxx@"},
 		{"redis://u:" + pw + "@" + h + "?pool_size=0", "pool_size"},
 		{"redis:" + pw + "@" + h, "redis: URL without //"},
+		// Sentinel and Cluster.
+		{"redis+sentinel://" + h, "master_name is missing"},
+		{"redis+sentinel://" + h + "?master_name=m&sentinel_password=", "sentinel_password is empty"},
+		{"redis+sentinel://" + h + "?master_name=m&sentinel_username=u", "sentinel_username without sentinel_password"},
+		{"redis+sentinel://" + h + "?master_name=m&sentinel_password=" + pw + "&pool_size=0", "pool_size"},
+		{"redis+sentinel://" + h + "?master_name=m&sentinel_password=" + pw + "&bogus=1", `unknown query parameter "bogus"`},
+		{"redis+sentinel://" + h + ",h:0?master_name=m", `port "0" is not a number`},
+		{"redis+sentinel://?master_name=m", "no host: want redis+sentinel://host:port,host:port"},
+		{"redis+sentinel://" + h + "/x?master_name=m", `path "/x" is not a database number`},
+		{"redis+cluster://" + h + "/1", `a Redis Cluster has database 0 only`},
+		{"redis+cluster://" + h + "?master_name=m", `unknown query parameter "master_name" for scheme redis+cluster`},
+		{"redis+cluster://" + h + "?addr=h:99999", `port "99999" is not a number`},
+		{"redis+cluster://" + h + "?wait_timeout=1s", "wait_timeout without wait_replicas"},
+		{"redis+cluster://u:" + pw + "@" + h + "?pool_size=0", "pool_size"},
+		{"rediss+cluster://" + h + "?cert=" + qe(f.ClientCert), "cert and key go together"},
+		{"redis+cluster://" + h + "?cacert=" + qe(f.CA), "use the rediss:// scheme for TLS"},
+		{"redis+ring://" + h, `unknown`},
 	})
 }
 

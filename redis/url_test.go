@@ -189,3 +189,35 @@ func TestParseURLExported(t *testing.T) {
 		assert.ErrorIs(t, err, backend.ErrInvalidURL, bad)
 	}
 }
+
+// ParseFailoverURL and ParseClusterURL give the go-redis options a
+// redis+sentinel or redis+cluster URL stands for: the URL's userinfo is
+// the data nodes' credentials, sentinel_username and sentinel_password the
+// Sentinels', addr more hosts.
+func TestParseTopologyURLs(t *testing.T) {
+	fo, cfg, err := ParseFailoverURL("redis+sentinel://u:pw@h2,127.0.0.1:26379/3?master_name=m&sentinel_username=su&sentinel_password=sp&addr=h3:1&pool_size=7&prefix=p")
+	require.NoError(t, err)
+	assert.Equal(t, "m", fo.MasterName)
+	assert.Equal(t, []string{"h2:26379", "127.0.0.1:26379", "h3:1"}, fo.SentinelAddrs)
+	assert.Equal(t, []string{"u", "pw", "su", "sp"}, []string{fo.Username, fo.Password, fo.SentinelUsername, fo.SentinelPassword})
+	assert.Equal(t, 3, fo.DB)
+	assert.Equal(t, 7, fo.PoolSize)
+	assert.Equal(t, "p", cfg.Prefix)
+
+	co, cfg, err := ParseClusterURL("rediss+cluster://:pw@b,a:7000?addr=c:7002&wait_replicas=1&skip_verify=true")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"b:6379", "a:7000", "c:7002"}, co.Addrs)
+	assert.Equal(t, "pw", co.Password)
+	require.NotNil(t, co.TLSConfig)
+	assert.Empty(t, co.TLSConfig.ServerName, "each node is verified for its own name")
+	assert.Equal(t, 1, cfg.WaitReplicas)
+
+	for _, bad := range []string{"redis://h:1", "redis+cluster://h:1", "redis+sentinel://h:1"} {
+		_, _, err := ParseFailoverURL(bad)
+		assert.ErrorIs(t, err, backend.ErrInvalidURL, bad)
+	}
+	_, _, err = ParseClusterURL("redis+sentinel://h:1?master_name=m")
+	assert.ErrorIs(t, err, backend.ErrInvalidURL)
+	_, _, err = ParseURL("redis+cluster://h:1")
+	assert.ErrorIs(t, err, backend.ErrInvalidURL)
+}

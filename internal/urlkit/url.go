@@ -99,8 +99,10 @@ func parseErrorText(err error) string {
 
 // Redact returns u as a string without secrets, for error messages: the
 // password of its userinfo is replaced by xxxxx (as url.URL.Redacted does),
-// and so are opaque text, a fragment and, if u has no host, a path that
-// holds '@' (a userinfo that did not parse as one).
+// and so are opaque text, a fragment, the value of a query parameter whose
+// name says password (sentinel_password, PostgreSQL's password) and, if u
+// has no host, a path that holds '@' (a userinfo that did not parse as
+// one).
 func Redact(u *url.URL) string {
 	if u == nil {
 		return ""
@@ -119,6 +121,18 @@ func Redact(u *url.URL) string {
 	}
 	if c.Host == "" && strings.Contains(c.Path, "@") {
 		c.Path, c.RawPath = "/xxxxx", ""
+	}
+	if strings.Contains(c.RawQuery, "password") {
+		if q, err := url.ParseQuery(c.RawQuery); err != nil {
+			c.RawQuery = "xxxxx"
+		} else {
+			for k := range q {
+				if strings.Contains(k, "password") {
+					q[k] = []string{"xxxxx"}
+				}
+			}
+			c.RawQuery = q.Encode()
+		}
 	}
 	return c.String()
 }

@@ -1,0 +1,141 @@
+package redis
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/internal/redistest"
+)
+
+// clusterURL is the redis+cluster URL of c's nodes.
+func clusterURL(c *redistest.Cluster, query string) string {
+	return "redis+cluster://" + strings.Join(c.Addrs(), ",") + "?" + query
+}
+
+// sentinelURL is the redis+sentinel URL of s's Sentinels.
+func sentinelURL(s *redistest.Sentinels, query string) string {
+	return "redis+sentinel://" + strings.Join(s.Addrs(), ",") + "/0?master_name=" + redistest.SentinelMaster + "&" + query
+}
+
+// Through a redis+cluster URL, the locks of many names spread over every
+// master (each name's keys in one slot), and the go-redis addr= form names
+// the same cluster.
+func TestClusterSpread(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3, 1)
+	ctx := tctx(t, time.Minute)
+	addrs := c.Addrs()
+	u := "redis+cluster://" + addrs[0] + "?addr=" + addrs[1] + "," + addrs[2] + "&prefix=spread"
+	l, err := backend.Open(ctx, u)
+	require.NoError(t, err)
+	defer l.Close()
+	masters := map[string]int{}
+	for i := range 60 {
+		name := fmt.Sprint("job-", i)
+		ls, err := l.TryAcquire(ctx, name)
+		require.NoError(t, err)
+		m, err := c.MasterOf(ctx, keysOf("spread", name).lock)
+		require.NoError(t, err)
+		masters[m.Addr()]++
+		n, err := m.NewClient(t).Exists(ctx, keysOf("spread", name).lock, keysOf("spread", name).counter).Result()
+		require.NoError(t, err)
+		require.EqualValues(t, 2, n, "the lock's keys are on the master of their slot")
+		release(t, ls)
+	}
+	require.Len(t, masters, 3, "60 names on all three masters: %v", masters)
+}
+
+// A forced failover of the master that holds a lock (CLUSTER FAILOVER
+// TAKEOVER on its replica): the holder's lease goes on (the key was
+// replicated), a later grant's token is larger, and a stale lease's
+// release leaves the new holder alone.
+func TestClusterFailover(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3, 1)
+	ctx := tctx(t, time.Minute)
+	u := clusterURL(c, "prefix=fo&ttl=3s")
+	a, err := backend.Open(ctx, u)
+	require.NoError(t, err)
+	defer a.Close()
+	b, err := backend.Open(ctx, u)
+	require.NoError(t, err)
+	defer b.Close()
+	// A grant that waits for a replica goes to the master of its slot
+	// in one pipeline, which does not follow redirections.
+	w, err := backend.Open(ctx, u+"&wait_replicas=1&wait_timeout=1s")
+	require.NoError(t, err)
+	defer w.Close()
+	lw, err := w.TryAcquire(ctx, "x")
+	require.NoError(t, err)
+	release(t, lw)
+
+	la, err := a.TryAcquire(ctx, "x")
+	require.NoError(t, err)
+	m, err := c.MasterOf(ctx, keysOf("fo", "x").lock)
+	require.NoError(t, err)
+	r, err := c.ReplicaOf(ctx, m)
+	require.NoError(t, err)
+	require.NoError(t, redistest.WaitReplicated(ctx, m, r))
+	require.NoError(t, c.Failover(ctx, r, true))
+
+	// The holder keeps renewing on the promoted replica.
+	time.Sleep(2 * 3 * time.Second)
+	require.NoError(t, la.Err(), "the holder's lease after the failover")
+	_, err = b.TryAcquire(ctx, "x")
+	require.ErrorIs(t, err, backend.ErrNotAcquired)
+	release(t, la)
+	lb, err := b.TryAcquire(ctx, "x")
+	require.NoError(t, err)
+	assert.Greater(t, lb.Token(), la.Token())
+	release(t, lb)
+
+	// The replica-waiting grant on the moved slot: its pipeline meets
+	// MOVED at the old master, and is sent again to the new one at once.
+	// (Were it to fail, the error must be ErrUnavailable, never a raw
+	// MOVED.)
+	var tries int
+	require.Eventually(t, func() bool {
+		tries++
+		lw, err = w.TryAcquire(ctx, "x")
+		if err != nil {
+			require.ErrorIs(t, err, backend.ErrUnavailable)
+			return false
+		}
+		return true
+	}, 30*time.Second, 50*time.Millisecond)
+	assert.Greater(t, lw.Token(), la.Token())
+	assert.Equal(t, 1, tries, "the replica-waiting grant after the failover")
+	release(t, lw)
+}
+
+// SENTINEL FAILOVER while a lock is held: a Locker opened from a
+// redis+sentinel URL follows the new primary; a grant after the failover
+// has a larger token.
+func TestSentinelFailover(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartSentinels(t, 3)
+	ctx := tctx(t, time.Minute)
+	u := sentinelURL(s, "prefix=fo&ttl=3s")
+	a, err := backend.Open(ctx, u)
+	require.NoError(t, err)
+	defer a.Close()
+	la, err := a.TryAcquire(ctx, "x")
+	require.NoError(t, err)
+	require.NoError(t, redistest.WaitReplicated(ctx, s.Primary, s.Replica))
+	_, err = s.Failover(ctx)
+	require.NoError(t, err)
+	release(t, la) // on the new primary, or ErrLeaseLost if the key was lost: both harmless
+	var lb *backend.Lease
+	require.Eventually(t, func() bool {
+		lb, err = a.TryAcquire(ctx, "x")
+		return err == nil
+	}, 30*time.Second, 50*time.Millisecond, "a grant on the promoted primary: %v", err)
+	assert.Greater(t, lb.Token(), la.Token())
+	release(t, lb)
+}
