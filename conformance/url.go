@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelock/fencelock/backend"
-	"github.com/fencelock/fencelock/internal/faultproxy"
+	"github.com/fencelock/fencelock/internal/dialhook"
 	"github.com/fencelock/fencelock/internal/urlkit"
 )
 
@@ -39,7 +39,7 @@ type URLHarness struct {
 
 	mu      sync.Mutex
 	admin   *backend.Locker
-	proxies map[*backend.Locker][]*faultproxy.Proxy // each Locker's, for Crash and Partition
+	proxies map[*backend.Locker]*proxySet // each Locker's, for Crash and Partition
 }
 
 // NewURLHarness returns a harness for the backend at rawURL with caps,
@@ -102,22 +102,28 @@ func (h *URLHarness) NewLocker(t testing.TB, opts ...backend.Option) *backend.Lo
 	t.Helper()
 	u, err := url.Parse(h.rawURL)
 	require.NoError(t, err)
-	var proxies []*faultproxy.Proxy
-	var hosts []string
-	for _, target := range strings.Split(u.Host, ",") {
-		p, err := faultproxy.Start(target)
-		require.NoError(t, err)
-		proxies = append(proxies, p)
-		hosts = append(hosts, p.Addr())
-	}
-	u.Host = strings.Join(hosts, ",")
+	proxies := &proxySet{}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if discovers(u) {
+		ctx = dialhook.With(ctx, proxies.dial)
+	} else {
+		var hosts []string
+		for _, target := range strings.Split(u.Host, ",") {
+			p, err := proxies.proxy(target)
+			require.NoError(t, err)
+			hosts = append(hosts, p.Addr())
+		}
+		u.Host = strings.Join(hosts, ",")
+	}
 	l, err := backend.Open(ctx, u.String(), opts...)
+	if err != nil {
+		proxies.Close()
+	}
 	require.NoError(t, err)
 	h.mu.Lock()
 	if h.proxies == nil {
-		h.proxies = make(map[*backend.Locker][]*faultproxy.Proxy)
+		h.proxies = make(map[*backend.Locker]*proxySet)
 	}
 	h.proxies[l] = proxies
 	h.mu.Unlock()
@@ -128,9 +134,7 @@ func (h *URLHarness) NewLocker(t testing.TB, opts ...backend.Option) *backend.Lo
 		if err := l.Close(); err != nil {
 			t.Logf("closing a Locker at the end of the test: %v", err)
 		}
-		for _, p := range proxies {
-			p.Close()
-		}
+		proxies.Close()
 	})
 	return l
 }
@@ -140,27 +144,19 @@ func (h *URLHarness) NewLocker(t testing.TB, opts ...backend.Option) *backend.Lo
 func (h *URLHarness) Partition(t testing.TB, l *backend.Locker) (heal func()) {
 	t.Helper()
 	proxies := h.proxiesOf(t, l)
-	for _, p := range proxies {
-		p.Partition()
-	}
-	return func() {
-		for _, p := range proxies {
-			p.Heal()
-		}
-	}
+	proxies.Partition()
+	return proxies.Heal
 }
 
 // Crash implements Harness: it cuts the Locker's proxies.
 func (h *URLHarness) Crash(t testing.TB, l *backend.Locker) {
 	t.Helper()
-	for _, p := range h.proxiesOf(t, l) {
-		p.Cut()
-	}
+	h.proxiesOf(t, l).Cut()
 }
 
 // proxiesOf returns the proxies of l, failing t if l is not one of the
 // Lockers this harness made (or its test has ended).
-func (h *URLHarness) proxiesOf(t testing.TB, l *backend.Locker) []*faultproxy.Proxy {
+func (h *URLHarness) proxiesOf(t testing.TB, l *backend.Locker) *proxySet {
 	t.Helper()
 	h.mu.Lock()
 	proxies, ok := h.proxies[l]

@@ -49,7 +49,9 @@ func skipForUserURL(t *testing.T) {
 // for each provider in $FENCELOCK_PROVIDER (comma-separated, default auto)
 // and each of etcd, ZooKeeper, Redis and PostgreSQL, against a single server
 // and, where the provider is Docker (or auto picks it), a cluster (for
-// PostgreSQL a primary and its streaming standby, locally too):
+// PostgreSQL a primary and its streaming standby, locally too), and with
+// the local provider a Redis Sentinel deployment and a Redis Cluster
+// (servers.Sentinel, servers.Sharded):
 // TestURL/<provider>/<kind>/<topology>, e.g. -run
 // 'TestURL/docker/etcd/cluster'. The external provider runs the kinds whose
 // $FENCELOCK_<KIND>_URL is set. Nothing is skipped: a provider that cannot
@@ -119,7 +121,8 @@ const suitesAtOnce = 2
 
 // urlTopologies returns the topologies TestURL runs kind in with provider
 // p: single, and cluster too with Docker, and for PostgreSQL (a primary
-// and its standby) with the local provider too.
+// and its standby) with the local provider too; Redis's sentinel and
+// sharded topologies locally.
 func urlTopologies(t *testing.T, p servers.Provider, kind servers.Kind) []servers.Topology {
 	switch {
 	case p == servers.External:
@@ -130,10 +133,20 @@ func urlTopologies(t *testing.T, p servers.Provider, kind servers.Kind) []server
 		return []servers.Topology{servers.Single}
 	case p == servers.Docker, kind == servers.Postgres:
 		return []servers.Topology{servers.Single, servers.Cluster}
+	case p == servers.Local && kind == servers.Redis && !testing.Short():
+		// The quick tier leaves them to the full run: eleven more
+		// servers and two more suites on two cores (the redis package's
+		// own tests open both topologies by URL).
+		return []servers.Topology{servers.Single, servers.Sentinel, servers.Sharded}
 	case p == servers.Auto:
+		topos := []servers.Topology{servers.Single}
 		if got, err := servers.Resolve(p, kind, servers.Cluster); err == nil && got == servers.Docker {
-			return []servers.Topology{servers.Single, servers.Cluster}
+			topos = append(topos, servers.Cluster)
 		}
+		if kind == servers.Redis && !testing.Short() {
+			topos = append(topos, servers.Sentinel, servers.Sharded)
+		}
+		return topos
 	}
 	return []servers.Topology{servers.Single}
 }

@@ -284,10 +284,14 @@ exec setpriv --reuid=postgres --regid=postgres --init-groups postgres -c primary
 }
 
 // Primary asks the Redis cluster's Sentinel which member is the primary
-// now; for a PostgreSQL primary and standby, it is the member that is the
+// now (Sentinel topology: the Sentinels; Sharded: the master of slot 0);
+// for a PostgreSQL primary and standby, it is the member that is the
 // primary since the last Failover. It returns an error matching
 // errors.ErrUnsupported for another server.
 func (s *Server) Primary(ctx context.Context) (*Member, error) {
+	if s.primary != nil {
+		return s.primary(ctx)
+	}
 	if s.Kind == Postgres && s.Topology == Cluster && s.Provider != External {
 		return s.pgPrimary()
 	}
@@ -315,10 +319,16 @@ func (s *Server) Primary(ctx context.Context) (*Member, error) {
 // accepts writes; it returns that primary. Server.URL still
 // names the old one.
 //
+// The Sentinel topology fails over through its Sentinels; Sharded
+// promotes the replica of slot 0's master (CLUSTER FAILOVER TAKEOVER).
+//
 // For a PostgreSQL primary and standby, it kills the primary and promotes
 // the standby (once: the old primary stays down), and returns the new
 // primary once it accepts writes; Server.URL names both, and reaches it.
 func (s *Server) Failover(ctx context.Context) (*Member, error) {
+	if s.failover != nil {
+		return s.failover(ctx)
+	}
 	if s.Kind == Postgres && s.Topology == Cluster && s.Provider != External {
 		return s.pgFailover(ctx)
 	}

@@ -68,6 +68,12 @@ func startLocal(t testing.TB, kind Kind, topo Topology) (*Server, error) {
 		m.h.disconnect, m.h.reconnect = partition(p, readyAt(p.Addr()))
 		return &Server{URL: "zk://" + p.Addr() + "/" + prefix() + zkQuery, Members: []*Member{m}}, nil
 	case Redis:
+		switch topo {
+		case Sentinel:
+			return startLocalRedisSentinel(t), nil
+		case Sharded:
+			return startLocalRedisCluster(t), nil
+		}
 		srv := redistest.Start(t)
 		p, err := startProxy(t, srv.Addr())
 		if err != nil {

@@ -42,7 +42,18 @@ const (
 	// named together in a multi-host URL with
 	// target_session_attrs=read-write.
 	Cluster Topology = "cluster"
+	// Sentinel is a Redis primary, its replica and three Sentinels, named
+	// by a redis+sentinel URL over the Sentinels (local only).
+	Sentinel Topology = "sentinel"
+	// Sharded is a Redis Cluster of three masters with a replica each,
+	// named by a redis+cluster URL over every node (local only).
+	Sharded Topology = "sharded"
 )
+
+// Topologies are the topologies each kind has besides Single.
+var Topologies = map[Kind][]Topology{
+	Etcd: {Cluster}, ZooKeeper: {Cluster}, Redis: {Cluster, Sentinel, Sharded}, Postgres: {Cluster},
+}
 
 // Provider is where a Server comes from.
 type Provider string
@@ -56,7 +67,9 @@ const (
 	// Docker runs containers (see Image) on a private Docker network.
 	Docker Provider = "docker"
 	// Local runs processes on this machine: embedded etcd, and Debian's
-	// zookeeper, redis-server and postgresql. Single topology only.
+	// zookeeper, redis-server and postgresql: single servers, a
+	// PostgreSQL primary with its standby, and Redis's Sentinel and
+	// Sharded topologies.
 	Local Provider = "local"
 	// Auto picks External if the kind's variable is set, else Docker if the
 	// engine answers and has (or can pull) the image, else Local.
@@ -97,6 +110,9 @@ type Server struct {
 	Members []*Member
 
 	sentinel *Member // Redis cluster via Docker
+	// primary and failover are Primary and Failover of the local Redis
+	// Sentinel and Sharded topologies.
+	primary, failover func(context.Context) (*Member, error)
 }
 
 // Member is one server process or container of a Server, with hooks that
@@ -255,8 +271,12 @@ func check(kind Kind, topo Topology) error {
 	}
 	switch topo {
 	case Single, Cluster:
+	case Sentinel, Sharded:
+		if kind != Redis {
+			return fmt.Errorf("topology %s is a Redis topology, not one of %s", topo, kind)
+		}
 	default:
-		return fmt.Errorf("unknown topology %q (want single or cluster)", topo)
+		return fmt.Errorf("unknown topology %q (want single, cluster, sentinel or sharded)", topo)
 	}
 	return nil
 }
@@ -273,8 +293,14 @@ func resolve(p Provider, kind Kind, topo Topology) (Provider, string, error) {
 		}
 		return External, "$" + URLEnv[kind], nil
 	case Docker:
+		if topo == Sentinel || topo == Sharded {
+			return "", "", fmt.Errorf("provider docker: the Redis %s topology runs locally only (FENCELOCK_PROVIDER=local): its servers announce addresses that a client outside Docker's network cannot reach", topo)
+		}
 		return Docker, "image " + Image(kind), nil
 	case Local:
+		if topo == Sentinel || topo == Sharded {
+			return Local, "processes on this machine", nil
+		}
 		if topo != Single && kind != Postgres {
 			return "", "", errors.New("provider local runs single servers only (and a PostgreSQL primary with its standby): a cluster needs docker (FENCELOCK_PROVIDER=docker) or your own (external)")
 		}
@@ -287,6 +313,9 @@ func resolve(p Provider, kind Kind, topo Topology) (Provider, string, error) {
 	derr := dockerUsable(kind)
 	if derr == nil {
 		return Docker, "auto: image " + Image(kind), nil
+	}
+	if topo == Sentinel || topo == Sharded {
+		return Local, "auto: local only", nil
 	}
 	if topo != Single && kind != Postgres {
 		return "", "", fmt.Errorf("provider auto: no external server ($%s unset), docker unusable (%v), and local runs single servers only", URLEnv[kind], derr)
