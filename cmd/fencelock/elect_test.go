@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,7 +22,6 @@ import (
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/internal/etcdtest"
-	"github.com/fencelock/fencelock/internal/faultproxy"
 	"github.com/fencelock/fencelock/internal/freeport"
 	"github.com/fencelock/fencelock/internal/pgtest"
 	"github.com/fencelock/fencelock/internal/redistest"
@@ -178,7 +176,7 @@ func TestElectLeaderOnEveryBackend(t *testing.T) {
 	for _, b := range electBackends() {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel() // a server of its own
-			url := b.testBackend.start(t)
+			url := b.testBackend.startFor(t)
 			longTTL := func(prefix string) string {
 				u := url(prefix)
 				require.Contains(t, u, "ttl=6s")
@@ -380,20 +378,15 @@ func testLeaderUnavailable(t *testing.T, b testBackend, url string) {
 	assert.Equal(t, exitUnavailable, r.code, "%+v", r)
 	assert.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line: %q", r.stderr)
 
-	// Through a proxy that is then cut: the watch says unknown, never no
-	// leader.
-	u, err := neturl.Parse(url)
-	require.NoError(t, err)
-	proxy, err := faultproxy.Start(u.Host)
-	require.NoError(t, err)
-	defer proxy.Close()
-	cutURL := strings.Replace(url, u.Host, proxy.Addr(), 1)
+	// Cut off (through proxies that stop forwarding, or servers paused):
+	// the watch says unknown, never no leader.
+	cutURL, cut, _ := outage(t, url)
 	w := startWatch("--url", cutURL, "--interval", "50ms", "--json", "job")
 	defer w.cancel()
 	require.Eventually(t, func() bool { return strings.Contains(w.out.String(), `"leader":null`) },
 		60*time.Second, 20*time.Millisecond, "leader --watch: %q %q", w.out.String(), w.errOut.String())
 	before := len(w.out.String())
-	proxy.Cut()
+	cut()
 	require.Eventually(t, func() bool { return strings.Contains(w.out.String()[before:], `"error":"`) },
 		60*time.Second, 20*time.Millisecond, "leader --watch did not report unknown: %q", w.out.String())
 	assert.Equal(t, exitOK, w.stop(t), w.errOut.String())

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,7 +41,8 @@ func TestMetricsAddrOnEveryBackend(t *testing.T) {
 	for _, b := range testBackends {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel() // a server of its own
-			url := b.start(t)
+			url := b.startFor(t)
+			kind, _, _ := strings.Cut(b.name, "-") // redis-cluster: the redis backend
 			for _, command := range []string{"run", "elect"} {
 				t.Run(command, func(t *testing.T) {
 					port, err := freeport.Port()
@@ -54,8 +56,8 @@ func TestMetricsAddrOnEveryBackend(t *testing.T) {
 					require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(dir, "held")); return err == nil },
 						60*time.Second, 50*time.Millisecond, "the command did not start")
 
-					held := regexp.MustCompile(`(?m)^fencelock_leases_held\{[^}]*fencelock_backend="` + b.name + `"[^}]*\} 1$`)
-					granted := regexp.MustCompile(`(?m)^fencelock_acquire_duration_seconds_count\{[^}]*fencelock_acquire_result="granted"[^}]*fencelock_backend="` + b.name + `"[^}]*\} 1$`)
+					held := regexp.MustCompile(`(?m)^fencelock_leases_held\{[^}]*fencelock_backend="` + kind + `"[^}]*\} 1$`)
+					granted := regexp.MustCompile(`(?m)^fencelock_acquire_duration_seconds_count\{[^}]*fencelock_acquire_result="granted"[^}]*fencelock_backend="` + kind + `"[^}]*\} 1$`)
 					var text string
 					require.Eventually(t, func() bool {
 						text = scrape(addr)
