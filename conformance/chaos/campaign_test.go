@@ -176,6 +176,7 @@ func TestCampaign(t *testing.T) {
 	type campaign struct {
 		kind   servers.Kind
 		client chaos.RedisClient
+		topo   servers.Topology // "": the kind's cluster with Docker, else single
 	}
 	campaigns := []campaign{{kind: servers.Etcd}, {kind: servers.ZooKeeper}, {kind: servers.Redis}, {kind: servers.Postgres},
 		// Client configurations matter as much as servers: a go-redis
@@ -185,13 +186,19 @@ func TestCampaign(t *testing.T) {
 		// calls may outlive their contexts. Client faults (and failovers),
 		// half the grants.
 		{kind: servers.Redis, client: chaos.RedisClientDocs},
-		{kind: servers.Redis, client: chaos.RedisClientNoContextTimeout}}
+		{kind: servers.Redis, client: chaos.RedisClientNoContextTimeout},
+		// Redis deployments that fail over by themselves, named by their
+		// URLs: Sentinel and a Redis Cluster (local processes).
+		{kind: servers.Redis, topo: servers.Sentinel}, {kind: servers.Redis, topo: servers.Sharded}}
 	slots := make(chan struct{}, campaignsAtOnce)
 	var wg sync.WaitGroup
 	for _, cp := range campaigns {
 		name := string(cp.kind)
 		if cp.client != "" {
 			name += "/" + string(cp.client)
+		}
+		if cp.topo != "" {
+			name += "/" + string(cp.topo)
 		}
 		slots <- struct{}{}
 		wg.Add(1)
@@ -200,10 +207,57 @@ func TestCampaign(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-slots }()
-			t.Run(name, func(t *testing.T) { campaignOn(t, p, cp.kind, cp.client) })
+			t.Run(name, func(t *testing.T) {
+				if cp.topo != "" {
+					failoverCampaignOn(t, cp.topo)
+					return
+				}
+				campaignOn(t, p, cp.kind, cp.client)
+			})
 		}()
 	}
 	wg.Wait()
+}
+
+// failoverCampaignOn runs TestCampaign's campaign on a Redis topology that
+// fails over by itself (servers.Sentinel or servers.Sharded, local), named
+// by its URL: the workers reach every node through proxies of their own
+// (chaos puts one in front of each address redis.Nodes lists), with the
+// client faults, member faults (kill and pause) on the two servers of the
+// lock's data (the primary and its replica; on the cluster, those of slot
+// 0, where the lock name "06S" lives) and failovers (SENTINEL FAILOVER;
+// CLUSTER FAILOVER TAKEOVER), the clock floor alone keeping tokens
+// growing. The guard is on a PostgreSQL server of its own.
+func failoverCampaignOn(t *testing.T, topo servers.Topology) {
+	s := servers.StartWith(t, servers.Local, servers.Redis, topo)
+	grants := minGrants(t)
+	c := chaos.Config{URL: s.URL, Name: "06S", MinGrants: grants, MinFaults: 3, Duration: 20 * time.Second,
+		HoldMax:     50 * time.Millisecond,
+		MaxDuration: max(10*time.Minute, time.Duration(grants/20)*time.Second),
+		Guard:       chaos.GuardSQL, GuardURL: servers.StartWith(t, servers.Local, servers.Postgres, servers.Single).URL,
+		Faults:   append(slices.Clone(chaos.ClientFaults), chaos.Member, chaos.Failover),
+		Failover: func(ctx context.Context) error { _, err := s.Failover(ctx); return err },
+	}
+	primary, err := s.Primary(context.Background())
+	require.NoError(t, err)
+	c.Members = append(c.Members, primary)
+	for _, m := range s.Members {
+		if m.Role == "replica" && (topo == servers.Sentinel || m.Name == "redis-4") { // redis-4 replicates redis-1, slot 0's master
+			c.Members = append(c.Members, m)
+		}
+	}
+	require.Len(t, c.Members, 2)
+	res, err := run(t, c)
+	require.NoError(t, err)
+	sum := res.Summary
+	assert.GreaterOrEqual(t, sum.Grants, grants)
+	for _, f := range c.Faults {
+		assert.GreaterOrEqual(t, sum.Faults[f], 3, "%s faults", f)
+	}
+	assert.Zero(t, sum.StaleWritesAccepted)
+	assert.Zero(t, sum.LostUpdates)
+	assert.Zero(t, sum.TokenAnomalies)
+	assert.Equal(t, "ok", sum.Linearizable)
 }
 
 // campaignOn runs TestCampaign's campaign on kind with client (for Redis;

@@ -151,6 +151,12 @@ type Config struct {
 	// Sentinel, for a redis:// URL, makes workers reach the primary
 	// through it; its Failover is the Failover fault.
 	Sentinel *Sentinel
+	// Failover, if set, is the Failover fault for a URL that names a
+	// deployment which fails over by itself (redis+sentinel,
+	// redis+cluster, a PostgreSQL multi-host URL): it fails the primary
+	// over and returns once a new one accepts writes (*servers.Server's
+	// Failover is one).
+	Failover func(ctx context.Context) error
 	// Out is the directory the history and the reports are written to
 	// (required; created if missing).
 	Out string
@@ -281,8 +287,11 @@ func (c Config) withDefaults() (Config, error) {
 	if seen[Member] && len(c.Members) == 0 {
 		return bad("member faults need servers this campaign controls (Members); against a cluster of your own only %s run", joinFaults(ClientFaults))
 	}
-	if seen[Failover] && (c.Sentinel == nil || c.Sentinel.Failover == nil) {
-		return bad("failover faults need a Sentinel with its Failover (Config.Sentinel)")
+	if seen[Failover] && c.Failover == nil && (c.Sentinel == nil || c.Sentinel.Failover == nil) {
+		return bad("failover faults need a way to fail over (Config.Failover, or Config.Sentinel with its Failover)")
+	}
+	if c.Failover != nil && c.Sentinel != nil {
+		return bad("Config.Failover and Config.Sentinel: the Sentinel's Failover is the failover fault")
 	}
 	if c.Sentinel != nil && (u.Scheme != "redis" || c.Sentinel.Master == "" || c.Sentinel.Addr == "") {
 		return bad("a Sentinel is for redis:// URLs, and needs its master name and address")

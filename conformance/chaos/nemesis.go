@@ -80,8 +80,12 @@ func (cp *campaign) inject(ctx context.Context, kind Fault) {
 		cp.memberFault(ctx)
 		return
 	case Failover:
-		end := cp.fault(kind, -1, "primary, through the Sentinel")
-		end(cp.c.Sentinel.Failover(context.WithoutCancel(ctx)))
+		failover, target := cp.c.Failover, "primary"
+		if failover == nil {
+			failover, target = cp.c.Sentinel.Failover, "primary, through the Sentinel"
+		}
+		end := cp.fault(kind, -1, target)
+		end(failover(context.WithoutCancel(ctx)))
 		return
 	}
 	p := cp.target()

@@ -21,6 +21,7 @@ import (
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/internal/faultproxy"
 	"github.com/fencelock/fencelock/internal/urlkit"
+	"github.com/fencelock/fencelock/redis"
 )
 
 // Result is what a campaign found.
@@ -79,6 +80,14 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		},
 	}
 	cp.enc = json.NewEncoder(cp.hist)
+	if strings.HasSuffix(u.Scheme, "+sentinel") || strings.HasSuffix(u.Scheme, "+cluster") {
+		nctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		cp.nodes, err = redis.Nodes(nctx, c.URL)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("chaos: %w", err)
+		}
+	}
 	store, err := openCounter(ctx, cp.guard)
 	if err != nil {
 		return nil, fmt.Errorf("%w: chaos: guard %s: %w", backend.ErrUnavailable, c.Guard, err)
@@ -131,6 +140,10 @@ type campaign struct {
 	u     *url.URL
 	exe   string
 	guard guardSpec
+	// nodes, for a URL whose client dials the addresses the servers
+	// announce (redis+sentinel, redis+cluster), are those addresses
+	// (redis.Nodes): each worker reaches every one through a proxy.
+	nodes []string
 
 	mu       sync.Mutex
 	hist     *bufio.Writer
@@ -262,7 +275,15 @@ func (cp *campaign) startWorker() (*proc, error) {
 		return px.Addr(), nil
 	}
 	var err error
+	var hosts map[string]string
 	switch {
+	case cp.nodes != nil: // every node, behind proxies: the worker dials through them
+		hosts = map[string]string{}
+		for _, n := range cp.nodes {
+			if hosts[n], err = proxy(n); err != nil {
+				break
+			}
+		}
 	case cp.c.Sentinel != nil: // the Sentinel and every server it names, behind proxies
 		sn := *cp.c.Sentinel
 		sentinel = &Sentinel{Master: sn.Master, Hosts: map[string]string{}}
@@ -292,7 +313,7 @@ func (cp *campaign) startWorker() (*proc, error) {
 		return nil, err
 	}
 	spec, _ := json.Marshal(workerSpec{ID: id, URL: u.String(), Name: cp.c.Name, TTL: cp.c.TTL,
-		HoldMax: cp.c.HoldMax, Guard: cp.guard, Redis: cp.c.RedisClient, Sentinel: sentinel, Seed: seed})
+		HoldMax: cp.c.HoldMax, Guard: cp.guard, Redis: cp.c.RedisClient, Sentinel: sentinel, Hosts: hosts, Seed: seed})
 	logf, err := os.Create(p.logPath)
 	if err != nil {
 		p.closeProxies()

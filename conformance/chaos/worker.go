@@ -17,6 +17,7 @@ import (
 
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/internal/dialhook"
 	"github.com/fencelock/fencelock/redis"
 )
 
@@ -34,7 +35,10 @@ type workerSpec struct {
 	Redis   RedisClient   `json:"redis_client"`
 	// Sentinel, if set: Addr and Hosts name this worker's proxies.
 	Sentinel *Sentinel `json:"sentinel,omitempty"`
-	Seed     int64     `json:"seed"`
+	// Hosts, if set, maps every address the URL's client may dial to
+	// this worker's proxy to it (see campaign.nodes).
+	Hosts map[string]string `json:"hosts,omitempty"`
+	Seed  int64             `json:"seed"`
 }
 
 // WorkerMain runs a campaign's worker and exits if this process is one
@@ -130,6 +134,17 @@ func (w *worker) run(ctx context.Context) error {
 
 // openLocker opens the worker's Locker as its spec says.
 func openLocker(ctx context.Context, s workerSpec) (*backend.Locker, error) {
+	if s.Hosts != nil {
+		var d net.Dialer
+		ctx = dialhook.With(ctx, func(ctx context.Context, network, addr string) (net.Conn, error) {
+			to, ok := s.Hosts[addr]
+			if !ok {
+				// Dialled directly, it would escape the faults.
+				return nil, fmt.Errorf("chaos: the servers name %s, which the campaign did not find at its start (redis.Nodes)", addr)
+			}
+			return d.DialContext(ctx, network, to)
+		})
+	}
 	if s.Redis == RedisClientURL && s.Sentinel == nil {
 		return backend.Open(ctx, s.URL)
 	}
