@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
+	"sync"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -17,7 +19,7 @@ import (
 // may dial, as the servers say now: the URL's hosts and, for a
 // redis+sentinel URL, the primary, its replicas and the other Sentinels
 // that the Sentinels know, or, for a redis+cluster URL, every node of the
-// cluster (CLUSTER SLOTS). A failover moves the primary among them; a
+// cluster (the union of every node's CLUSTER NODES). A failover moves the primary among them; a
 // node added later is not listed. For firewall rules, and for the fault
 // campaign, which puts a proxy in front of each. Errors match
 // backend.ErrInvalidURL or backend.ErrUnavailable.
@@ -35,9 +37,7 @@ func Nodes(ctx context.Context, rawURL string) ([]string, error) {
 	}
 	opt := ep.opt
 	opt.ContextTimeoutEnabled = true
-	opt.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		return dialTLS(ctx, opt, network, addr, nil)
-	}
+	opt.Dialer = new(dialLog).dialer(opt, &clientLog{}, nil) // go-redis's lines about its dials: nowhere
 	nodes := slices.Clone(ep.addrs)
 	add := func(host, port string) {
 		if a := net.JoinHostPort(host, port); !slices.Contains(nodes, a) {
@@ -61,16 +61,36 @@ func Nodes(ctx context.Context, rawURL string) ([]string, error) {
 	case cluster:
 		c := goredis.NewClusterClient(ep.clusterOptions())
 		defer c.Close()
-		slots, err := c.ClusterSlots(ctx).Result()
-		if err != nil {
-			return nil, unavailable(err)
-		}
-		for _, s := range slots {
-			for _, n := range s.Nodes {
-				if host, port, err := net.SplitHostPort(n.Addr); err == nil {
+		c.AddHook(logHook{&clientLog{}})
+		// A node that is down is left out; what the others know of it
+		// is not.
+		var mu sync.Mutex
+		var errs []error
+		answered := false
+		_ = c.ForEachShard(ctx, func(ctx context.Context, n *goredis.Client) error {
+			lines, err := n.ClusterNodes(ctx).Result()
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return nil
+			}
+			answered = true
+			for _, l := range strings.Split(lines, "\n") {
+				// <id> <ip:port@cport[,hostname]> <flags> ...
+				f := strings.Fields(l)
+				if len(f) < 3 || strings.Contains(f[2], "noaddr") {
+					continue
+				}
+				addr, _, _ := strings.Cut(f[1], "@")
+				if host, port, err := net.SplitHostPort(addr); err == nil && host != "" && port != "0" {
 					add(host, port)
 				}
 			}
+			return nil
+		})
+		if !answered {
+			return nil, unavailable(errors.Join(errs...))
 		}
 	}
 	return nodes, nil
@@ -82,6 +102,7 @@ func sentinelNodes(ctx context.Context, ep endpoint, opt *goredis.Options, addr 
 	c := goredis.NewSentinelClient(&goredis.Options{Addr: addr, Username: ep.sentinelUser, Password: ep.sentinelPassword,
 		Dialer: opt.Dialer, DialTimeout: opt.DialTimeout, ContextTimeoutEnabled: true, MaxRetries: -1})
 	defer c.Close()
+	c.AddHook(logHook{&clientLog{}})
 	primary, err := c.GetMasterAddrByName(ctx, ep.masterName).Result()
 	if err != nil {
 		return fmt.Errorf("%s: %w", addr, err)

@@ -139,3 +139,27 @@ func TestSentinelFailover(t *testing.T) {
 	assert.Greater(t, lb.Token(), la.Token())
 	release(t, lb)
 }
+
+// Nodes lists every address a Locker of the URL may dial: the URL's hosts
+// and what the servers announce.
+func TestNodes(t *testing.T) {
+	t.Parallel()
+	ctx := tctx(t, time.Minute)
+	c := redistest.StartCluster(t, 3, 1)
+	got, err := Nodes(ctx, "redis+cluster://"+c.Addrs()[0])
+	require.NoError(t, err)
+	assert.ElementsMatch(t, c.Addrs(), got)
+
+	s := redistest.StartSentinels(t, 3)
+	got, err = Nodes(ctx, sentinelURL(s, ""))
+	require.NoError(t, err)
+	assert.ElementsMatch(t, append(s.Addrs(), s.Primary.Addr(), s.Replica.Addr()), got)
+
+	got, err = Nodes(ctx, "redis://127.0.0.1:1")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"127.0.0.1:1"}, got, "a single server's URL: its host, undialled")
+	_, err = Nodes(ctx, "redis+sentinel://127.0.0.1:1?master_name=m&dial_timeout=1s")
+	assert.ErrorIs(t, err, backend.ErrUnavailable)
+	_, err = Nodes(ctx, "redis+sentinel://127.0.0.1:1")
+	assert.ErrorIs(t, err, backend.ErrInvalidURL)
+}
