@@ -113,7 +113,10 @@
 // three masters with a replica each (conformance/servers' sentinel and
 // sharded topologies, local processes; TestURL), through the URL harness,
 // which puts a fault proxy in front of every node the client dials; every
-// command-line subcommand runs on both too. In Docker they are untested. A failover (SENTINEL FAILOVER; CLUSTER
+// command-line subcommand runs on both too. Over TLS (rediss+sentinel,
+// rediss+cluster: every server, Sentinel, cluster bus and replication
+// link TLS only, with client certificates) grants, a Sentinel failover and
+// Nodes are tested. In Docker they are untested. A failover (SENTINEL FAILOVER; CLUSTER
 // FAILOVER TAKEOVER on the replica of the lock's master) while a lock is
 // held is tested: the holder goes on, and later tokens are larger. A
 // request that a cluster node refuses while its slot moves or its master

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/internal/redistest"
+	"github.com/fencelock/fencelock/internal/tlstest"
 )
 
 // clusterURL is the redis+cluster URL of c's nodes.
@@ -162,4 +164,66 @@ func TestNodes(t *testing.T) {
 	assert.ErrorIs(t, err, backend.ErrUnavailable)
 	_, err = Nodes(ctx, "redis+sentinel://127.0.0.1:1")
 	assert.ErrorIs(t, err, backend.ErrInvalidURL)
+}
+
+// rediss+cluster: every node over TLS (the cluster bus and replication
+// too), each verified for its own announced address against cacert, with
+// a client certificate: names on every master are granted, and the
+// replica-waiting grant works.
+func TestClusterTLS(t *testing.T) {
+	t.Parallel()
+	f := tlstest.New(t)
+	c := redistest.StartCluster(t, 3, 1, redistest.WithTLS(f))
+	ctx := tctx(t, time.Minute)
+	q := url.Values{"cacert": {f.CA}, "cert": {f.ClientCert}, "key": {f.ClientKey}, "prefix": {"tls"}}
+	u := "rediss+cluster://" + strings.Join(c.Addrs(), ",") + "?" + q.Encode()
+	for _, raw := range []string{u, u + "&wait_replicas=1"} {
+		l, err := backend.Open(ctx, raw)
+		require.NoError(t, err)
+		masters := map[string]bool{}
+		for i := range 30 {
+			name := fmt.Sprint("tls-", i)
+			ls, err := l.TryAcquire(ctx, name)
+			require.NoError(t, err)
+			m, err := c.MasterOf(ctx, keysOf("tls", name).lock)
+			require.NoError(t, err)
+			masters[m.Addr()] = true
+			release(t, ls)
+		}
+		assert.Len(t, masters, 3)
+		require.NoError(t, l.Close())
+	}
+	nodes, err := Nodes(ctx, u)
+	require.NoError(t, err)
+	assert.ElementsMatch(t, c.Addrs(), nodes)
+
+	// A plain URL at the TLS nodes is refused at Open, saying TLS.
+	_, err = backend.Open(ctx, "redis+cluster://"+strings.Join(c.Addrs(), ",")+"?dial_timeout=2s")
+	require.ErrorIs(t, err, backend.ErrUnavailable)
+	assert.Contains(t, err.Error(), "TLS")
+}
+
+// rediss+sentinel: the Sentinels and the servers over TLS only, with a
+// client certificate: the Locker finds the primary, and follows a failover.
+func TestSentinelTLS(t *testing.T) {
+	t.Parallel()
+	f := tlstest.New(t)
+	s := redistest.StartSentinels(t, 3, redistest.WithTLS(f))
+	ctx := tctx(t, time.Minute)
+	q := url.Values{"cacert": {f.CA}, "cert": {f.ClientCert}, "key": {f.ClientKey}, "prefix": {"tls"}, "master_name": {redistest.SentinelMaster}}
+	l, err := backend.Open(ctx, "rediss+sentinel://"+strings.Join(s.Addrs(), ",")+"/0?"+q.Encode())
+	require.NoError(t, err)
+	defer l.Close()
+	la, err := l.TryAcquire(ctx, "x")
+	require.NoError(t, err)
+	release(t, la)
+	_, err = s.Failover(ctx)
+	require.NoError(t, err)
+	var lb *backend.Lease
+	require.Eventually(t, func() bool {
+		lb, err = l.TryAcquire(ctx, "x")
+		return err == nil
+	}, 30*time.Second, 50*time.Millisecond, "a grant on the promoted primary over TLS: %v", err)
+	assert.Greater(t, lb.Token(), la.Token())
+	release(t, lb)
 }

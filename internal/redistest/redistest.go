@@ -262,6 +262,12 @@ func (s *Server) args() ([]string, error) {
 	if s.cfg.cluster {
 		a = append(a, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(s.busPort),
 			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", strconv.Itoa(int(clusterNodeTimeout.Milliseconds())))
+		if f := s.cfg.tls; f != nil {
+			// The cluster bus and replication over TLS too, with the
+			// client certificate the nodes want of each other.
+			a = append(a, "--tls-cluster", "yes", "--tls-replication", "yes",
+				"--tls-client-cert-file", f.ClientCert, "--tls-client-key-file", f.ClientKey)
+		}
 	}
 	if s.cfg.replicaOf != "" {
 		host, port, _ := net.SplitHostPort(s.cfg.replicaOf)

@@ -31,7 +31,7 @@ type Sentinels struct {
 // StartSentinels starts a primary, a replica and n Sentinels, waits until
 // every Sentinel knows the replica and the other Sentinels and reaches
 // its quorum (SENTINEL CKQUORUM), and stops them all when tb ends. opts
-// apply to the primary and the replica.
+// apply to the primary and the replica, and WithTLS to the Sentinels too.
 func StartSentinels(tb testing.TB, n int, opts ...Option) *Sentinels {
 	tb.Helper()
 	s := &Sentinels{Primary: Start(tb, opts...)}
@@ -42,8 +42,14 @@ func StartSentinels(tb testing.TB, n int, opts ...Option) *Sentinels {
 		fmt.Sprintf("sentinel down-after-milliseconds %s %d", SentinelMaster, sentinelDownAfter.Milliseconds()),
 		fmt.Sprintf("sentinel failover-timeout %s 10000", SentinelMaster),
 	}
+	var given config // WithTLS applies to the Sentinels too
+	for _, o := range opts {
+		if o != nil {
+			o(&given)
+		}
+	}
 	for range n {
-		s.Sentinels = append(s.Sentinels, Start(tb, func(c *config) { c.sentinel = conf }))
+		s.Sentinels = append(s.Sentinels, Start(tb, func(c *config) { c.sentinel, c.tls = conf, given.tls }))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -147,6 +153,15 @@ func (s *Server) sentinelArgs() ([]string, error) {
 			return nil, err
 		}
 	}
-	return []string{path, "--sentinel", "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--dir", s.dir, "--daemonize", "no", "--logfile", s.LogPath()}, nil
+	a := []string{path, "--sentinel", "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--dir", s.dir, "--daemonize", "no", "--logfile", s.LogPath()}
+	if f := s.cfg.tls; f != nil {
+		// TLS only, to clients and to the servers it monitors (with
+		// the client certificate they want).
+		a = append(a, "--port", "0", "--tls-port", strconv.Itoa(s.port),
+			"--tls-cert-file", f.ServerCert, "--tls-key-file", f.ServerKey,
+			"--tls-ca-cert-file", f.CA, "--tls-auth-clients", "yes", "--tls-replication", "yes",
+			"--tls-client-cert-file", f.ClientCert, "--tls-client-key-file", f.ClientKey)
+	}
+	return a, nil
 }
