@@ -79,18 +79,8 @@ func startLocal(t testing.TB, kind Kind, topo Topology) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		m := &Member{Name: "redis", Addr: p.Addr(), Role: "primary", h: hooks{
-			stop:  func(context.Context) error { srv.Stop(); return nil },
-			kill:  func(context.Context) error { srv.Kill(); return nil },
-			pause: func(context.Context) error { return srv.Pause() },
-			unpause: func(ctx context.Context) error {
-				if err := srv.Resume(); err != nil {
-					return err
-				}
-				return poll(ctx, func(ctx context.Context) error { return redisPing(ctx, srv.Addr()) })
-			},
-			restart: func(context.Context) error { return srv.Restart() },
-		}}
+		m := localRedisMember("redis", "primary", srv)
+		m.Addr = p.Addr()
 		m.h.disconnect, m.h.reconnect = partition(p, func(ctx context.Context) error { return redisPing(ctx, p.Addr()) })
 		return &Server{URL: "redis://" + p.Addr() + "/0?prefix=" + prefix(), Members: []*Member{m}}, nil
 	case Postgres:
