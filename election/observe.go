@@ -26,7 +26,14 @@ type Observation struct {
 // WithPollInterval) and delivers an Observation each time what it sees
 // changes: a new leader, the same leader with a new value (Proclaim),
 // nobody leading, or the backend unreachable (Err set), and then the state
-// once it is reachable again. It never delivers a term older than one it
+// once it is reachable again. A read is given up, and the election
+// reported unknown, after 5s, and while a leader is delivered once that
+// leader's lease could have ended (when the read that last showed it was
+// sent, plus the TTL it had left then; on etcd, Redis and PostgreSQL,
+// whose Status says it; ZooKeeper's cannot): an observer cut off from the
+// backend does not go on naming a leader for longer than its term could
+// last. It never
+// delivers a term older than one it
 // delivered before, nor a term again once it saw it end: a read that shows
 // one (a lagging replica, a slow answer) is skipped. A leader elected by
 // another library, with token zero, is delivered whenever it changes. A term shorter than the poll interval may be
@@ -50,6 +57,30 @@ type observer struct {
 	leader    Leader        // the last leader delivered, while leading is true
 	newest    fencing.Token // the largest term number delivered
 	ended     bool          // the newest term was seen to end (no leader, or another leader)
+	// mayEnd is when the leader delivered could have ended without a
+	// renewal, as the last read that showed it said (sent + its TTL
+	// left); zero if unknown or nobody leads. A read still unanswered
+	// then is reported unknown: the observer does not go on naming a
+	// leader whose term may be over.
+	mayEnd time.Time
+}
+
+// bound is how long a read may take: readTimeout, and while a leader is
+// delivered no later than its mayEnd.
+func (o *observer) bound() time.Duration {
+	if !o.leading || o.unknown || o.mayEnd.IsZero() {
+		return readTimeout
+	}
+	return max(min(readTimeout, time.Until(o.mayEnd)), time.Millisecond)
+}
+
+// read records, after a read sent at sent that showed st, until when the
+// leader it shows may lead.
+func (o *observer) read(sent time.Time, st backend.Status) {
+	o.mayEnd = time.Time{}
+	if h := st.Holder; h != nil && h.TTLLeft >= 0 {
+		o.mayEnd = sent.Add(h.TTLLeft)
+	}
 }
 
 // next returns what to deliver for a read of the election, and whether to
@@ -109,9 +140,13 @@ func (e *Elector) observe(ctx context.Context, name string, ch chan<- Observatio
 		case <-ctx.Done():
 			return
 		}
-		st, err := e.read(ctx, name)
+		sent := time.Now()
+		st, err := e.read(ctx, name, o.bound())
 		if ctx.Err() != nil {
 			return
+		}
+		if err == nil {
+			o.read(sent, st)
 		}
 		if obs, ok := o.next(name, st, err); ok {
 			select {
@@ -128,11 +163,16 @@ func (e *Elector) observe(ctx context.Context, name string, ch chan<- Observatio
 }
 
 // readTimeout bounds one read of the leader: a backend that does not
-// answer within it is reported unknown, and read again.
+// answer within it (or, while a leader is delivered, by the end of that
+// leader's lease as last read) is reported unknown, and read again.
 const readTimeout = 5 * time.Second
 
-func (e *Elector) read(ctx context.Context, name string) (backend.Status, error) {
-	ctx, cancel := context.WithTimeout(ctx, readTimeout)
+func (e *Elector) read(ctx context.Context, name string, bound time.Duration) (backend.Status, error) {
+	rctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
-	return e.locker.Status(ctx, name)
+	st, err := e.locker.Status(rctx, name)
+	if err != nil && ctx.Err() == nil && rctx.Err() != nil && !errors.Is(err, backend.ErrUnavailable) {
+		err = fmt.Errorf("%w: no answer within %v: %w", backend.ErrUnavailable, bound.Round(time.Millisecond), err)
+	}
+	return st, err
 }
