@@ -18,6 +18,8 @@ import (
 
 	"github.com/fencelock/fencelock/conformance/chaos"
 	"github.com/fencelock/fencelock/conformance/servers"
+	"github.com/fencelock/fencelock/internal/redistest"
+	"github.com/fencelock/fencelock/internal/tlstest"
 )
 
 // logWriter sends the campaign's progress lines to t.Log.
@@ -340,4 +342,25 @@ func campaignOn(t *testing.T, p servers.Provider, kind servers.Kind, client chao
 		c.URL = lu.String()
 	}
 	runClean(t, c, grants)
+}
+
+// A campaign over rediss://, TLS-only servers with client certificates:
+// the workers dial their proxies through the Redis client's dial hook and
+// check each server's certificate against its own address, so the client
+// faults reach a TLS connection. (etcds:// and zks:// are refused.)
+func TestCampaignOverTLS(t *testing.T) {
+	f := tlstest.New(t)
+	srv := redistest.Start(t, redistest.WithTLS(f))
+	q := url.Values{"cacert": {f.CA}, "cert": {f.ClientCert}, "key": {f.ClientKey}, "prefix": {"chaos-tls"}}
+	c := chaos.Config{URL: "rediss://" + srv.Addr() + "/0?" + q.Encode(), Workers: 3, Duration: 12 * time.Second,
+		MinFaults: 1, MaxDuration: time.Minute}
+	res, err := run(t, c)
+	require.NoError(t, err)
+	sum := res.Summary
+	assert.Positive(t, sum.Grants)
+	for _, f := range chaos.ClientFaults {
+		assert.GreaterOrEqual(t, sum.Faults[f], 1, "%s faults", f)
+	}
+	assert.Zero(t, sum.StaleWritesAccepted)
+	assert.Equal(t, "ok", sum.Linearizable)
 }

@@ -200,9 +200,11 @@ func (c Config) withDefaults() (Config, error) {
 		return bad("%s names no host:port the workers' proxies could forward to", urlkit.Redact(u))
 	}
 	switch u.Scheme {
-	case "etcds", "zks", "rediss":
+	case "etcds", "zks":
 		// The certificate would be checked against the proxy's
-		// 127.0.0.1, not the server's name.
+		// 127.0.0.1, not the server's name. (A Redis URL's workers dial
+		// their proxies through a hook and check the server's name:
+		// rediss works.)
 		return bad("%s:// is TLS, which the workers' proxies would break (the server's certificate is checked against its host name): run the campaign over the plain scheme", u.Scheme)
 	case "postgres", "postgresql":
 		if u.Query().Get("sslmode") == "verify-full" {

@@ -80,7 +80,7 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		},
 	}
 	cp.enc = json.NewEncoder(cp.hist)
-	if strings.HasSuffix(u.Scheme, "+sentinel") || strings.HasSuffix(u.Scheme, "+cluster") {
+	if dialsThroughHook(u, c) {
 		nctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		cp.nodes, err = redis.Nodes(nctx, c.URL)
 		cancel()
@@ -474,6 +474,17 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// dialsThroughHook reports whether the campaign's workers reach the lock
+// service through a dial hook with a proxy in front of every address the
+// client dials (cp.nodes), rather than through a URL rewritten to name
+// their proxies: for every Redis scheme opened from its URL. A Sentinel or
+// Cluster client dials the addresses the servers announce, which no URL
+// rewrite reaches, and a TLS client checks the certificate against the
+// address it was asked to dial, not the proxy's.
+func dialsThroughHook(u *url.URL, c Config) bool {
+	return strings.HasPrefix(u.Scheme, "redis") && c.RedisClient == RedisClientURL && c.Sentinel == nil
 }
 
 // defaultPorts are the client ports of the schemes whose URLs may leave
