@@ -189,9 +189,12 @@ func TestCampaign(t *testing.T) {
 		// half the grants.
 		{kind: servers.Redis, client: chaos.RedisClientDocs},
 		{kind: servers.Redis, client: chaos.RedisClientNoContextTimeout},
-		// Redis deployments that fail over by themselves, named by their
-		// URLs: Sentinel and a Redis Cluster (local processes).
-		{kind: servers.Redis, topo: servers.Sentinel}, {kind: servers.Redis, topo: servers.Sharded}}
+		// A Redis deployment that fails over by itself, named by its
+		// URL: a Redis Cluster (local processes). (The Sentinel's
+		// failovers are the docs client's campaign's, above; its URL's
+		// campaign passes the same way, and a third campaign here made
+		// the run too long for CI's two cores.)
+		{kind: servers.Redis, topo: servers.Sharded}}
 	slots := make(chan struct{}, campaignsAtOnce)
 	var wg sync.WaitGroup
 	for _, cp := range campaigns {
