@@ -112,8 +112,7 @@
 // servers: a primary, a replica and three Sentinels, and a cluster of
 // three masters with a replica each (conformance/servers' sentinel and
 // sharded topologies, local processes; TestURL), through the URL harness,
-// which puts a fault proxy in front of every node the client dials; every
-// command-line subcommand runs on both too. Over TLS (rediss+sentinel,
+// which puts a fault proxy in front of every node the client dials. Over TLS (rediss+sentinel,
 // rediss+cluster: every server, Sentinel, cluster bus and replication
 // link TLS only, with client certificates) grants, a Sentinel failover and
 // Nodes are tested. In Docker they are untested. A failover (SENTINEL FAILOVER; CLUSTER

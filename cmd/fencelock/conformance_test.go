@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -53,50 +52,31 @@ func TestConformanceCommandServers(t *testing.T) {
 		name     string
 		url      func(t *testing.T) string
 		settings string
-		topology bool // a deployment of a backend above: the full run only
 	}{
 		{"etcd", func(t *testing.T) string {
 			srv := etcdtest.Start(t)
 			return "etcd://" + strings.TrimPrefix(srv.Endpoints()[0], "http://") + "/conformance-cli"
-		}, "ttl 2s, min-ttl 2s, max-ttl 0s, fifo true", false},
+		}, "ttl 2s, min-ttl 2s, max-ttl 0s, fifo true"},
 		{"redis", func(t *testing.T) string {
 			return "redis://" + redistest.Start(t).Addr() + "/0?prefix=conformance-cli"
-		}, "ttl 2s, min-ttl 100ms, max-ttl 0s, fifo true", false},
+		}, "ttl 2s, min-ttl 100ms, max-ttl 0s, fifo true"},
 		{"postgres", func(t *testing.T) string {
 			return pgtest.Start(t).NewDatabase(t) + "&prefix=conformance_cli"
-		}, "ttl 2s, min-ttl 100ms, max-ttl 0s, fifo true", false},
+		}, "ttl 2s, min-ttl 100ms, max-ttl 0s, fifo true"},
 		{"zookeeper", func(t *testing.T) string {
 			return "zk://" + zktest.Start(t).Addr() + "/conformance-cli"
-		}, "ttl 2s, min-ttl 400ms, max-ttl 2m0s, fifo true", false},
-		{"redis-sentinel", func(t *testing.T) string {
-			s := redistest.StartSentinels(t, 3)
-			return "redis+sentinel://" + strings.Join(s.Addrs(), ",") + "/0?master_name=" + redistest.SentinelMaster + "&prefix=conformance-cli"
-		}, "ttl 2s, min-ttl 100ms, max-ttl 0s, fifo true", true},
-		{"redis-cluster", func(t *testing.T) string {
-			return "redis+cluster://" + strings.Join(redistest.StartCluster(t, 3, 1).Addrs(), ",") + "?prefix=conformance-cli"
-		}, "ttl 2s, min-ttl 100ms, max-ttl 0s, fifo true", true},
-		{"postgres-standby", func(t *testing.T) string {
-			primary := pgtest.Start(t)
-			standby := primary.StartStandby(t, false)
-			return fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write&prefix=conformance_cli",
-				primary.Port(), standby.Port())
-		}, "ttl 2s, min-ttl 100ms, max-ttl 0s, fifo true", true},
+		}, "ttl 2s, min-ttl 400ms, max-ttl 2m0s, fifo true"},
 		{"zookeeper-stock", func(t *testing.T) string {
 			// Debian's stock server: its timeouts and its limit of 60
 			// connections per client address (the suite's concurrent
 			// cases all come from one).
 			return "zk://" + zktest.Start(t, zktest.WithStockTimeouts(), zktest.WithConfig("maxClientCnxns", "60")).Addr() + "/conformance-cli"
-		}, "ttl 4s, min-ttl 4s, max-ttl 40s, fifo true", false},
+		}, "ttl 4s, min-ttl 4s, max-ttl 40s, fifo true"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			if tc.topology && testing.Short() {
-				t.Skip("-short: a deployment of a backend the quick tier runs single; the full run (scripts/test) runs it")
-			}
 			args := []string{tc.url(t)}
-			if testing.Short() || tc.topology {
-				// A deployment runs the whole suite through the same
-				// harness in TestURL (conformance package).
+			if testing.Short() {
 				// The quick tier: the command's plumbing on every scheme;
 				// the backends pass the whole suite in their packages.
 				args = append(args, "--run", "^(TryAcquire|FIFO|Unavailable|ElectionResignHandsOver)$")

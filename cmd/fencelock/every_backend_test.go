@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -38,25 +37,6 @@ type testBackend struct {
 	// What the backend's status can tell: the holder identity (Redis keeps
 	// none), the TTL left (a ZooKeeper session's is the ensemble's secret).
 	holderNames, ttlLeft bool
-	// topology: a deployment of a backend above (Sentinel, Cluster, a
-	// standby). Its tests run in the full run only (the quick tier,
-	// -short, runs each backend once), and only those whose code depends
-	// on the URL: opening it, a grant, status, an unreachable backend, an
-	// election's leader (its outage too), the suite's command. The rest
-	// (bench, advise, chaos, demo, the metrics, watches, elect's faults)
-	// is the same code over the same Locker: run on every deployment at
-	// once, beside the four backends, they starved CI's two cores (load
-	// 27, grants at 3.5/s, the run twice as long).
-	topology bool
-}
-
-// startFor starts b's servers, or skips t under -short if b is a
-// topology.
-func (b testBackend) startFor(t *testing.T) func(prefix string) string {
-	if b.topology && testing.Short() {
-		t.Skip("-short: a deployment of a backend the quick tier runs single; the full run (scripts/test) runs it")
-	}
-	return b.start(t)
 }
 
 var testBackends = []testBackend{
@@ -103,101 +83,6 @@ var testBackends = []testBackend{
 		down:        func(port int) string { return fmt.Sprintf("postgres://u@127.0.0.1:%d/x?connect_timeout=1", port) },
 		holderNames: true, ttlLeft: true,
 	},
-	{
-		name: "redis-sentinel",
-		start: func(t *testing.T) func(string) string {
-			s := redistest.StartSentinels(t, 3)
-			addOutage(t, strings.Join(s.Addrs(), ","), s.Primary, s.Replica)
-			return func(prefix string) string {
-				return "redis+sentinel://" + strings.Join(s.Addrs(), ",") + "/0?master_name=" + redistest.SentinelMaster + "&prefix=" + prefix + "&ttl=6s"
-			}
-		},
-		down: func(port int) string {
-			return fmt.Sprintf("redis+sentinel://127.0.0.1:%d?master_name=m&dial_timeout=1s", port)
-		},
-		ttlLeft: true, topology: true,
-	},
-	{
-		name: "redis-cluster",
-		start: func(t *testing.T) func(string) string {
-			c := redistest.StartCluster(t, 3, 1)
-			addOutage(t, strings.Join(c.Addrs(), ","), c.Nodes()...)
-			return func(prefix string) string {
-				return "redis+cluster://" + strings.Join(c.Addrs(), ",") + "?prefix=" + prefix + "&ttl=6s"
-			}
-		},
-		down:    func(port int) string { return fmt.Sprintf("redis+cluster://127.0.0.1:%d?dial_timeout=1s", port) },
-		ttlLeft: true, topology: true,
-	},
-	{
-		name: "postgres-standby",
-		start: func(t *testing.T) func(string) string {
-			primary := pgtest.Start(t)
-			standby := primary.StartStandby(t, false)
-			return func(prefix string) string {
-				return fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write&prefix=%s&ttl=6s",
-					primary.Port(), standby.Port(), strings.ReplaceAll(prefix, "-", "_"))
-			}
-		},
-		down: func(port int) string {
-			return fmt.Sprintf("postgres://u@127.0.0.1:%d,127.0.0.1:%d/x?connect_timeout=1&target_session_attrs=read-write", port, port+1)
-		},
-		holderNames: true, ttlLeft: true, topology: true,
-	},
-}
-
-// outages are the servers of the topologies whose clients dial addresses
-// they learn from the servers (Redis Sentinel and Cluster), by the hosts
-// of their URLs: a proxy in front of the URL's hosts would not cut those
-// connections, so an outage pauses the servers (SIGSTOP).
-var outages sync.Map // hosts -> []*redistest.Server
-
-// addOutage records the servers of the topology at hosts for t.
-func addOutage(t *testing.T, hosts string, servers ...*redistest.Server) {
-	outages.Store(hosts, servers)
-	t.Cleanup(func() { outages.Delete(hosts) })
-}
-
-// outage returns url with the means to cut its clients off the servers
-// (requests hang, nothing is closed) and to heal: a proxy in front of each
-// host of the URL (through is the URL over the proxies), or, for a
-// topology addOutage recorded, pausing its servers (SIGSTOP; through is
-// url). The proxies close when t ends, and the servers are resumed.
-func outage(t *testing.T, url string) (through string, cut, heal func()) {
-	u, err := neturl.Parse(url)
-	require.NoError(t, err)
-	if v, ok := outages.Load(u.Host); ok {
-		servers := v.([]*redistest.Server)
-		heal = func() {
-			for _, s := range servers {
-				_ = s.Resume()
-			}
-		}
-		t.Cleanup(heal)
-		return url, func() {
-			for _, s := range servers {
-				_ = s.Pause()
-			}
-		}, heal
-	}
-	var proxied []string
-	var proxies []*faultproxy.Proxy
-	for _, h := range strings.Split(u.Host, ",") {
-		proxy, err := faultproxy.Start(h)
-		require.NoError(t, err)
-		t.Cleanup(proxy.Close)
-		proxies = append(proxies, proxy)
-		proxied = append(proxied, proxy.Addr())
-	}
-	return strings.Replace(url, u.Host, strings.Join(proxied, ","), 1), func() {
-			for _, p := range proxies {
-				p.Partition()
-			}
-		}, func() {
-			for _, p := range proxies {
-				p.Heal()
-			}
-		}
 }
 
 // The in-process subcommands are quiet as the binary is.
@@ -211,24 +96,20 @@ func TestSubcommandsOnEveryBackend(t *testing.T) {
 	for _, b := range testBackends {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel() // a server of its own
-			url := b.startFor(t)
+			url := b.start(t)
 			t.Run("run", func(t *testing.T) { testRunOn(t, url("cli-run")) })
 			t.Run("status", func(t *testing.T) { testStatusOn(t, b, url("cli-status")) })
-			if !b.topology {
-				t.Run("status-watch-outage", func(t *testing.T) { testStatusWatchOutage(t, url("cli-status-watch-outage")) })
-				t.Run("status-watch", func(t *testing.T) { testStatusWatchOn(t, b, url("cli-status-watch")) })
-				t.Run("bench", func(t *testing.T) { testBenchOn(t, url("cli-bench")) })
-				t.Run("advise", func(t *testing.T) { testAdviseOn(t, url("cli-advise")) })
-				t.Run("chaos", func(t *testing.T) { testChaosOn(t, url("cli-chaos")) })
-			}
-			if !b.topology {
-				t.Run("demo", func(t *testing.T) {
-					r := cli("demo", "--url", url("cli-demo"), "--ttl", "2s")
-					require.Equal(t, exitOK, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
-					assert.Contains(t, r.stdout, "rejects A's write")
-					assert.Contains(t, r.stdout, "OK: A's stale write")
-				})
-			}
+			t.Run("status-watch", func(t *testing.T) { testStatusWatchOn(t, b, url("cli-status-watch")) })
+			t.Run("status-watch-outage", func(t *testing.T) { testStatusWatchOutage(t, url("cli-status-watch-outage")) })
+			t.Run("bench", func(t *testing.T) { testBenchOn(t, url("cli-bench")) })
+			t.Run("advise", func(t *testing.T) { testAdviseOn(t, url("cli-advise")) })
+			t.Run("demo", func(t *testing.T) {
+				r := cli("demo", "--url", url("cli-demo"), "--ttl", "2s")
+				require.Equal(t, exitOK, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+				assert.Contains(t, r.stdout, "rejects A's write")
+				assert.Contains(t, r.stdout, "OK: A's stale write")
+			})
+			t.Run("chaos", func(t *testing.T) { testChaosOn(t, url("cli-chaos")) })
 			t.Run("unavailable", func(t *testing.T) {
 				port, err := freeport.Port()
 				require.NoError(t, err)
@@ -496,13 +377,17 @@ func testStatusWatchOutage(t *testing.T, url string) {
 	require.NoError(t, err)
 	defer func() { _ = lease.Release(context.WithoutCancel(ctx)) }()
 
-	url, partition, heal := outage(t, url)
-	p := startLive(t, true, "status", "--url", url,
+	u, err := neturl.Parse(url)
+	require.NoError(t, err)
+	proxy, err := faultproxy.Start(u.Host)
+	require.NoError(t, err)
+	defer proxy.Close()
+	p := startLive(t, true, "status", "--url", strings.Replace(url, u.Host, proxy.Addr(), 1),
 		"--watch", "--json", "--interval", "50ms", "--timeout", "5s", "job")
 	out := p.out.String
 	held := `"token":"` + lease.Token().String() + `"`
 	n := waitLine(t, out, 0, held)
-	partition()
+	proxy.Partition()
 	n = waitLine(t, out, n+1, `"error":"`)
 	time.Sleep(500 * time.Millisecond) // the watch goes on while it cannot read
 	select {
@@ -510,7 +395,7 @@ func testStatusWatchOutage(t *testing.T, url string) {
 		t.Fatalf("the watch ended in the outage: %+v", r)
 	default:
 	}
-	heal()
+	proxy.Heal()
 	n = waitLine(t, out, n+1, held+`.*"error":null`)
 	p.stop()
 	r := p.wait(t)

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"testing"
 	"time"
 
@@ -39,13 +38,9 @@ func scrape(addr string) string {
 func TestMetricsAddrOnEveryBackend(t *testing.T) {
 	t.Parallel() // long, and on servers of its own
 	for _, b := range testBackends {
-		if b.topology {
-			continue // its metrics are its backend's (see testBackend.topology)
-		}
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel() // a server of its own
 			url := b.start(t)
-			kind, _, _ := strings.Cut(b.name, "-") // redis-cluster: the redis backend
 			for _, command := range []string{"run", "elect"} {
 				t.Run(command, func(t *testing.T) {
 					port, err := freeport.Port()
@@ -59,8 +54,8 @@ func TestMetricsAddrOnEveryBackend(t *testing.T) {
 					require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(dir, "held")); return err == nil },
 						60*time.Second, 50*time.Millisecond, "the command did not start")
 
-					held := regexp.MustCompile(`(?m)^fencelock_leases_held\{[^}]*fencelock_backend="` + kind + `"[^}]*\} 1$`)
-					granted := regexp.MustCompile(`(?m)^fencelock_acquire_duration_seconds_count\{[^}]*fencelock_acquire_result="granted"[^}]*fencelock_backend="` + kind + `"[^}]*\} 1$`)
+					held := regexp.MustCompile(`(?m)^fencelock_leases_held\{[^}]*fencelock_backend="` + b.name + `"[^}]*\} 1$`)
+					granted := regexp.MustCompile(`(?m)^fencelock_acquire_duration_seconds_count\{[^}]*fencelock_acquire_result="granted"[^}]*fencelock_backend="` + b.name + `"[^}]*\} 1$`)
 					var text string
 					require.Eventually(t, func() bool {
 						text = scrape(addr)
