@@ -66,13 +66,20 @@ type observer struct {
 }
 
 // bound is how long a read may take: readTimeout, and while a leader is
-// delivered no later than its mayEnd.
+// delivered no later than its mayEnd, but at least minReadBound.
 func (o *observer) bound() time.Duration {
 	if !o.leading || o.unknown || o.mayEnd.IsZero() {
 		return readTimeout
 	}
-	return max(min(readTimeout, time.Until(o.mayEnd)), time.Millisecond)
+	return max(min(readTimeout, time.Until(o.mayEnd)), minReadBound)
 }
+
+// minReadBound is the least a read is given while a leader is shown:
+// etcd counts a lease's TTL left in whole seconds, rounded down, so a
+// leader renewing a 2s lease may read as 0s left; a read bounded by that
+// alone failed at once, and the observer flapped between the leader and
+// unknown on a healthy backend.
+const minReadBound = time.Second
 
 // read records, after a read sent at sent that showed st, until when the
 // leader it shows may lead.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 
@@ -150,14 +151,19 @@ func (h logHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.P
 // pub/sub listener: not one a hook marked. Those lines start with
 // "sentinel:" and name the master (or the Sentinel's address), so a line
 // that names the master name or a Sentinel address of an owned client goes
-// to that client's clientLog. An application's own Sentinel client of the
-// same deployment, in the same process, has its Sentinel lines routed
-// there too.
+// to that client's clientLog (the latest opened, if several), and nowhere
+// once they all closed. An application's own Sentinel client of the same
+// deployment, in the same process, has its Sentinel lines routed there
+// too.
 var ownedSentinels sentinelLogs
 
 type sentinelLogs struct {
 	mu sync.Mutex
-	to map[string]*clientLog // by master name and Sentinel address
+	// to holds, by master name and Sentinel address, the owned
+	// clients' logs, the latest last. A key whose clients all closed
+	// keeps an empty one: a closed client's goroutines may still log
+	// (an EOF from a Sentinel it closed), and such lines go nowhere.
+	to map[string][]*clientLog
 }
 
 // add routes the lines that name any of keys to to, until the returned
@@ -166,18 +172,16 @@ func (s *sentinelLogs) add(to *clientLog, keys ...string) (remove func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.to == nil {
-		s.to = make(map[string]*clientLog)
+		s.to = make(map[string][]*clientLog)
 	}
 	for _, k := range keys {
-		s.to[k] = to
+		s.to[k] = append(s.to[k], to)
 	}
 	return func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		for _, k := range keys {
-			if s.to[k] == to {
-				delete(s.to, k)
-			}
+			s.to[k] = slices.DeleteFunc(s.to[k], func(c *clientLog) bool { return c == to })
 		}
 	}
 }
@@ -191,8 +195,11 @@ func (s *sentinelLogs) find(format string, args []any) *clientLog {
 	defer s.mu.Unlock()
 	for _, a := range args {
 		if k, ok := a.(string); ok {
-			if to := s.to[k]; to != nil {
-				return to
+			if logs, known := s.to[k]; known {
+				if len(logs) == 0 {
+					return &clientLog{} // its clients closed: nowhere
+				}
+				return logs[len(logs)-1]
 			}
 		}
 	}

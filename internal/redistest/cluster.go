@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -161,18 +162,28 @@ func (c *Cluster) MasterOf(ctx context.Context, key string) (*Server, error) {
 		if err != nil {
 			continue
 		}
-		slots, err := n.client().ClusterSlots(ctx).Result()
+		shards, err := n.client().ClusterShards(ctx).Result()
 		if err != nil {
 			continue
 		}
-		for _, s := range slots {
-			if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 {
+		for _, sh := range shards {
+			if !slices.ContainsFunc(sh.Slots, func(r goredis.SlotRange) bool { return r.Start <= slot && slot <= r.End }) {
+				continue
+			}
+			for _, node := range sh.Nodes {
+				if node.Role != "master" {
+					continue
+				}
+				port := node.Port
+				if node.TLSPort != 0 {
+					port = node.TLSPort
+				}
 				for _, m := range c.Nodes() {
-					if m.Addr() == s.Nodes[0].Addr {
+					if int64(m.port) == port {
 						return m, nil
 					}
 				}
-				return nil, fmt.Errorf("redistest: slot %d is served by %s, not a node of the cluster", slot, s.Nodes[0].Addr)
+				return nil, fmt.Errorf("redistest: slot %d is served by port %d, not a node of the cluster", slot, port)
 			}
 		}
 	}
