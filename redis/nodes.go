@@ -12,7 +12,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock/backend"
-	"github.com/fencelock/fencelock/internal/urlkit"
 )
 
 // Nodes returns the addresses (host:port) that a Locker opened from rawURL
@@ -24,10 +23,7 @@ import (
 // campaign, which puts a proxy in front of each. Errors match
 // backend.ErrInvalidURL or backend.ErrUnavailable.
 func Nodes(ctx context.Context, rawURL string) ([]string, error) {
-	if err := backend.CheckURL(rawURL); err != nil {
-		return nil, err
-	}
-	u, err := urlkit.Parse(rawURL)
+	u, err := checkedURL(rawURL)
 	if err != nil {
 		return nil, err
 	}

@@ -230,13 +230,19 @@ func ParseClusterURL(rawURL string) (*goredis.ClusterOptions, Config, error) {
 	return e.clusterOptions(), cfg, nil
 }
 
+// checkedURL checks rawURL as backend.Open does, without dialling, and
+// parses it, for the package's exported parsers.
+func checkedURL(rawURL string) (*url.URL, error) {
+	if err := backend.CheckURL(rawURL); err != nil {
+		return nil, err
+	}
+	return urlkit.Parse(rawURL)
+}
+
 // parseRaw checks rawURL as backend.Open does and parses it, wanting a
 // scheme of topology t.
 func parseRaw(rawURL string, t topology) (endpoint, Config, error) {
-	if err := backend.CheckURL(rawURL); err != nil {
-		return endpoint{}, Config{}, err
-	}
-	u, err := urlkit.Parse(rawURL)
+	u, err := checkedURL(rawURL)
 	if err != nil {
 		return endpoint{}, Config{}, err
 	}

@@ -406,10 +406,7 @@ func clientDuration(v string) (time.Duration, error) {
 // auto_renew, max_hold, drift, holder) are checked, not returned: they are
 // backend.Options. Every error matches backend.ErrInvalidURL.
 func ParseURL(rawURL string) (*goredis.Options, Config, error) {
-	if err := backend.CheckURL(rawURL); err != nil {
-		return nil, Config{}, err
-	}
-	u, err := urlkit.Parse(rawURL)
+	u, err := checkedURL(rawURL)
 	if err != nil {
 		return nil, Config{}, err
 	}
