@@ -20,13 +20,15 @@ type proxySet struct {
 	cut         bool
 }
 
-// discovers reports whether a URL's client dials addresses it learns from
-// the servers rather than only its hosts (Redis Sentinel, which names the
-// primary, and Redis Cluster, which lists its nodes): the harness then
-// puts a proxy in front of every address the Locker dials (see dialhook)
-// instead of rewriting the URL's hosts.
-func discovers(u *url.URL) bool {
-	return strings.HasSuffix(u.Scheme, "+sentinel") || strings.HasSuffix(u.Scheme, "+cluster")
+// dialsThroughHook reports whether the harness reaches a URL's servers
+// through the client's dial hook (see dialhook) rather than by rewriting
+// the URL's hosts: every Redis scheme. A Sentinel's or Cluster's client
+// dials addresses it learns from the servers (the primary, the nodes), so
+// only the hook puts a proxy in front of every one of them; and a TLS
+// client keeps checking each server's certificate against the address it
+// meant to dial, not the proxy's.
+func dialsThroughHook(u *url.URL) bool {
+	return strings.HasPrefix(u.Scheme, "redis")
 }
 
 // proxy returns the set's proxy to target, started on first use with the

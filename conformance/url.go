@@ -105,7 +105,7 @@ func (h *URLHarness) NewLocker(t testing.TB, opts ...backend.Option) *backend.Lo
 	proxies := &proxySet{}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if discovers(u) {
+	if dialsThroughHook(u) {
 		ctx = dialhook.With(ctx, proxies.dial)
 	} else {
 		var hosts []string
