@@ -103,6 +103,15 @@ func TestHeldBy(t *testing.T) {
 	h, err := g.Highest(ctx, "job")
 	require.NoError(t, err)
 	assert.Equal(t, tok, h)
+
+	// A transaction etcd refuses was not applied either: its error is
+	// returned as it is, not as an unknown outcome.
+	err = g.Do(ctx, "job", tok, func(_ context.Context, tx *etcdfence.Txn) error {
+		tx.Put("/fence/job", "the token key, twice in one Txn")
+		return nil
+	})
+	require.ErrorIs(t, err, rpctypes.ErrDuplicateKey)
+	assert.NotErrorIs(t, err, fencing.ErrOutcomeUnknown)
 }
 
 func TestLargeTokens(t *testing.T) {
@@ -167,17 +176,4 @@ func TestNewOptions(t *testing.T) {
 	srv := etcdtest.Start(t)
 	_, err = etcdfence.New(srv.NewClient(t), etcdfence.WithPrefix(""))
 	assert.Error(t, err)
-}
-
-// A transaction etcd refuses was not applied: its error is returned as it
-// is, not as an unknown outcome.
-func TestRefusedIsNotUnknown(t *testing.T) {
-	srv := etcdtest.Start(t)
-	g := newGuard(t, srv.NewClient(t), etcdfence.WithPrefix("/f/"))
-	err := g.Do(context.Background(), "r", 3, func(_ context.Context, tx *etcdfence.Txn) error {
-		tx.Put("/f/r", "the token key, twice in one Txn")
-		return nil
-	})
-	require.ErrorIs(t, err, rpctypes.ErrDuplicateKey)
-	assert.NotErrorIs(t, err, fencing.ErrOutcomeUnknown)
 }

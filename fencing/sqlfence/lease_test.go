@@ -153,6 +153,8 @@ func TestLeaseGuardHolderWrites(t *testing.T) {
 	require.ErrorIs(t, err, sqlfence.ErrLeaseEnded)
 	assert.ErrorContains(t, err, "released")
 	assert.Equal(t, "by a again", l.body(t, "d"))
+
+	t.Run("CommitOutcome", func(t *testing.T) { commitOutcome(t, l) }) // on the same server
 }
 
 // After a holder's lease expires its token is refused, before anyone else
@@ -414,11 +416,11 @@ func ExampleLeaseGuard_Do() {
 	}
 }
 
-// A COMMIT the server refuses rolls back, and its error is returned as it
-// is; a COMMIT whose answer is lost is ErrOutcomeUnknown, for a Guard (the
-// suite's LostAnswer) and a LeaseGuard alike, even when the write landed.
-func TestCommitOutcome(t *testing.T) {
-	l := openLeaseDB(t, sqlfence.DefaultLockPrefix)
+// commitOutcome: a COMMIT the server refuses rolls back, and its error is
+// returned as it is; a COMMIT whose answer is lost is ErrOutcomeUnknown,
+// for a Guard (the suite's LostAnswer) and a LeaseGuard alike, when the
+// write landed.
+func commitOutcome(t *testing.T, l *leaseDB) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
@@ -439,7 +441,7 @@ func TestCommitOutcome(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, h)
 
-	lease, err := l.locker(t, l.dsn).Acquire(ctx, "report", backend.WithTTL(time.Minute))
+	lease, err := l.locker(t, l.dsn).Acquire(ctx, "outcome", backend.WithTTL(time.Minute))
 	require.NoError(t, err)
 	proxy, err := faultproxy.Start(fmt.Sprintf("127.0.0.1:%d", l.c.Port()))
 	require.NoError(t, err)
@@ -449,15 +451,15 @@ func TestCommitOutcome(t *testing.T) {
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() {
-		done <- lg.Do(ctx, "report", lease.Token(), func(ctx context.Context, tx *sql.Tx) error {
-			if err := put("d", "landed")(ctx, tx); err != nil {
+		done <- lg.Do(ctx, "outcome", lease.Token(), func(ctx context.Context, tx *sql.Tx) error {
+			if err := put("o", "landed")(ctx, tx); err != nil {
 				return err
 			}
 			proxy.HoldReplies() // the COMMIT passes, its answer is held
 			return nil
 		})
 	}()
-	for l.body(t, "d") != "landed" {
+	for l.body(t, "o") != "landed" {
 		select {
 		case err := <-done:
 			t.Fatalf("Do returned before its write landed: %v", err)
