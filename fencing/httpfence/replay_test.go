@@ -21,8 +21,8 @@ import (
 )
 
 // send PUTs body to url with token, and with an Idempotency-Key if key is
-// not empty, and returns the answer's Result, status and body.
-func send(t *testing.T, c *http.Client, url, token, key, body string) (error, int, string) {
+// not empty, and returns the answer's status, body and Result.
+func send(t *testing.T, c *http.Client, url, token, key, body string) (int, string, error) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPut, url, strings.NewReader(body))
 	require.NoError(t, err)
@@ -33,11 +33,11 @@ func send(t *testing.T, c *http.Client, url, token, key, body string) (error, in
 	tok, _ := fencing.ParseToken(token)
 	resp, err := c.Do(req)
 	if err != nil {
-		return httpfence.Result(nil, err, "/doc", tok), 0, ""
+		return 0, "", httpfence.Result(nil, err, "/doc", tok)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return httpfence.Result(resp, nil, "/doc", tok), resp.StatusCode, string(b)
+	return resp.StatusCode, string(b), httpfence.Result(resp, nil, "/doc", tok)
 }
 
 // counting is the docs service, counting the requests it runs.
@@ -62,44 +62,44 @@ func TestIdempotencyKeyReplaysTheAnswer(t *testing.T) {
 	defer srv.Close()
 	c := srv.Client()
 
-	err, code, body := send(t, c, srv.URL+"/doc", "5", "k1", "v5")
+	code, body, err := send(t, c, srv.URL+"/doc", "5", "k1", "v5")
 	require.NoError(t, err)
 	require.Equal(t, 200, code)
 	require.NoError(t, fencing.Admit(context.Background(), guard, "/doc", 6)) // a newer holder
-	err2, code2, body2 := send(t, c, srv.URL+"/doc", "5", "k1", "v5")
+	code2, body2, err2 := send(t, c, srv.URL+"/doc", "5", "k1", "v5")
 	require.NoError(t, err2, "the retry gets the first answer, not a 409")
 	assert.Equal(t, code, code2)
 	assert.Equal(t, body, body2)
 	assert.Equal(t, int64(1), svc.runs.Load(), "the write ran once")
 
-	err, code, _ = send(t, c, srv.URL+"/doc", "5", "", "v5")
+	code, _, err = send(t, c, srv.URL+"/doc", "5", "", "v5")
 	assert.Equal(t, http.StatusConflict, code, "without a key, it runs again: stale now")
 	assert.ErrorIs(t, err, fencing.ErrStaleToken)
-	err, code, _ = send(t, c, srv.URL+"/doc", "4", "k1", "v4")
+	code, _, err = send(t, c, srv.URL+"/doc", "4", "k1", "v4")
 	assert.Equal(t, http.StatusConflict, code, "the same key with another token is another write")
 	assert.ErrorIs(t, err, fencing.ErrStaleToken)
-	err, _, _ = send(t, c, srv.URL+"/doc", "4", "k1", "v4")
+	_, _, err = send(t, c, srv.URL+"/doc", "4", "k1", "v4")
 	assert.ErrorIs(t, err, fencing.ErrStaleToken, "a stale attempt did not land: it is run again")
 
-	err, code, _ = send(t, c, srv.URL+"/doc", "7", "k2", "bad")
+	code, _, err = send(t, c, srv.URL+"/doc", "7", "k2", "bad")
 	require.Equal(t, http.StatusUnprocessableEntity, code)
 	require.Error(t, err)
 	assert.NotErrorIs(t, err, fencing.ErrStaleToken)
 	assert.NotErrorIs(t, err, fencing.ErrOutcomeUnknown, "the handler refused it: it did not land")
 	runs := svc.runs.Load()
-	_, code, _ = send(t, c, srv.URL+"/doc", "7", "k2", "bad")
+	code, _, _ = send(t, c, srv.URL+"/doc", "7", "k2", "bad")
 	assert.Equal(t, http.StatusUnprocessableEntity, code)
 	assert.Equal(t, runs+1, svc.runs.Load(), "a refused attempt is run again")
 
 	off := httptest.NewServer(httpfence.Middleware(guard, svc, httpfence.WithReplayWindow(0)))
 	defer off.Close()
-	require.NoError(t, first(send(t, off.Client(), off.URL+"/doc", "8", "k3", "v8")))
+	require.NoError(t, errOf(send(t, off.Client(), off.URL+"/doc", "8", "k3", "v8")))
 	require.NoError(t, fencing.Admit(context.Background(), guard, "/doc", 9))
-	err, _, _ = send(t, off.Client(), off.URL+"/doc", "8", "k3", "v8")
+	_, _, err = send(t, off.Client(), off.URL+"/doc", "8", "k3", "v8")
 	assert.ErrorIs(t, err, fencing.ErrStaleToken, "WithReplayWindow(0): every attempt runs")
 }
 
-func first(err error, _ int, _ string) error { return err }
+func errOf(_ int, _ string, err error) error { return err }
 
 // An attempt that comes while the first one runs waits for its answer.
 func TestIdempotencyKeyWaitsForTheRunningAttempt(t *testing.T) {
@@ -118,7 +118,7 @@ func TestIdempotencyKeyWaitsForTheRunningAttempt(t *testing.T) {
 	defer srv.Close()
 	answers := make(chan string, 2)
 	attempt := func() {
-		err, code, body := send(t, srv.Client(), srv.URL+"/doc", "5", "k", "v")
+		code, body, err := send(t, srv.Client(), srv.URL+"/doc", "5", "k", "v")
 		if err != nil {
 			body = err.Error()
 		}
@@ -165,12 +165,12 @@ func TestUnknownOutcomeIsAnsweredAsSuch(t *testing.T) {
 	svc := &counting{docs: docs{data: map[string]string{}}}
 	srv := httptest.NewServer(httpfence.Middleware(lossy{m}, svc))
 	defer srv.Close()
-	err, code, body := send(t, srv.Client(), srv.URL+"/doc", "5", "k", "v5")
+	code, body, err := send(t, srv.Client(), srv.URL+"/doc", "5", "k", "v5")
 	assert.Equal(t, http.StatusInternalServerError, code)
 	assert.Contains(t, body, "may or may not have been committed")
 	require.ErrorIs(t, err, fencing.ErrOutcomeUnknown)
 	require.NoError(t, fencing.Admit(context.Background(), m, "/doc", 6))
-	err, _, _ = send(t, srv.Client(), srv.URL+"/doc", "5", "k", "v5")
+	_, _, err = send(t, srv.Client(), srv.URL+"/doc", "5", "k", "v5")
 	require.ErrorIs(t, err, fencing.ErrOutcomeUnknown, "the retry gets the unknown answer, not a 409")
 	assert.Equal(t, int64(1), svc.runs.Load())
 }
@@ -184,14 +184,14 @@ func TestResult(t *testing.T) {
 		http.Error(w, "upstream went away", http.StatusBadGateway)
 	}))
 	defer gateway.Close()
-	err, code, _ := send(t, gateway.Client(), gateway.URL+"/doc", "5", "", "v")
+	code, _, err := send(t, gateway.Client(), gateway.URL+"/doc", "5", "", "v")
 	require.Equal(t, http.StatusBadGateway, code)
 	assert.ErrorIs(t, err, fencing.ErrOutcomeUnknown, "a gateway's 502")
 
 	srv := httptest.NewServer(httpfence.Middleware(fencing.NewMemory(), &docs{data: map[string]string{}}))
 	url := srv.URL
 	srv.Close()
-	err, _, _ = send(t, http.DefaultClient, url+"/doc", "5", "", "v")
+	_, _, err = send(t, http.DefaultClient, url+"/doc", "5", "", "v")
 	var unknown *fencing.OutcomeUnknownError
 	require.ErrorAs(t, err, &unknown, "no answer")
 	assert.Equal(t, fencing.OutcomeUnknownError{Resource: "/doc", Token: 5, Err: unknown.Err}, *unknown)
