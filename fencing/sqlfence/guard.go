@@ -156,7 +156,9 @@ func refused(err error) bool {
 // DoTx is Do inside the caller's transaction tx: the token is checked and
 // recorded in tx, then write runs with tx. The caller commits; the record
 // and the write commit or roll back together. After a stale rejection tx is
-// still usable (nothing was changed).
+// still usable (nothing was changed). A COMMIT of the caller's whose answer
+// is lost leaves the write's outcome unknown, whatever error the driver
+// gives (see Do).
 func (g *Guard) DoTx(ctx context.Context, tx *sql.Tx, resource string, token fencing.Token, write func(ctx context.Context, tx *sql.Tx) error) error {
 	ctx, obs := g.ins.Start(ctx, resource, token)
 	err := g.doTx(ctx, tx, resource, token, write)
