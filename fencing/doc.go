@@ -26,6 +26,39 @@
 // error), Do, Admit, Gate and Highest; fencing/fencetest is the suite they
 // all pass.
 //
+// # Lost answers
+//
+// A guard that talks to its store over a network can lose the answer to a
+// write that was applied: the connection drops, or times out, after the
+// request went through. No guard reports such a write as stale: Do returns
+// nil when it learns that the write landed, and otherwise an
+// *OutcomeUnknownError (errors.Is(err, ErrOutcomeUnknown)): the write may
+// have landed, and the caller finds out by reading the resource back. A
+// *StaleTokenError means that the write did not land.
+//
+//   - redisfence: each Do's script carries a random call id, recorded with
+//     the write it applies for a while (redisfence.WithReplayWindow); a
+//     client that sends the script again after a lost answer (go-redis
+//     does: MaxRetries) gets the first run's result, with any client
+//     configuration.
+//   - etcdfence: the etcd client resends no transaction once sent; a lost
+//     answer is ErrOutcomeUnknown.
+//   - sqlfence: a COMMIT whose answer is lost is ErrOutcomeUnknown; every
+//     other failure rolled the transaction back.
+//   - httpfence: a guard's ErrOutcomeUnknown is answered as such (500,
+//     Fencing-Outcome: unknown); a fenced request with an Idempotency-Key
+//     sent again gets the first answer (kept in the handler's memory); on
+//     the client, httpfence.Result makes a request that got no answer
+//     ErrOutcomeUnknown.
+//   - filefence: a directory fsync that fails after the rename is
+//     ErrOutcomeUnknown (the new content is in place, but may not survive a
+//     crash).
+//   - Memory: in the same process, no answer is lost.
+//
+// fencing/fencetest's LostAnswer checks it on every guard that talks over
+// a network, with real servers: a proxy lets the write through and drops
+// its answer while a newer token is admitted.
+//
 // # Telemetry
 //
 // Every guard reports what it decides through the OpenTelemetry API when it
@@ -40,9 +73,11 @@
 // fails, its error; the write function runs in that span. The decision is
 // accepted when the token was admitted and the write committed, stale when
 // the error matches ErrStaleToken (a newer token was admitted; for a
-// LeaseGuard also a lease that ended, sqlfence.ErrLeaseEnded), and error
-// for anything else: the write function's error, an unreachable store, a
-// failed commit, an invalid token (DecisionOf). Resource names become the
+// LeaseGuard also a lease that ended, sqlfence.ErrLeaseEnded), unknown
+// when the error matches ErrOutcomeUnknown (the write's answer was lost:
+// it may have landed), and error for anything else: the write function's
+// error, a store that refused the write, a failed commit, an invalid token
+// (DecisionOf). Resource names become the
 // attribute fencelock.guard.resource only with Telemetry.ResourceNames, to
 // keep the number of series bounded. Telemetry is off by default: a guard
 // without providers starts no span, records nothing and allocates nothing

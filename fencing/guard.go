@@ -25,6 +25,48 @@ func (e *StaleTokenError) Error() string {
 // Is makes errors.Is(err, ErrStaleToken) true.
 func (e *StaleTokenError) Is(target error) bool { return target == ErrStaleToken }
 
+// ErrOutcomeUnknown matches (with errors.Is) the failure of a write whose
+// outcome the guard cannot know: its request reached, or may have reached,
+// the store, and the answer was lost (a connection cut or a timeout after
+// the request was sent, a context that ended while the store was at work,
+// a store that stopped before it answered). The write may have landed, with
+// its token, or not at all; it was not rejected as stale.
+//
+// What to do: never treat it as stale (a newer holder did not
+// necessarily win) and never assume the write failed. Find out: read the
+// resource back (or check it by other means, such as a value only this
+// write sets) and go on if it landed. Retrying the same write with the same
+// token is safe only for a write that may land twice; a retry that is then
+// rejected as stale says that a newer token has been admitted since, not
+// that the first attempt did not land.
+//
+// Guards return it as an *OutcomeUnknownError, which also unwraps to the
+// underlying error (a timeout, io.EOF, a gRPC status). A Do that
+// fails before anything was sent, or that the store answered, returns that
+// error instead.
+var ErrOutcomeUnknown = errors.New("fencing: outcome unknown")
+
+// OutcomeUnknownError is the failure of a write whose outcome is unknown
+// (see ErrOutcomeUnknown): which write it was, and why its answer is
+// missing.
+type OutcomeUnknownError struct {
+	Resource string // the guarded resource
+	Token    Token  // the token the write carried
+	Err      error  // why the outcome is unknown: the lost answer's error
+}
+
+// Error says that the write may have landed, and why its outcome is not
+// known.
+func (e *OutcomeUnknownError) Error() string {
+	return fmt.Sprintf("fencing: outcome unknown of the write with token %d for %q (it may have landed): %v", e.Token, e.Resource, e.Err)
+}
+
+// Unwrap returns the underlying error.
+func (e *OutcomeUnknownError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrOutcomeUnknown) true.
+func (e *OutcomeUnknownError) Is(target error) bool { return target == ErrOutcomeUnknown }
+
 // StoreGuard is a guard that keeps the highest token in a store and hands
 // its write function the store's handle for one atomic step: a transaction
 // (sqlfence: *sql.Tx), a batch of staged commands (redisfence:
@@ -40,6 +82,10 @@ func (e *StaleTokenError) Is(target error) bool { return target == ErrStaleToken
 // resource meanwhile, such as redisfence and etcdfence), what write staged
 // is discarded and Do still returns the *StaleTokenError. A zero token is
 // rejected with ErrInvalidToken. A nil write records the token alone.
+//
+// A write whose answer is lost is never reported as stale: Do returns nil
+// when it learns that the write landed (redisfence's retried script), and
+// an error matching ErrOutcomeUnknown when it cannot know.
 //
 // Only the handle is part of the atomic step. A write that goes around it,
 // through the *sql.DB or the Redis client the guard was made from, lands

@@ -51,20 +51,27 @@ const (
 	// been admitted, or (sqlfence.LeaseGuard) the token's lease was no
 	// longer live: the error matches ErrStaleToken.
 	DecisionStale Decision = "stale"
-	// DecisionError: anything else failed: the write function, the store
-	// (not reachable, the commit), the context, an invalid or missing token.
+	// DecisionUnknown: the write may or may not have landed (its answer
+	// was lost): the error matches ErrOutcomeUnknown.
+	DecisionUnknown Decision = "unknown"
+	// DecisionError: anything else failed, and the write did not land: the
+	// write function, the store (not reachable, a refused commit), the
+	// context, an invalid or missing token.
 	DecisionError Decision = "error"
 )
 
 // DecisionOf is the Decision of a Do that returned err: DecisionAccepted
 // for nil, DecisionStale if errors.Is(err, ErrStaleToken) (this includes
-// sqlfence.ErrLeaseEnded), DecisionError otherwise.
+// sqlfence.ErrLeaseEnded), DecisionUnknown if errors.Is(err,
+// ErrOutcomeUnknown), DecisionError otherwise.
 func DecisionOf(err error) Decision {
 	switch {
 	case err == nil:
 		return DecisionAccepted
 	case errors.Is(err, ErrStaleToken):
 		return DecisionStale
+	case errors.Is(err, ErrOutcomeUnknown):
+		return DecisionUnknown
 	}
 	return DecisionError
 }
@@ -76,7 +83,8 @@ func DecisionOf(err error) Decision {
 //
 // Each Do then adds one to the fencelock.guard.decisions counter and
 // records its fencelock.guard.duration, both with the attributes
-// fencelock.guard.decision (accepted, stale or error: see DecisionOf) and
+// fencelock.guard.decision (accepted, stale, unknown or error: see
+// DecisionOf) and
 // fencelock.guard.kind, and runs in a span "fencelock.guard.do" with
 // fencelock.guard.kind, fencelock.token and fencelock.guard.decision (all
 // set when it ends); a failed Do's error (a stale rejection too) is
@@ -109,13 +117,13 @@ type Instruments struct {
 	duration  metric.Float64Histogram
 	kind      attribute.KeyValue
 	resources bool
-	// per decision (accepted, stale, error): the metrics' attributes, kind
-	// and decision, and the options that carry them
-	sets    [3]attribute.Set
-	adds    [3][]metric.AddOption
-	records [3][]metric.RecordOption
+	// per decision (accepted, stale, unknown, error): the metrics'
+	// attributes, kind and decision, and the options that carry them
+	sets    [4]attribute.Set
+	adds    [4][]metric.AddOption
+	records [4][]metric.RecordOption
 	// the span's decision attribute by decision, made once
-	decisionAttrs [3]attribute.KeyValue
+	decisionAttrs [4]attribute.KeyValue
 }
 
 // Instruments returns the instruments of a guard of the given kind (the
@@ -141,7 +149,7 @@ func (t Telemetry) Instruments(kind string) *Instruments {
 	var err error
 	in.decisions, err = meter.Int64Counter(DecisionsMetric,
 		metric.WithUnit("{decision}"),
-		metric.WithDescription("Fencing guard decisions: a token accepted (the write committed), rejected as stale, or an error."))
+		metric.WithDescription("Fencing guard decisions: a token accepted (the write committed), rejected as stale, a write of unknown outcome (its answer lost), or an error."))
 	if err != nil {
 		in.decisions = noop.Int64Counter{}
 	}
@@ -162,7 +170,7 @@ func (t Telemetry) Instruments(kind string) *Instruments {
 }
 
 // decisions are the Decisions by their index in Instruments' arrays.
-var decisions = [3]Decision{DecisionAccepted, DecisionStale, DecisionError}
+var decisions = [4]Decision{DecisionAccepted, DecisionStale, DecisionUnknown, DecisionError}
 
 // Observation is one Do being observed, from Instruments.Start to End.
 type Observation struct {
@@ -205,12 +213,14 @@ func (o Observation) End(err error) {
 	if o.in == nil {
 		return
 	}
-	i := 2
+	i := 3
 	switch DecisionOf(err) {
 	case DecisionAccepted:
 		i = 0
 	case DecisionStale:
 		i = 1
+	case DecisionUnknown:
+		i = 2
 	}
 	if o.in.decisions != nil {
 		elapsed := time.Since(o.start).Seconds()

@@ -74,10 +74,9 @@ func openCounter(ctx context.Context, g guardSpec) (counter, error) {
 			return nil, fmt.Errorf("chaos: guard URL: %w", err)
 		}
 		opt.ContextTimeoutEnabled = true
-		// No retries: a retried fence script that was applied the first
-		// time reports a stale token for a write that landed (the
-		// redisfence package doc's known defect).
-		opt.MaxRetries = -1
+		// go-redis's retries (MaxRetries 3 unless the URL says otherwise):
+		// a fence script retried after its answer was lost reports what
+		// its first run did (redisfence's call records).
 		c := redis.NewClient(opt)
 		rg, err := redisfence.New(c)
 		if err != nil {

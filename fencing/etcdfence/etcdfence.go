@@ -31,7 +31,10 @@ import (
 	"fmt"
 	"strconv"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/fencelock/fencelock/fencing"
 )
@@ -122,6 +125,13 @@ func pad(t fencing.Token) string { return fmt.Sprintf("%020d", uint64(t)) }
 // with t.If is false, nothing is written and the error wraps
 // ErrConditionFailed. If write returns an error nothing is sent. A nil
 // write stores the token alone (see Admit).
+//
+// A transaction whose answer is lost (the connection dropped, the request
+// timed out, ctx ended while it was on its way) returns an
+// *fencing.OutcomeUnknownError (errors.Is(err, fencing.ErrOutcomeUnknown)):
+// the write and its token may have been applied. The etcd client resends
+// no transaction once sent, so a stale rejection is never the answer to a
+// write that landed.
 func (g *Guard) Do(ctx context.Context, resource string, token fencing.Token, write func(ctx context.Context, t *Txn) error) error {
 	ctx, obs := g.ins.Start(ctx, resource, token)
 	err := g.do(ctx, resource, token, write)
@@ -151,6 +161,9 @@ func (g *Guard) do(ctx context.Context, resource string, token fencing.Token, wr
 	if len(txn.cmps) > 0 {
 		apply = []clientv3.Op{clientv3.OpTxn(txn.cmps, apply, nil)}
 	}
+	if err := ctx.Err(); err != nil {
+		return err // nothing sent
+	}
 	// A missing key fails a value compare, so "stored > token" is false
 	// for a first write as it should be.
 	resp, err := g.c.Txn(ctx).
@@ -159,7 +172,10 @@ func (g *Guard) do(ctx context.Context, resource string, token fencing.Token, wr
 		Else(apply...).
 		Commit()
 	if err != nil {
-		return err
+		if refused(err) {
+			return err
+		}
+		return &fencing.OutcomeUnknownError{Resource: resource, Token: token, Err: err}
 	}
 	if resp.Succeeded {
 		kvs := resp.Responses[0].GetResponseRange().GetKvs()
@@ -176,6 +192,27 @@ func (g *Guard) do(ctx context.Context, resource string, token fencing.Token, wr
 		return fmt.Errorf("%w: %q: nothing written", ErrConditionFailed, resource)
 	}
 	return nil
+}
+
+// refused says err is etcd turning the transaction away before applying
+// it (a request etcd rejects as invalid or too large, a failed
+// precondition, no permission, no space left or too many requests), or the
+// client refusing to send it. Anything else (Unavailable: a connection
+// lost, a request timed out or a leader changed while it was proposed;
+// DeadlineExceeded or Canceled: a context that ended meanwhile) may follow
+// a transaction that was applied.
+func refused(err error) bool {
+	code := status.Code(err)
+	var ee rpctypes.EtcdError // what the client makes of etcd's own errors
+	if errors.As(err, &ee) {
+		code = ee.Code()
+	}
+	switch code {
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange, codes.PermissionDenied,
+		codes.Unauthenticated, codes.ResourceExhausted, codes.NotFound, codes.AlreadyExists, codes.Unimplemented:
+		return true
+	}
+	return false
 }
 
 // Admit stores token for resource without a write of its own (rejecting a

@@ -3,10 +3,13 @@ package etcdfence_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -14,6 +17,7 @@ import (
 	"github.com/fencelock/fencelock/fencing/etcdfence"
 	"github.com/fencelock/fencelock/fencing/fencetest"
 	"github.com/fencelock/fencelock/internal/etcdtest"
+	"github.com/fencelock/fencelock/internal/faultproxy"
 	"github.com/fencelock/fencelock/internal/freeport"
 )
 
@@ -47,6 +51,16 @@ func TestConformance(t *testing.T) {
 			c := srv.NewClient(t)
 			prefix := "/" + t.Name() + "/" // one state per subtest
 			return store{newGuard(t, c, etcdfence.WithPrefix(prefix+"fence/"), etcdfence.WithTelemetry(tel)), c, prefix}
+		},
+		Remote: func(t *testing.T) (fencetest.Store[*etcdfence.Txn], fencetest.Link) {
+			p, err := faultproxy.Start(strings.TrimPrefix(srv.Endpoints()[0], "http://"))
+			require.NoError(t, err)
+			t.Cleanup(p.Close)
+			c, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + p.Addr()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = c.Close() })
+			prefix := "/" + t.Name() + "/"
+			return store{newGuard(t, c, etcdfence.WithPrefix(prefix+"fence/")), c, prefix}, p
 		},
 		Unreachable: func(t *testing.T, tel fencing.Telemetry) fencing.StoreGuard[*etcdfence.Txn] {
 			port, err := freeport.Port()
@@ -89,6 +103,15 @@ func TestHeldBy(t *testing.T) {
 	h, err := g.Highest(ctx, "job")
 	require.NoError(t, err)
 	assert.Equal(t, tok, h)
+
+	// A transaction etcd refuses was not applied either: its error is
+	// returned as it is, not as an unknown outcome.
+	err = g.Do(ctx, "job", tok, func(_ context.Context, tx *etcdfence.Txn) error {
+		tx.Put("/fence/job", "the token key, twice in one Txn")
+		return nil
+	})
+	require.ErrorIs(t, err, rpctypes.ErrDuplicateKey)
+	assert.NotErrorIs(t, err, fencing.ErrOutcomeUnknown)
 }
 
 func TestLargeTokens(t *testing.T) {

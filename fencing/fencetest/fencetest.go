@@ -17,8 +17,12 @@
 //   - after a restart of the store (a new Guard over the same durable state,
 //     and where the harness can, a restart of the server) the highest token
 //     is still known;
-//   - with a fencing.Telemetry, every Do is reported as accepted, stale or
-//     error, with its duration and a span the write function runs in, to a
+//   - a write that was applied but whose answer was lost (a proxy holds
+//     it, then drops the connection) while a newer token was admitted is
+//     never reported as stale: Do returns nil or an error matching
+//     fencing.ErrOutcomeUnknown (guards whose harness gives a Remote);
+//   - with a fencing.Telemetry, every Do is reported as accepted, stale,
+//     unknown or error, with its duration and a span the write function runs in, to a
 //     real OpenTelemetry SDK (Recorder, which guards outside the suite can
 //     use too).
 //
@@ -63,6 +67,18 @@ type Gater interface {
 	Gate() fencing.Guard
 }
 
+// Link is the network between a Store and its store's server, as a fault
+// proxy controls it (internal/faultproxy.Proxy is one).
+type Link interface {
+	// HoldReplies lets requests through and holds what the server
+	// answers, until Heal.
+	HoldReplies()
+	// Drop closes every connection through the link: what it held is lost.
+	Drop()
+	// Heal forwards again, both ways.
+	Heal()
+}
+
 // Harness opens stores over the durable state of one test.
 type Harness[S any] struct {
 	// Open returns a new Store over the test's state, whose guard reports
@@ -78,6 +94,12 @@ type Harness[S any] struct {
 	// directory is gone): the telemetry case expects its Do to fail within
 	// a few seconds and be counted as an error.
 	Unreachable func(t *testing.T, tel fencing.Telemetry) fencing.StoreGuard[S]
+	// Remote, if set, returns a Store like Open's, over the same state as
+	// Open's Stores in the same test, whose connections to the store's
+	// server go through the returned Link, with the client configured as
+	// users run it (go-redis's default retries, for one). The LostAnswer
+	// case drops the answer of a write on it.
+	Remote func(t *testing.T) (Store[S], Link)
 	// Restart, if set, restarts the store's server or process, keeping its
 	// durable state. Stores opened earlier may stop working.
 	Restart func(t *testing.T)
@@ -106,6 +128,9 @@ func Run[S any](t *testing.T, h Harness[S]) {
 	t.Run("ConcurrentWritersNeverGoBackwards", func(t *testing.T) { concurrent(t, h) })
 	t.Run("Gate", func(t *testing.T) { gate(t, h) })
 	t.Run("Telemetry", func(t *testing.T) { telemetry(t, h) })
+	if h.Remote != nil {
+		t.Run("LostAnswer", func(t *testing.T) { LostAnswer(t, h) })
+	}
 	if !h.Volatile {
 		t.Run("NewStoreKeepsHighest", func(t *testing.T) { restart(t, h, false) })
 		if h.Restart != nil {
@@ -422,4 +447,91 @@ func gate[S any](t *testing.T, h Harness[S]) {
 	}
 	mustGet(t, ctx, s, "doc", "by 5")
 	mustStale(t, put(ctx, s, "doc", 5, "by 5 again"), "doc", 5, 6)
+}
+
+// LostAnswer is the suite's case for a write whose answer is lost, which
+// Run runs when h has a Remote; a harness that cannot run the whole suite
+// (httpfence's, whose guard is a server) runs it alone. It needs h.Open and
+// h.Remote.
+//
+// A write goes through the Remote store: its request reaches the server
+// and is applied, and the Link holds the answer. A newer holder then writes
+// with a higher token through an Open store, and the Link drops the
+// connections (the answer is lost) and heals, so that a client that
+// retries finds the newer token. Do must return nil (it learned that its
+// write landed) or an error matching fencing.ErrOutcomeUnknown: never a
+// stale rejection, because the write landed. The newer holder's value
+// stays, and the Remote store, working again, rejects its old token.
+func LostAnswer[S any](t *testing.T, h Harness[S]) {
+	ctx := ctxT(t)
+	s, link := h.Remote(t)
+	defer link.Heal() // on every way out: nothing stays held
+	direct := h.Open(t, fencing.Telemetry{})
+	// A first write over the link: a connection is made, and scripts and
+	// statements are cached, so that no handshake's answer is held.
+	if err := put(ctx, s, "doc", 5, "by 5"); err != nil {
+		t.Fatal(err)
+	}
+	const landed = "by 5, answer lost"
+	held := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Do(ctx, "doc", 5, func(ctx context.Context, st S) error {
+			if err := s.Put("doc", landed)(ctx, st); err != nil {
+				return err
+			}
+			// What the guard sends from now on (the script, the Txn, the
+			// COMMIT, the request) passes; its answer is held.
+			link.HoldReplies()
+			close(held)
+			return nil
+		})
+	}()
+	var err error
+	returned := false
+	for {
+		select {
+		case err = <-done:
+			returned = true
+		case <-time.After(10 * time.Millisecond):
+		}
+		if returned {
+			break
+		}
+		select {
+		case <-held:
+		default:
+			continue // the write function has not run yet
+		}
+		v, gerr := direct.Get(ctx, "doc")
+		if gerr != nil {
+			t.Fatalf("reading back: %v", gerr)
+		}
+		if v == landed {
+			break
+		}
+	}
+	if returned {
+		t.Fatalf("Do returned before its write landed, with its answer held: %v", err)
+	}
+	// The write landed and its answer is held: a newer holder writes.
+	if err := put(ctx, direct, "doc", 6, "by 6"); err != nil {
+		t.Fatalf("the newer holder's write: %v", err)
+	}
+	link.Drop() // the answer is lost
+	link.Heal() // and a retry would get through
+	err = <-done
+	switch {
+	case err == nil:
+		t.Log("Do learned that its write landed")
+	case errors.Is(err, fencing.ErrStaleToken):
+		t.Fatalf("a write that landed was reported stale after its answer was lost: %v", err)
+	case errors.Is(err, fencing.ErrOutcomeUnknown):
+		t.Logf("Do says the outcome is unknown: %v", err)
+	default:
+		t.Fatalf("a write that landed, its answer lost: err = %v, want nil or fencing.ErrOutcomeUnknown", err)
+	}
+	mustGet(t, ctx, direct, "doc", "by 6")
+	mustStale(t, put(ctx, s, "doc", 5, "by 5, later"), "doc", 5, 6)
+	mustGet(t, ctx, direct, "doc", "by 6")
 }

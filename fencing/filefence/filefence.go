@@ -114,7 +114,11 @@ func (d *Guard) File(resource string) string {
 // calls write with w, the writer of the new content: what write writes to w
 // replaces the resource's content, together with the new token, if and only
 // if write returns nil. w is valid only during write. A nil write keeps the
-// content and raises the token (see Admit).
+// content and raises the token (see Admit). If the directory's fsync fails
+// after the rename, the new content and token are in place but may not
+// survive a crash: Do returns an *fencing.OutcomeUnknownError
+// (errors.Is(err, fencing.ErrOutcomeUnknown)); any earlier failure leaves
+// both unchanged.
 func (d *Guard) Do(ctx context.Context, resource string, token fencing.Token, write func(ctx context.Context, w io.Writer) error) error {
 	return d.do(ctx, resource, token, write, write == nil)
 }
@@ -221,7 +225,11 @@ func (d *Guard) replace(ctx context.Context, resource string, token fencing.Toke
 		return err
 	}
 	done = true
-	return syncDir(d.path)
+	if err := syncDir(d.path); err != nil {
+		return &fencing.OutcomeUnknownError{Resource: resource, Token: token,
+			Err: fmt.Errorf("filefence: the new content and token are in place, but fsync of %s failed (they may not survive a crash): %w", d.path, err)}
+	}
+	return nil
 }
 
 // open opens a resource file positioned after its header and returns its
@@ -313,7 +321,9 @@ func flockCtx(ctx context.Context, f *os.File) error {
 	}
 }
 
-func syncDir(path string) error {
+// syncDir fsyncs the directory path, making a rename in it durable (a
+// variable: a test makes it fail).
+var syncDir = func(path string) error {
 	d, err := os.Open(path)
 	if err != nil {
 		return err

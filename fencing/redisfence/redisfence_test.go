@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -15,6 +16,7 @@ import (
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/fencing/fencetest"
 	"github.com/fencelock/fencelock/fencing/redisfence"
+	"github.com/fencelock/fencelock/internal/faultproxy"
 	"github.com/fencelock/fencelock/internal/freeport"
 	"github.com/fencelock/fencelock/internal/redistest"
 )
@@ -58,6 +60,16 @@ func TestConformance(t *testing.T) {
 				require.NoError(t, c.FlushAll(context.Background()).Err())
 			}
 			return store{newGuard(t, c, redisfence.WithTelemetry(tel)), c}
+		},
+		// go-redis's defaults: a command whose answer is lost is sent
+		// again (MaxRetries 3).
+		Remote: func(t *testing.T) (fencetest.Store[*redisfence.Batch], fencetest.Link) {
+			p, err := faultproxy.Start(srv.Addr())
+			require.NoError(t, err)
+			t.Cleanup(p.Close)
+			c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+			t.Cleanup(func() { _ = c.Close() })
+			return store{newGuard(t, c), c}, p
 		},
 		Restart: func(t *testing.T) { require.NoError(t, srv.Restart()) },
 		Unreachable: func(t *testing.T, tel fencing.Telemetry) fencing.StoreGuard[*redisfence.Batch] {
@@ -159,4 +171,170 @@ func TestNewOptions(t *testing.T) {
 	g := newGuard(t, c, redisfence.WithTokenKey(func(r string) string { return "fences:" + r }))
 	require.NoError(t, g.Admit(ctx, "r", 4))
 	assert.Equal(t, "4", c.Get(ctx, "fences:r").Val())
+}
+
+// recordKeys returns the keys matching pattern (the records of applied
+// calls, "{r}:fence:call:*" for resource r).
+func recordKeys(t *testing.T, c *redis.Client, pattern string) []string {
+	t.Helper()
+	keys, err := c.Keys(context.Background(), pattern).Result()
+	require.NoError(t, err)
+	return keys
+}
+
+// Every applied Do leaves a record of its call that expires with the
+// replay window; a stale one leaves none.
+func TestCallRecords(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.NewClient(t)
+	ctx := context.Background()
+	_, err := redisfence.New(c, redisfence.WithReplayWindow(999*time.Millisecond))
+	require.Error(t, err, "a window under a second")
+
+	g := newGuard(t, c, redisfence.WithReplayWindow(5*time.Second))
+	require.NoError(t, g.Admit(ctx, "r", 5))
+	require.NoError(t, g.Do(ctx, "r", 5, func(_ context.Context, b *redisfence.Batch) error {
+		b.Set("{r}:v", "x")
+		return nil
+	}))
+	require.ErrorIs(t, g.Admit(ctx, "r", 4), fencing.ErrStaleToken)
+	keys := recordKeys(t, c, "{r}:fence:call:*")
+	require.Len(t, keys, 2, "one record per applied Do")
+	for _, k := range keys {
+		pttl, err := c.PTTL(ctx, k).Result()
+		require.NoError(t, err)
+		assert.True(t, pttl > 0 && pttl <= 5*time.Second, "%s expires within the window: %v", k, pttl)
+	}
+
+	// A token key without a hash tag becomes the tag of its records.
+	plain := newGuard(t, c, redisfence.WithTokenKey(func(r string) string { return "fences:" + r }))
+	require.NoError(t, plain.Admit(ctx, "r", 1))
+	require.Len(t, recordKeys(t, c, "{fences:r}:call:*"), 1)
+}
+
+// In a Redis Cluster the records share their token key's slot, with and
+// without a hash tag: the script touching both is not refused (CROSSSLOT).
+func TestCallRecordsInCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a Redis Cluster: the full run only (TestCallRecords checks the keys' names)")
+	}
+	cl := redistest.StartCluster(t, 1, 0)
+	c := cl.NewClient(t)
+	ctx := context.Background()
+	g := newGuard(t, c)
+	require.NoError(t, g.Do(ctx, "r", 3, func(_ context.Context, b *redisfence.Batch) error {
+		b.Set("{r}:v", "x")
+		return nil
+	}))
+	// A token key without a hash tag, and so no data key in its slot:
+	// Admit alone.
+	plain := newGuard(t, c, redisfence.WithTokenKey(func(r string) string { return "fences:" + r }))
+	require.NoError(t, plain.Admit(ctx, "r", 3))
+	node := redis.NewClient(&redis.Options{Addr: cl.Addrs()[0], MaxRetries: -1})
+	defer node.Close()
+	for pattern, tokenKey := range map[string]string{"{r}:fence:call:*": "{r}:fence", "{fences:r}:call:*": "fences:r"} {
+		keys := recordKeys(t, node, pattern)
+		require.NotEmpty(t, keys, pattern)
+		want, err := c.ClusterKeySlot(ctx, tokenKey).Result()
+		require.NoError(t, err)
+		for _, k := range keys {
+			slot, err := c.ClusterKeySlot(ctx, k).Result()
+			require.NoError(t, err)
+			assert.Equal(t, want, slot, "%s is in the slot of %s", k, tokenKey)
+		}
+	}
+}
+
+// proxied returns a Guard whose client, with options o (go-redis's
+// defaults for the zero Options: MaxRetries 3), reaches srv through a fault
+// proxy, with a first write made through it so that the connection is open
+// and the script cached.
+func proxied(t *testing.T, srv *redistest.Server, o redis.Options, opts ...redisfence.Option) (*redisfence.Guard, *faultproxy.Proxy) {
+	p, err := faultproxy.Start(srv.Addr())
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	o.Addr = p.Addr()
+	c := redis.NewClient(&o)
+	t.Cleanup(func() { _ = c.Close() })
+	g := newGuard(t, c, opts...)
+	require.NoError(t, g.Admit(context.Background(), "warm", 1))
+	return g, p
+}
+
+// landed runs g.Do(ctx, "r", token, set "{r}:v" to v) with its answer held
+// by p, and returns once the write has landed, with the channel Do's result
+// comes on.
+func landed(t *testing.T, ctx context.Context, g *redisfence.Guard, p *faultproxy.Proxy, c *redis.Client, token fencing.Token, v string) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		done <- g.Do(ctx, "r", token, func(_ context.Context, b *redisfence.Batch) error {
+			b.Set("{r}:v", v)
+			p.HoldReplies()
+			return nil
+		})
+	}()
+	for c.Get(ctx, "{r}:v").Val() != v {
+		select {
+		case err := <-done:
+			t.Fatalf("Do returned before its write landed: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return done
+}
+
+// A retried script applies nothing twice: the same holder's next write
+// (equal tokens pass), made while the first one's answer was lost, stays,
+// and the retry reports the first write as applied.
+func TestRetryAppliesNothingTwice(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.NewClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	g, p := proxied(t, srv, redis.Options{})
+	defer p.Heal()
+	done := landed(t, ctx, g, p, c, 5, "first")
+	require.NoError(t, newGuard(t, c).Do(ctx, "r", 5, func(_ context.Context, b *redisfence.Batch) error {
+		b.Set("{r}:v", "second")
+		return nil
+	}))
+	p.Drop()
+	p.Heal()
+	require.NoError(t, <-done, "the retry finds the first run's record")
+	assert.Equal(t, "second", c.Get(ctx, "{r}:v").Val(), "the retry did not apply the first write again")
+}
+
+// A stale answer that comes when the record of an earlier run may have
+// expired is not trusted: here the record did expire, the retry finds
+// token 6, and Do says the outcome is unknown (and counts it so), not
+// stale.
+func TestLateStaleAnswerIsUnknown(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.NewClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rec := fencetest.NewRecorder(t)
+	const window = 2 * time.Second
+	// A read timeout beyond the test's waits: the answer that ends Do is
+	// the retry's after the Drop, not a timeout.
+	g, p := proxied(t, srv, redis.Options{ReadTimeout: 30 * time.Second},
+		redisfence.WithReplayWindow(window), redisfence.WithTelemetry(rec.Telemetry(false)))
+	defer p.Heal()
+	done := landed(t, ctx, g, p, c, 5, "by 5")
+	records := recordKeys(t, c, "{r}:fence:call:*")
+	require.Len(t, records, 1)
+	require.NoError(t, newGuard(t, c).Admit(ctx, "r", 6))
+	for c.Exists(ctx, records[0]).Val() == 1 {
+		time.Sleep(50 * time.Millisecond) // the record expires with the window
+	}
+	p.Drop()
+	p.Heal()
+	err := <-done
+	require.ErrorIs(t, err, fencing.ErrOutcomeUnknown)
+	require.NotErrorIs(t, err, fencing.ErrStaleToken)
+	require.ErrorContains(t, err, "token 5 is stale now (6 was admitted)", "the retry's stale answer, not a timeout")
+	t.Log(err)
+	rec.Expect(t, "redis", fencetest.Observed{Decision: fencing.DecisionAccepted, Token: 1},
+		fencetest.Observed{Decision: fencing.DecisionUnknown, Token: 5})
 }

@@ -76,6 +76,11 @@ func (g *Guard) CreateTable(ctx context.Context) error {
 // back and the token is not raised. Statements run on the *sql.DB instead
 // are outside the transaction and escape the fence. A nil write raises the
 // token alone (see Admit).
+//
+// A COMMIT whose answer is lost (the connection drops or times out after
+// it was sent) returns an *fencing.OutcomeUnknownError
+// (errors.Is(err, fencing.ErrOutcomeUnknown)): the write and its token may
+// have been committed. Any earlier failure rolls everything back.
 func (g *Guard) Do(ctx context.Context, resource string, token fencing.Token, write func(ctx context.Context, tx *sql.Tx) error) error {
 	ctx, obs := g.ins.Start(ctx, resource, token)
 	err := g.do(ctx, resource, token, write)
@@ -99,13 +104,61 @@ func (g *Guard) do(ctx context.Context, resource string, token fencing.Token, wr
 	if err := g.doTx(ctx, tx, resource, token, write); err != nil {
 		return err
 	}
-	return tx.Commit()
+	return commit(ctx, tx, resource, token)
+}
+
+// commit commits tx, the transaction of token's write to resource. A
+// failure before the COMMIT is sent (ctx already done) or that the server
+// answered with a refusal (a serialization failure, a deferred constraint)
+// means the transaction was rolled back, and is returned as it is;
+// anything else (the connection lost, a timeout, a context ended while the
+// COMMIT was on its way, a server shutting down) leaves the commit's
+// outcome unknown: an *fencing.OutcomeUnknownError.
+func commit(ctx context.Context, tx *sql.Tx, resource string, token fencing.Token) error {
+	if err := ctx.Err(); err != nil {
+		return err // database/sql rolls tx back: nothing was sent
+	}
+	err := tx.Commit()
+	if err == nil || refused(err) {
+		return err
+	}
+	return &fencing.OutcomeUnknownError{Resource: resource, Token: token, Err: err}
+}
+
+// refused says err carries an SQLSTATE (the driver's error has a
+// SQLState method: pgx's *pgconn.PgError, lib/pq's *pq.Error) of a class
+// by which PostgreSQL refuses a COMMIT and rolls the transaction back.
+// Other classes, connection exceptions (08), operator intervention (57,
+// such as a shutdown, which can strike a transaction already committed
+// locally while it waits for a synchronous standby), system and internal
+// errors (58, XX), and errors without an SQLSTATE leave the outcome open.
+func refused(err error) bool {
+	var se interface{ SQLState() string }
+	if !errors.As(err, &se) {
+		return false
+	}
+	state := se.SQLState()
+	if len(state) != 5 {
+		return false
+	}
+	switch state[:2] {
+	case "22", // data exception
+		"23", // integrity constraint violation (a deferred constraint)
+		"25", // invalid transaction state
+		"40", // transaction rollback: serialization failure, deadlock
+		"42", // syntax error or access rule violation
+		"P0": // PL/pgSQL raise (a deferred trigger)
+		return true
+	}
+	return false
 }
 
 // DoTx is Do inside the caller's transaction tx: the token is checked and
 // recorded in tx, then write runs with tx. The caller commits; the record
 // and the write commit or roll back together. After a stale rejection tx is
-// still usable (nothing was changed).
+// still usable (nothing was changed). A COMMIT of the caller's whose answer
+// is lost leaves the write's outcome unknown, whatever error the driver
+// gives (see Do).
 func (g *Guard) DoTx(ctx context.Context, tx *sql.Tx, resource string, token fencing.Token, write func(ctx context.Context, tx *sql.Tx) error) error {
 	ctx, obs := g.ins.Start(ctx, resource, token)
 	err := g.doTx(ctx, tx, resource, token, write)

@@ -100,7 +100,8 @@ func NewLeaseGuard(db *sql.DB, opts ...LeaseOption) (*LeaseGuard, error) {
 // fencing.ErrStaleToken: a *fencing.StaleTokenError naming the newer token
 // if the lock was granted again, else ErrLeaseEnded. If write returns an
 // error, or the commit fails, everything done on tx is rolled back. A nil
-// write checks alone.
+// write checks alone. A COMMIT whose answer is lost returns an
+// *fencing.OutcomeUnknownError, as Guard.Do does.
 //
 // The check reads the lock's row FOR SHARE, and every operation of the
 // postgres adapter that changes a lock (a grant, the promotion of a
@@ -151,7 +152,7 @@ func (g *LeaseGuard) do(ctx context.Context, name string, token fencing.Token, w
 	if err := g.doTx(ctx, tx, name, token, write); err != nil {
 		return err
 	}
-	return tx.Commit()
+	return commit(ctx, tx, name, token)
 }
 
 // DoTx is Do inside the caller's transaction tx, which must be on the

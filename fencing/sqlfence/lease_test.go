@@ -153,6 +153,8 @@ func TestLeaseGuardHolderWrites(t *testing.T) {
 	require.ErrorIs(t, err, sqlfence.ErrLeaseEnded)
 	assert.ErrorContains(t, err, "released")
 	assert.Equal(t, "by a again", l.body(t, "d"))
+
+	t.Run("CommitOutcome", func(t *testing.T) { commitOutcome(t, l) }) // on the same server
 }
 
 // After a holder's lease expires its token is refused, before anyone else
@@ -412,4 +414,61 @@ func ExampleLeaseGuard_Do() {
 	if errors.Is(err, fencing.ErrStaleToken) {
 		fmt.Println("the lease ended or the lock moved on: nothing was written")
 	}
+}
+
+// commitOutcome: a COMMIT the server refuses rolls back, and its error is
+// returned as it is; a COMMIT whose answer is lost is ErrOutcomeUnknown,
+// for a Guard (the suite's LostAnswer) and a LeaseGuard alike, when the
+// write landed.
+func commitOutcome(t *testing.T, l *leaseDB) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	g, err := sqlfence.New(l.db)
+	require.NoError(t, err)
+	require.NoError(t, g.CreateTable(ctx))
+	_, err = l.db.ExecContext(ctx, `CREATE TABLE once (v INT, CONSTRAINT once_v UNIQUE (v) DEFERRABLE INITIALLY DEFERRED)`)
+	require.NoError(t, err)
+	err = g.Do(ctx, "r", 5, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO once VALUES (1), (1)`) // checked at COMMIT
+		return err
+	})
+	var se interface{ SQLState() string }
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, "23505", se.SQLState())
+	assert.NotErrorIs(t, err, fencing.ErrOutcomeUnknown, "a refused COMMIT rolled back")
+	h, err := g.Highest(ctx, "r")
+	require.NoError(t, err)
+	assert.Zero(t, h)
+
+	lease, err := l.locker(t, l.dsn).Acquire(ctx, "outcome", backend.WithTTL(time.Minute))
+	require.NoError(t, err)
+	proxy, err := faultproxy.Start(fmt.Sprintf("127.0.0.1:%d", l.c.Port()))
+	require.NoError(t, err)
+	defer proxy.Close()
+	defer proxy.Heal()
+	lg, err := sqlfence.NewLeaseGuard(pgtest.Open(t, proxiedDSN(t, l.dsn, proxy)))
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		done <- lg.Do(ctx, "outcome", lease.Token(), func(ctx context.Context, tx *sql.Tx) error {
+			if err := put("o", "landed")(ctx, tx); err != nil {
+				return err
+			}
+			proxy.HoldReplies() // the COMMIT passes, its answer is held
+			return nil
+		})
+	}()
+	for l.body(t, "o") != "landed" {
+		select {
+		case err := <-done:
+			t.Fatalf("Do returned before its write landed: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	proxy.Drop()
+	proxy.Heal()
+	err = <-done
+	require.ErrorIs(t, err, fencing.ErrOutcomeUnknown)
+	t.Log(err)
 }

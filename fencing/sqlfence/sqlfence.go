@@ -47,6 +47,20 @@
 // for store-agnostic code (httpfence.Middleware); their write functions get
 // no transaction.
 //
+// Lost answers: Guard.Do and LeaseGuard.Do return an
+// *fencing.OutcomeUnknownError (errors.Is(err, fencing.ErrOutcomeUnknown))
+// when the COMMIT was sent and its answer is lost (the connection dropped
+// or timed out, a context ended meanwhile, the server shut down): the write
+// may have been committed; read it back. Every earlier failure, and a
+// COMMIT the server refused (an SQLSTATE such as 40001 or 23505), rolled
+// the transaction back. database/sql resends nothing once sent, so a stale
+// rejection is never the answer to a write that landed. Table.Update and
+// Table.Upsert run one statement on the caller's Querier: in a
+// transaction, its commit is the caller's; on a *sql.DB, a statement
+// whose answer is lost returns the driver's error, which may follow a
+// statement that committed (never a stale rejection: that needs the
+// statement's answer).
+//
 // Token range: fencing tokens are uint64; BIGINT is signed, so tokens above
 // math.MaxInt64 are rejected with ErrTokenRange (which also matches
 // fencing.ErrInvalidToken) before anything is sent. No backend grants such

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
+	"net/url"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -15,6 +18,7 @@ import (
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/fencing/fencetest"
 	"github.com/fencelock/fencelock/fencing/sqlfence"
+	"github.com/fencelock/fencelock/internal/faultproxy"
 	"github.com/fencelock/fencelock/internal/freeport"
 	"github.com/fencelock/fencelock/internal/pgtest"
 )
@@ -54,26 +58,34 @@ func TestGuardConformance(t *testing.T) {
 	c := pgtest.Start(t)
 	var mu sync.Mutex
 	dsns := map[*testing.T]string{}
+	// dsn returns the database of t, made with its tables on first use.
+	dsn := func(t *testing.T) string {
+		mu.Lock()
+		defer mu.Unlock()
+		if dsn, ok := dsns[t]; ok {
+			return dsn
+		}
+		dsn := c.NewDatabase(t)
+		s := openGuard(t, dsn)
+		ctx := context.Background()
+		require.NoError(t, s.CreateTable(ctx))
+		require.NoError(t, s.CreateTable(ctx), "CreateTable is idempotent")
+		_, err := s.db.ExecContext(ctx, `CREATE TABLE docs (id TEXT PRIMARY KEY, body TEXT NOT NULL)`)
+		require.NoError(t, err)
+		dsns[t] = dsn
+		return dsn
+	}
 	fencetest.Run(t, fencetest.Harness[*sql.Tx]{
 		Rollback: true,
 		Kind:     "sql",
 		Open: func(t *testing.T, tel fencing.Telemetry) fencetest.Store[*sql.Tx] {
-			mu.Lock()
-			dsn, ok := dsns[t]
-			if !ok {
-				dsn = c.NewDatabase(t)
-				dsns[t] = dsn
-			}
-			mu.Unlock()
-			s := openGuard(t, dsn, sqlfence.WithTelemetry(tel))
-			if !ok {
-				ctx := context.Background()
-				require.NoError(t, s.CreateTable(ctx))
-				require.NoError(t, s.CreateTable(ctx), "CreateTable is idempotent")
-				_, err := s.db.ExecContext(ctx, `CREATE TABLE docs (id TEXT PRIMARY KEY, body TEXT NOT NULL)`)
-				require.NoError(t, err)
-			}
-			return s
+			return openGuard(t, dsn(t), sqlfence.WithTelemetry(tel))
+		},
+		Remote: func(t *testing.T) (fencetest.Store[*sql.Tx], fencetest.Link) {
+			p, err := faultproxy.Start(net.JoinHostPort("127.0.0.1", strconv.Itoa(c.Port())))
+			require.NoError(t, err)
+			t.Cleanup(p.Close)
+			return openGuard(t, proxiedDSN(t, dsn(t), p)), p
 		},
 		Restart: func(t *testing.T) { c.Restart(t) },
 		Unreachable: func(t *testing.T, tel fencing.Telemetry) fencing.StoreGuard[*sql.Tx] {
@@ -84,6 +96,14 @@ func TestGuardConformance(t *testing.T) {
 			return g
 		},
 	})
+}
+
+// proxiedDSN returns dsn with p's address for the server's.
+func proxiedDSN(t *testing.T, dsn string, p *faultproxy.Proxy) string {
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	u.Host = p.Addr()
+	return u.String()
 }
 
 func TestGuardTokenRange(t *testing.T) {

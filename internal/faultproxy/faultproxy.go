@@ -96,7 +96,9 @@ func (p *Proxy) Cut() {
 
 // Drop closes every connection through the proxy, as a server that
 // crashed and came back would, and goes on forwarding new ones; what was
-// held by a Partition is dropped with its connection.
+// held by a Partition or HoldReplies is dropped with its connection. After
+// HoldReplies, Drop then Heal lose the answers to requests the target has
+// acted on, and let the client's next connection through: a lost answer.
 func (p *Proxy) Drop() {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -184,6 +184,50 @@ func TestHoldRepliesPassesRequests(t *testing.T) {
 	assert.Equal(t, "answer", readN(t, c, len("answer")), "the held answer arrives")
 }
 
+// A lost answer: HoldReplies, the request passes and is answered, Drop
+// closes the connection with the answer undelivered, Heal lets the next
+// connection through both ways.
+func TestDropLosesHeldReplies(t *testing.T) {
+	target, conns := acceptServer(t)
+	p, err := Start(target)
+	require.NoError(t, err)
+	defer p.Close()
+	c := dial(t, p.Addr())
+	_, err = c.Write([]byte("a"))
+	require.NoError(t, err)
+	s := accepted(t, conns)
+	require.Equal(t, "a", readN(t, s, 1))
+
+	p.HoldReplies()
+	_, err = c.Write([]byte("request"))
+	require.NoError(t, err)
+	require.Equal(t, "request", readN(t, s, len("request")), "the request passes")
+	_, err = s.Write([]byte("answer"))
+	require.NoError(t, err)
+	nothingFor(t, c, 100*time.Millisecond)
+	p.Drop()
+	p.Heal()
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
+	b, err := io.ReadAll(c)
+	assert.Empty(t, string(b), "the held answer was lost")
+	var ne net.Error
+	if errors.As(err, &ne) {
+		assert.False(t, ne.Timeout(), "the connection was left open")
+	}
+	require.NoError(t, s.SetReadDeadline(time.Now().Add(5*time.Second)))
+	_, err = s.Read(make([]byte, 1))
+	assert.Error(t, err, "the target's side is closed too")
+
+	c2 := dial(t, p.Addr())
+	_, err = c2.Write([]byte("again"))
+	require.NoError(t, err)
+	s2 := accepted(t, conns)
+	require.Equal(t, "again", readN(t, s2, 5))
+	_, err = s2.Write([]byte("answered"))
+	require.NoError(t, err)
+	assert.Equal(t, "answered", readN(t, c2, len("answered")), "a new connection is answered")
+}
+
 func TestPartitionHoldsNewConnections(t *testing.T) {
 	target, conns := acceptServer(t)
 	p, err := Start(target)
