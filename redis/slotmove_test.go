@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -29,7 +30,7 @@ func TestClusterSlotMove(t *testing.T) {
 		run  func(*testing.T, *redistest.Cluster)
 		slow bool
 	}{
-		{"moved", slotMoved, false}, {"retried", slotRetried, false},
+		{"moved", slotMoved, false}, {"retried", slotRetried, false}, {"reshard", slotReshard, false},
 		{"nonlocal", slotNonLocal, false}, {"halfway", slotHalfway, true},
 	}
 	slots := map[int]string{}
@@ -364,7 +365,11 @@ func slotRetried(t *testing.T, c *redistest.Cluster) {
 		})
 		require.NoError(t, err, "%s: Revoke", cfg.Prefix)
 		assert.True(t, found)
-		<-lb.Done()
+		select {
+		case <-lb.Done():
+		case <-time.After(3 * lb.TTL()):
+			require.Fail(t, "the revoked holder did not learn of it")
+		}
 	}
 }
 
@@ -390,4 +395,67 @@ func slotNonLocal(t *testing.T, c *redistest.Cluster) {
 	assert.True(t, migrating(err))
 	require.ErrorIs(t, mapErr(err), backend.ErrUnavailable)
 	require.NoError(t, m.Finish(ctx))
+}
+
+// Moves at the pace of redis-cli --cluster reshard (the keys moved at once)
+// while a lock is held and another Locker asks for it without pause: no
+// call fails (each is refused as held), the holder renews throughout, and
+// the test logs how long the moves and the slowest call took and how many
+// scripts were sent again.
+func slotReshard(t *testing.T, c *redistest.Cluster) {
+	ctx := tctx(t, 2*time.Minute)
+	const moves = 10
+	holder := openLockers(t, ctx, clusterURL(c, "prefix=rs&ttl=2s"), 1)[0]
+	d, err := newDriver(c.NewClient(t), Config{Prefix: "rs"}, nil)
+	require.NoError(t, err)
+	l, err := backend.New(d, backend.WithTTL(2*time.Second))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	slot, err := c.Slot(ctx, keysOf("rs", "reshard").lock)
+	require.NoError(t, err)
+	lh, err := holder.TryAcquire(ctx, "reshard", backend.WithDriftMargin(slotDrift))
+	require.NoError(t, err)
+
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	var (
+		calls   int
+		slowest time.Duration
+		callErr error
+	)
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			start := time.Now()
+			_, err := l.TryAcquire(ctx, "reshard")
+			slowest = max(slowest, time.Since(start))
+			calls++
+			if !errors.Is(err, backend.ErrNotAcquired) {
+				callErr = err
+				return
+			}
+		}
+	}()
+	var longest, total time.Duration
+	for range moves {
+		start := time.Now()
+		_, err := c.MoveSlot(ctx, slot, nil)
+		require.NoError(t, err)
+		took := time.Since(start)
+		longest, total = max(longest, took), total+took
+	}
+	close(stop)
+	<-done
+	require.NoError(t, callErr, "a TryAcquire during the moves")
+	require.NoError(t, lh.Err(), "the holder")
+	renewedSince(t, lh, time.Now(), "the holder after the moves")
+	t.Logf("%d slot moves (SETSLOT IMPORTING to every node agreeing): %v on average, %v the longest; "+
+		"%d TryAcquire meanwhile, the slowest %v, %d scripts sent again after TRYAGAIN, ASK or MOVED",
+		moves, total/moves, longest, calls, slowest, d.tryAgains.Load())
+	release(t, lh)
 }
