@@ -27,8 +27,7 @@ var errFirstAttemptUnanswered = fmt.Errorf("%w: redis: the acquisition's first a
 // permission (NOPERM, or a script refused a command it calls). A Redis
 // Cluster's answers while a slot moves (MOVED, ASK, TRYAGAIN, a script's
 // "non local key") are ErrUnavailable too. The go-redis error stays in
-// the chain. Other errors (a script's reply) are
-// returned as they are.
+// the chain. Other errors (a script's reply) are returned as they are.
 func mapErr(err error) error {
 	if err == nil || errors.Is(err, backend.ErrUnavailable) || errors.Is(err, backend.ErrPermission) {
 		return err
@@ -59,15 +58,13 @@ func mapErr(err error) error {
 		}
 	}
 	var re goredis.Error
-	if !errors.As(err, &re) {
-		return err
-	}
-	switch msg := re.Error(); {
+	switch {
+	case !errors.As(err, &re):
 	case nonLocalKey(err):
 		// A script stopped by a command whose key the node does not
 		// serve (it moved away during a migration: see migrating).
 		return fmt.Errorf("%w: %w", backend.ErrUnavailable, err)
-	case strings.Contains(msg, "The user executing the script can't"):
+	case strings.Contains(re.Error(), "The user executing the script can't"):
 		// A command a script calls without the permission fails the
 		// script with "ERR The user executing the script can't run
 		// this command or subcommand" (or "can't publish to the

@@ -22,8 +22,8 @@ import (
 // 30–150ms in all); a pipeline sent to one node (Config.WaitReplicas)
 // follows nothing.
 //
-// So the adapter sends a script that met TRYAGAIN (or, in a pipeline, ASK)
-// again itself: tryAgainMin after, the pause doubling up to tryAgainMax,
+// So the adapter sends a script that met TRYAGAIN, ASK or MOVED (see
+// migrating) again itself: tryAgainMin after, the pause doubling up to tryAgainMax,
 // with jitter, until it gets another answer, its context ends or
 // tryAgainFor has passed: a migration that moves a slot's keys in a few
 // milliseconds, as redis-cli does, costs a call a few milliseconds, and one
@@ -49,10 +49,11 @@ func tryAgainWithin(ttlMs int64) time.Duration {
 
 // migrating reports whether err says that the command's slot is being
 // migrated, so that sending it again soon may succeed: TRYAGAIN, ASK (which
-// only a pipeline to one node returns), MOVED (which the cluster client
-// returns when it ran out of redirections: the source answers ASK, the
-// target TRYAGAIN, the target again without ASKING MOVED, and so on; a
-// pipeline to one node after a failover), or a script stopped by a key that
+// a pipeline to one node returns, or a cluster client that follows no
+// redirection), MOVED (which a cluster client returns when it ran out of
+// redirections: the source answers ASK, the target TRYAGAIN, the target
+// again without ASKING MOVED, and so on; a pipeline to one node after a
+// failover), or a script stopped by a key that
 // moved away during the migration ("Script attempted to access a non local
 // key in a cluster node": its writes before that stay, as those of a
 // script whose reply was lost, which the scripts are made to be sent
