@@ -126,8 +126,8 @@ func (m *Migration) Move(ctx context.Context, keys ...string) error {
 	for _, k := range keys {
 		args = append(args, k)
 	}
-	// NOKEY: none of the keys was there.
-	if err := m.From.do(ctx, args...); err != nil && !goredis.HasErrorPrefix(err, "NOKEY") && err.Error() != "NOKEY" {
+	// (A reply of NOKEY, not an error, says none of the keys was there.)
+	if err := m.From.do(ctx, args...); err != nil {
 		return fmt.Errorf("redistest: MIGRATE %d keys of slot %d from %s to %s: %w", len(keys), m.Slot, m.From.Addr(), m.To.Addr(), err)
 	}
 	return nil
