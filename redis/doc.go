@@ -123,6 +123,30 @@
 // WaitReplicas, whose pipeline goes to one node; CLUSTERDOWN; TRYAGAIN)
 // matches backend.ErrUnavailable, the Redis error kept in the chain.
 //
+// # Slot migrations
+//
+// While a Redis Cluster moves a lock's slot to another master (redis-cli
+// --cluster reshard or rebalance: CLUSTER SETSLOT IMPORTING and
+// MIGRATING, MIGRATE, SETSLOT NODE), the lock cannot be used: a script
+// that names several keys of a migrating slot runs only on a node that has
+// them all, and every script of a lock names one that rarely exists (the
+// queue while nobody waits, an acquisition's end mark), so the source and
+// the target answer TRYAGAIN (or ASK, MOVED) until the slot is given to
+// the target. Nothing is lost or repeated: a key moves whole, with its
+// expiry, and the token counter moves with the lock key. A call that meets
+// this sends its script again, 10ms later, the pause doubling up to 100ms,
+// for up to 1s (half the TTL if that is shorter) and while its context
+// lasts, then fails with backend.ErrUnavailable (the cluster's answer in
+// the chain): a migration as redis-cli runs it, which moves a slot's keys
+// in milliseconds, costs a grant or a release that long, not an error. A
+// renewal is not sent again by the adapter (backend.Lease renews again
+// TTL/10 later, holding the lease until its deadline): a migration shorter
+// than the TTL costs a holder nothing; a longer one costs it its lease at
+// its deadline, as any outage does, and nobody else gets the lock until
+// the migration ends. Tested with a migration stopped halfway, the lock's
+// keys split between the two masters (TestClusterSlotMove), and as a
+// fault of the Redis Cluster's campaign (conformance/chaos).
+//
 // # Key layout and token
 //
 // Lock name N (with '%', '{', '}' and ':' escaped as %XX, so that no name

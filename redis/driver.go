@@ -185,8 +185,9 @@ type redisDriver struct {
 	lastLock atomic.Pointer[lockKeys]
 
 	// Counters for tests and benchmarks.
-	attempts atomic.Int64 // acquire script calls
-	wakeups  atomic.Int64 // release notices delivered to waiting acquisitions
+	attempts  atomic.Int64 // acquire script calls
+	tryAgains atomic.Int64 // scripts sent again while their slot migrated (see slotRetry)
+	wakeups   atomic.Int64 // release notices delivered to waiting acquisitions
 
 	mu     sync.Mutex
 	closed bool
@@ -469,9 +470,9 @@ func (d *redisDriver) acquireOnce(ctx context.Context, l *lease, mode queueMode)
 		cmd = append(cmd, l.cand.value, l.cand.keyTTL)
 	}
 	if d.cfg.WaitReplicas == 0 {
-		return parseAcquire(d.eval(ctx, cmd, acquireScript, acquireSrc).Result())
+		return parseAcquire(d.eval(ctx, tryAgainWithin(l.ttlMs), cmd, acquireScript, acquireSrc).Result())
 	}
-	return d.acquireWait(ctx, l.k.lock, cmd)
+	return d.acquireWait(ctx, tryAgainWithin(l.ttlMs), l.k.lock, cmd)
 }
 
 // doer is a client that sends any command: go-redis's *Client,
@@ -490,8 +491,19 @@ var (
 
 // eval runs cmd, an EVALSHA of script (src: its source) with its
 // arguments, and sends the source (EVAL) if the server does not have the
-// script yet. cmd is sent as it is, and changed for the EVAL.
-func (d *redisDriver) eval(ctx context.Context, cmd []any, script *goredis.Script, src string) *goredis.Cmd {
+// script yet; it sends it again while its slot migrates, for up to
+// within (see slotRetry). cmd is sent as it is, and changed for the EVAL.
+func (d *redisDriver) eval(ctx context.Context, within time.Duration, cmd []any, script *goredis.Script, src string) *goredis.Cmd {
+	r, err := slotRetry(ctx, d, within, func() (*goredis.Cmd, error) {
+		r := d.evalOnce(ctx, cmd, script, src)
+		return r, r.Err()
+	})
+	r.SetErr(err) // with the migration's error, if ctx ended the last try
+	return r
+}
+
+// evalOnce is eval without slotRetry.
+func (d *redisDriver) evalOnce(ctx context.Context, cmd []any, script *goredis.Script, src string) *goredis.Cmd {
 	if d.do == nil {
 		nkeys := cmd[2].(int)
 		keys := make([]string, nkeys)
@@ -510,8 +522,8 @@ func (d *redisDriver) eval(ctx context.Context, cmd []any, script *goredis.Scrip
 
 // acquireWait sends cmd, the acquire script, and WAIT in one pipeline on
 // one connection (see evalWait); lock is the lock key.
-func (d *redisDriver) acquireWait(ctx context.Context, lock string, cmd []any) (acquireResult, error) {
-	script, wait, err := d.evalWait(ctx, lock, cmd, acquireSrc)
+func (d *redisDriver) acquireWait(ctx context.Context, within time.Duration, lock string, cmd []any) (acquireResult, error) {
+	script, wait, err := d.evalWait(ctx, within, lock, cmd, acquireSrc)
 	if err != nil {
 		return acquireResult{}, err
 	}
@@ -532,9 +544,28 @@ func (d *redisDriver) acquireWait(ctx context.Context, lock string, cmd []any) (
 // with EVAL. A pipeline to one cluster node does not follow redirections:
 // after a MOVED (the slot has another master, after a failover), which the
 // node answers without running the script, it reloads the slot map and
-// sends both once more, to the new master. The error is one of reaching
-// the node; the script's and WAIT's are in their replies.
-func (d *redisDriver) evalWait(ctx context.Context, lock string, cmd []any, src string) (*goredis.Cmd, *goredis.Cmd, error) {
+// sends both once more, to the new master. While the slot migrates (the
+// node answers TRYAGAIN or ASK) it sends them again for up to within
+// (see slotRetry). The error is one of reaching the node; the script's
+// and WAIT's are in their replies.
+func (d *redisDriver) evalWait(ctx context.Context, within time.Duration, lock string, cmd []any, src string) (*goredis.Cmd, *goredis.Cmd, error) {
+	type replies struct{ script, wait *goredis.Cmd }
+	r, err := slotRetry(ctx, d, within, func() (replies, error) {
+		script, wait, err := d.evalWaitOnce(ctx, lock, cmd, src)
+		if err != nil {
+			return replies{}, err
+		}
+		return replies{script, wait}, script.Err()
+	})
+	if r.script == nil {
+		return nil, nil, err
+	}
+	r.script.SetErr(err) // with the migration's error, if ctx ended the last try
+	return r.script, r.wait, nil
+}
+
+// evalWaitOnce is evalWait without slotRetry.
+func (d *redisDriver) evalWaitOnce(ctx context.Context, lock string, cmd []any, src string) (*goredis.Cmd, *goredis.Cmd, error) {
 	var movedFrom string // the node that answered MOVED
 	for {
 		var p goredis.Pipeliner

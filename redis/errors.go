@@ -24,8 +24,10 @@ var errFirstAttemptUnanswered = fmt.Errorf("%w: redis: the acquisition's first a
 // timeout, a closed or reset connection, an exhausted pool, a server that
 // is loading, has no primary or is failing over), or in
 // backend.ErrPermission when the server refused it for lack of
-// permission (NOPERM, or a script refused a command it calls). The go-redis error stays in the chain. Other errors (a
-// script's reply) are returned as they are.
+// permission (NOPERM, or a script refused a command it calls). A Redis
+// Cluster's answers while a slot moves (MOVED, ASK, TRYAGAIN, a script's
+// "non local key") are ErrUnavailable too. The go-redis error stays in
+// the chain. Other errors (a script's reply) are returned as they are.
 func mapErr(err error) error {
 	if err == nil || errors.Is(err, backend.ErrUnavailable) || errors.Is(err, backend.ErrPermission) {
 		return err
@@ -55,12 +57,19 @@ func mapErr(err error) error {
 			return fmt.Errorf("%w: %w", backend.ErrPermission, err)
 		}
 	}
-	// A command a script calls without the permission fails the script
-	// with "ERR The user executing the script can't run this command or
-	// subcommand" (or "can't publish to the channel", "can't access at
-	// least one of the keys"; Redis 7.0).
 	var re goredis.Error
-	if errors.As(err, &re) && strings.Contains(re.Error(), "The user executing the script can't") {
+	switch {
+	case !errors.As(err, &re):
+	case nonLocalKey(err):
+		// A script stopped by a command whose key the node does not
+		// serve (it moved away during a migration: see migrating).
+		return fmt.Errorf("%w: %w", backend.ErrUnavailable, err)
+	case strings.Contains(re.Error(), "The user executing the script can't"):
+		// A command a script calls without the permission fails the
+		// script with "ERR The user executing the script can't run
+		// this command or subcommand" (or "can't publish to the
+		// channel", "can't access at least one of the keys"; Redis
+		// 7.0).
 		return fmt.Errorf("%w: %w", backend.ErrPermission, err)
 	}
 	return err

@@ -414,5 +414,5 @@ func (l *lease) release(ctx context.Context, endMark int64) (int64, error) {
 		cmd = append(cmd, l.cand.key, l.args[5])
 	}
 	cmd = append(cmd, l.d.wakePrefix, flag(!l.d.cfg.NoClockFloor), flag(l.d.direct()), endMark)
-	return l.d.eval(ctx, cmd, releaseScript, releaseSrc).Int64()
+	return l.d.eval(ctx, tryAgainWithin(l.ttlMs), cmd, releaseScript, releaseSrc).Int64()
 }

@@ -51,7 +51,9 @@ func (d *redisDriver) Inspect(ctx context.Context, name string) (driver.Status, 
 
 // inspect runs the inspect script once for the lock whose keys are k.
 func (d *redisDriver) inspect(ctx context.Context, k keys) (driver.Status, error) {
-	res, err := inspectScript.Run(ctx, d.c, []string{k.lock, k.queue, k.expiry}).Slice()
+	res, err := slotRetry(ctx, d, tryAgainFor, func() ([]any, error) {
+		return inspectScript.Run(ctx, d.c, []string{k.lock, k.queue, k.expiry}).Slice()
+	})
 	if err != nil {
 		return driver.Status{}, fmt.Errorf("redis: status: %w", mapErr(err))
 	}
@@ -98,8 +100,10 @@ func (d *redisDriver) RevokeID(ctx context.Context, name, id string) (bool, erro
 // revoke runs the revoke script for the acquisition named by who.
 func (d *redisDriver) revoke(ctx context.Context, name, by, who string) (bool, error) {
 	k := keysOf(d.cfg.Prefix, name)
-	n, err := revokeScript.Run(ctx, d.c, []string{k.lock, k.counter, k.queue, k.expiry}, by, who,
-		wakeChannel(d.cfg.Prefix, ""), flag(!d.cfg.NoClockFloor), flag(d.direct())).Int()
+	n, err := slotRetry(ctx, d, tryAgainFor, func() (int, error) {
+		return revokeScript.Run(ctx, d.c, []string{k.lock, k.counter, k.queue, k.expiry}, by, who,
+			wakeChannel(d.cfg.Prefix, ""), flag(!d.cfg.NoClockFloor), flag(d.direct())).Int()
+	})
 	if err != nil {
 		return false, fmt.Errorf("redis: revoke: %w", mapErr(err))
 	}

@@ -90,9 +90,9 @@ func (l *lease) Proclaim(ctx context.Context, value string) error {
 	cmd := []any{"evalsha", proclaimHash, 2, l.k.lock, c.keyName, l.owner + ":" + token.String(), value, c.keyTTL}
 	n, err := bounded(ctx, l.d, func() (int64, error) {
 		if l.d.cfg.WaitReplicas == 0 {
-			return l.d.eval(ctx, cmd, proclaimScript, proclaimLua).Int64()
+			return l.d.eval(ctx, tryAgainWithin(l.ttlMs), cmd, proclaimScript, proclaimLua).Int64()
 		}
-		script, wait, err := l.d.evalWait(ctx, l.k.lock, cmd, proclaimLua)
+		script, wait, err := l.d.evalWait(ctx, tryAgainWithin(l.ttlMs), l.k.lock, cmd, proclaimLua)
 		if err != nil {
 			return 0, err
 		}

@@ -249,7 +249,8 @@ func runClean(t *testing.T, c chaos.Config, grants int) {
 // client faults, member faults (kill and pause) on the two servers of the
 // lock's data (the primary and its replica; on the cluster, those of slot
 // 0, where the lock name "06S" lives) and failovers (SENTINEL FAILOVER;
-// CLUSTER FAILOVER TAKEOVER), the clock floor alone keeping tokens
+// CLUSTER FAILOVER TAKEOVER), on the cluster slot moves of the lock's slot
+// (servers.Server.MoveSlot), the clock floor alone keeping tokens
 // growing. The guard is on a PostgreSQL server of its own.
 func failoverCampaignOn(t *testing.T, topo servers.Topology) {
 	s := servers.StartWith(t, servers.Local, servers.Redis, topo)
@@ -260,6 +261,18 @@ func failoverCampaignOn(t *testing.T, topo servers.Topology) {
 		Guard:       chaos.GuardSQL, GuardURL: servers.StartWith(t, servers.Local, servers.Postgres, servers.Single).URL,
 		Faults:   append(slices.Clone(chaos.ClientFaults), chaos.Member, chaos.Failover),
 		Failover: func(ctx context.Context) error { _, err := s.Failover(ctx); return err },
+	}
+	if topo == servers.Sharded {
+		// The lock's slot moves to another master, stopped halfway,
+		// and back (so that the member faults stay on its master and
+		// replica). Three faults more, with quiet gaps of 1.25s
+		// instead of the TTL, keep the campaign's length (measured at
+		// a load of 12 to 20: 76s without them; with them, 94s at the
+		// default gap, 84s at 1.5s, 76s at 1.25s, with 1,000 grants
+		// still within the faults' time).
+		c.Faults = append(c.Faults, chaos.SlotMove)
+		c.SlotMove = s.MoveSlot
+		c.FaultGap = 1250 * time.Millisecond // the TTL is 2s
 	}
 	primary, err := s.Primary(context.Background())
 	require.NoError(t, err)

@@ -27,6 +27,7 @@ const (
 	Latency   Fault = "latency"
 	Member    Fault = "member"
 	Failover  Fault = "failover"
+	SlotMove  Fault = "slot-move"
 )
 
 // ClientFaults are the faults that need no control of the servers: the
@@ -34,7 +35,7 @@ const (
 var ClientFaults = []Fault{Pause, Kill, Partition, Latency}
 
 // AllFaults are every fault kind.
-var AllFaults = append(slices.Clone(ClientFaults), Member, Failover)
+var AllFaults = append(slices.Clone(ClientFaults), Member, Failover, SlotMove)
 
 // Guard is the store whose fencing guard protects the counter.
 type Guard string
@@ -157,6 +158,14 @@ type Config struct {
 	// over and returns once a new one accepts writes (*servers.Server's
 	// Failover is one).
 	Failover func(ctx context.Context) error
+	// SlotMove, if set, is the SlotMove fault, for a Redis Cluster
+	// (redis+cluster): it moves the hash slot of the lock's keys to
+	// another master (CLUSTER SETSLOT IMPORTING and MIGRATING, MIGRATE,
+	// SETSLOT NODE), stopping halfway for midway with the slot's keys
+	// split between the two (the lock's scripts meet TRYAGAIN and ASK),
+	// and returns once the move is done (*servers.Server's MoveSlot is
+	// one).
+	SlotMove func(ctx context.Context, midway time.Duration) error
 	// Out is the directory the history and the reports are written to
 	// (required; created if missing).
 	Out string
@@ -291,6 +300,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if seen[Failover] && c.Failover == nil && (c.Sentinel == nil || c.Sentinel.Failover == nil) {
 		return bad("failover faults need a way to fail over (Config.Failover, or Config.Sentinel with its Failover)")
+	}
+	if seen[SlotMove] && c.SlotMove == nil {
+		return bad("slot-move faults need a way to move the lock's slot (Config.SlotMove)")
 	}
 	if c.Failover != nil && c.Sentinel != nil {
 		return bad("Config.Failover and Config.Sentinel: the Sentinel's Failover is the failover fault")

@@ -23,6 +23,10 @@
 //	           (only with Config.Members: servers this program controls)
 //	failover   fail the Redis primary over through its Sentinel (only with
 //	           Config.Sentinel: workers then follow the primary through it)
+//	           or Config.Failover
+//	slot-move  move the lock's hash slot to another master of a Redis
+//	           Cluster, stopped halfway with its keys split for
+//	           0.25–1×TTL (only with Config.SlotMove)
 //
 // When the campaign ends, the checker reads the history and counts, each a
 // figure in the summary: stale writes accepted (an accepted write or admit

@@ -71,6 +71,9 @@ func (cp *campaign) fault(kind Fault, worker int, target string) func(err error)
 	}
 }
 
+// slotMoveTimeout bounds a SlotMove fault, beyond its stop halfway.
+const slotMoveTimeout = time.Minute
+
 // inject runs one fault of kind to its end. A fault is undone even if ctx
 // ends meanwhile (its wait is cut short).
 func (cp *campaign) inject(ctx context.Context, kind Fault) {
@@ -86,6 +89,17 @@ func (cp *campaign) inject(ctx context.Context, kind Fault) {
 		}
 		end := cp.fault(kind, -1, target)
 		end(failover(context.WithoutCancel(ctx)))
+		return
+	case SlotMove:
+		// Stopped halfway for a quarter of the TTL to a TTL: the
+		// holder's lease outlives the shorter stops, not always the
+		// longer ones (its last renewal came up to TTL/3 before). Finished
+		// even if ctx ends meanwhile.
+		midway := cp.jitter(ttl, 0.25, 1)
+		end := cp.fault(kind, -1, fmt.Sprintf("the lock's slot, halfway for %v", midway.Round(time.Millisecond)))
+		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), midway+slotMoveTimeout)
+		end(cp.c.SlotMove(mctx, midway))
+		cancel()
 		return
 	}
 	p := cp.target()

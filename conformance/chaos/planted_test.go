@@ -73,6 +73,7 @@ func TestBadConfigFailsBeforeStarting(t *testing.T) {
 			c.URL, c.RedisClient, c.Sentinel = "redis://127.0.0.1:1/0", chaos.RedisClientURL, &chaos.Sentinel{Master: "m", Addr: "127.0.0.1:2"}
 		},
 		"failover, no Sentinel": func(c *chaos.Config) { c.Faults = []chaos.Fault{chaos.Failover} },
+		"slot move, no hook":    func(c *chaos.Config) { c.Faults = []chaos.Fault{chaos.SlotMove} },
 	} {
 		t.Run(name, func(t *testing.T) {
 			cfg := ok

@@ -2,9 +2,11 @@ package servers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencelock/fencelock/internal/redistest"
 )
@@ -71,7 +73,8 @@ func startLocalRedisSentinel(t testing.TB) *Server {
 // startLocalRedisCluster starts a Redis Cluster of three masters with a
 // replica each; the URL is redis+cluster:// over every node. Primary is
 // the master of slot 0 (of the key "{06S}"); Failover promotes its replica
-// with CLUSTER FAILOVER TAKEOVER.
+// with CLUSTER FAILOVER TAKEOVER; MoveSlot moves slot 0 to another master
+// and back.
 func startLocalRedisCluster(t testing.TB) *Server {
 	c := redistest.StartCluster(t, 3, 1)
 	srv := &Server{URL: "redis+cluster://" + strings.Join(c.Addrs(), ",") + "?prefix=" + prefix()}
@@ -107,5 +110,52 @@ func startLocalRedisCluster(t testing.TB) *Server {
 		}
 		return byServer[r], nil
 	}
+	srv.moveSlot = func(ctx context.Context, midway time.Duration) error {
+		from, err := c.MasterOf(ctx, slot0Key)
+		if err != nil {
+			return err
+		}
+		m, err := c.StartMigration(ctx, 0, nil)
+		if err != nil {
+			return err
+		}
+		keys, err := m.Remaining(ctx, 1000)
+		if err != nil {
+			return err
+		}
+		if err := m.Move(ctx, keys[:len(keys)/2]...); err != nil {
+			return err
+		}
+		t := time.NewTimer(midway)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+		if err := m.Finish(ctx); err != nil {
+			return err
+		}
+		_, err = c.MoveSlot(ctx, 0, from)
+		return err
+	}
 	return srv
+}
+
+// MoveSlot moves the slot of the Sharded topology's lock data (slot 0, of
+// the key "{06S}", whose master Primary names) to another master, and
+// back to the same master: the first move, as redis-cli --cluster reshard
+// does (CLUSTER SETSLOT IMPORTING and MIGRATING, MIGRATE, SETSLOT NODE),
+// but stopped halfway for midway (or until ctx ends), with half the slot's
+// keys moved; the move back at once. Meanwhile the slot's multi-key
+// commands, which every script of a lock is, meet TRYAGAIN (or ASK, MOVED).
+// Primary names the same member after it. Another Server's MoveSlot
+// returns an error matching errors.ErrUnsupported.
+func (s *Server) MoveSlot(ctx context.Context, midway time.Duration) error {
+	if s.moveSlot == nil {
+		return fmt.Errorf("servers: MoveSlot: %s %s via %s: %w", s.Kind, s.Topology, s.Provider, errors.ErrUnsupported)
+	}
+	if err := s.moveSlot(ctx, midway); err != nil {
+		return fmt.Errorf("servers: MoveSlot: %w", err)
+	}
+	return nil
 }

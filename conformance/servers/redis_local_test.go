@@ -2,6 +2,7 @@ package servers
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -13,7 +14,7 @@ import (
 
 // The local Redis Sentinel and Sharded topologies: their URLs open,
 // Failover promotes another member, which Primary then names, and the URL
-// reaches it.
+// reaches it; the Sharded one's MoveSlot leaves Primary as it was.
 func TestLocalRedisTopologies(t *testing.T) {
 	for _, topo := range []Topology{Sentinel, Sharded} {
 		t.Run(string(topo), func(t *testing.T) {
@@ -39,6 +40,19 @@ func TestLocalRedisTopologies(t *testing.T) {
 				ls, err = l.TryAcquire(ctx, "after")
 				return err == nil && ls.Release(ctx) == nil
 			}, 30*time.Second, 50*time.Millisecond, "a grant after the failover: %v", err)
+
+			// MoveSlot, while slot 0's lock is held: the holder goes on.
+			if topo != Sharded {
+				require.ErrorIs(t, s.MoveSlot(ctx, 0), errors.ErrUnsupported)
+				return
+			}
+			ls, err = l.TryAcquire(ctx, "06S")
+			require.NoError(t, err)
+			require.NoError(t, s.MoveSlot(ctx, 200*time.Millisecond))
+			same, err := s.Primary(ctx)
+			require.NoError(t, err)
+			require.Equal(t, now, same)
+			require.NoError(t, ls.Release(ctx))
 		})
 	}
 	_, err := Resolve(Docker, Redis, Sharded)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencelock/fencelock/internal/urlkit"
 )
@@ -46,7 +47,8 @@ const (
 	// by a redis+sentinel URL over the Sentinels (local only).
 	Sentinel Topology = "sentinel"
 	// Sharded is a Redis Cluster of three masters with a replica each,
-	// named by a redis+cluster URL over every node (local only).
+	// named by a redis+cluster URL over every node (local only);
+	// Server.MoveSlot migrates a slot.
 	Sharded Topology = "sharded"
 )
 
@@ -113,6 +115,8 @@ type Server struct {
 	// primary and failover are Primary and Failover of the local Redis
 	// Sentinel and Sharded topologies.
 	primary, failover func(context.Context) (*Member, error)
+	// moveSlot is MoveSlot of the local Sharded topology.
+	moveSlot func(ctx context.Context, midway time.Duration) error
 }
 
 // Member is one server process or container of a Server, with hooks that

@@ -2,9 +2,7 @@ package redistest
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -154,40 +152,11 @@ func (c *Cluster) NewClient(tb testing.TB) *goredis.ClusterClient {
 // MasterOf returns the node that serves key's slot now, as the running
 // nodes' CLUSTER SHARDS say.
 func (c *Cluster) MasterOf(ctx context.Context, key string) (*Server, error) {
-	for _, n := range c.Nodes() {
-		if !n.running() {
-			continue
-		}
-		slot, err := n.client().ClusterKeySlot(ctx, key).Result()
-		if err != nil {
-			continue
-		}
-		shards, err := n.client().ClusterShards(ctx).Result()
-		if err != nil {
-			continue
-		}
-		for _, sh := range shards {
-			if !slices.ContainsFunc(sh.Slots, func(r goredis.SlotRange) bool { return r.Start <= slot && slot <= r.End }) {
-				continue
-			}
-			for _, node := range sh.Nodes {
-				if node.Role != "master" {
-					continue
-				}
-				port := node.Port
-				if node.TLSPort != 0 {
-					port = node.TLSPort
-				}
-				for _, m := range c.Nodes() {
-					if int64(m.port) == port {
-						return m, nil
-					}
-				}
-				return nil, fmt.Errorf("redistest: slot %d is served by port %d, not a node of the cluster", slot, port)
-			}
-		}
+	slot, err := c.Slot(ctx, key)
+	if err != nil {
+		return nil, err
 	}
-	return nil, errors.New("redistest: no running node knows the key's slot")
+	return c.masterOfSlot(ctx, int64(slot))
 }
 
 // ReplicaOf returns a running replica that follows master now.
