@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -25,11 +26,17 @@ func sentinelURL(s *redistest.Sentinels, query string) string {
 	return "redis+sentinel://" + strings.Join(s.Addrs(), ",") + "/0?master_name=" + redistest.SentinelMaster + "&" + query
 }
 
-// Through a redis+cluster URL, the locks of many names spread over every
-// master (each name's keys in one slot), and the go-redis addr= form names
-// the same cluster.
+// Through a redis+cluster URL, the locks of 1,000 names spread over every
+// master, each master within a quarter of an even share; every key of a
+// name (lock, token counter, queue, queue expiries, an end mark, an
+// election candidate's value key) is in one slot (CLUSTER KEYSLOT, the
+// server's own hash), names with characters the hash tag escapes
+// included; and while all are held, each lock's key and counter are on
+// the master that serves that slot. The go-redis addr= form names the
+// same cluster.
 func TestClusterSpread(t *testing.T) {
 	t.Parallel()
+	const names = 1000
 	c := redistest.StartCluster(t, 3, 1)
 	ctx := tctx(t, time.Minute)
 	addrs := c.Addrs()
@@ -37,20 +44,62 @@ func TestClusterSpread(t *testing.T) {
 	l, err := backend.Open(ctx, u)
 	require.NoError(t, err)
 	defer l.Close()
-	masters := map[string]int{}
-	for i := range 60 {
-		name := fmt.Sprint("job-", i)
-		ls, err := l.TryAcquire(ctx, name)
+
+	name := func(i int) string {
+		if i%10 == 0 {
+			return fmt.Sprintf("job:{%d}%%", i) // escaped in the hash tag
+		}
+		return fmt.Sprint("job-", i)
+	}
+	leases := make([]*backend.Lease, names)
+	for i := range leases {
+		leases[i], err = l.TryAcquire(ctx, name(i))
 		require.NoError(t, err)
-		m, err := c.MasterOf(ctx, keysOf("spread", name).lock)
+	}
+	owners, err := c.SlotMasters(ctx)
+	require.NoError(t, err)
+	slots := c.Masters[0].NewClient(t).Pipeline()
+	keySlots := make([][]*goredis.IntCmd, names)
+	for i := range keySlots {
+		k := keysOf("spread", name(i))
+		for _, key := range []string{k.lock, k.counter, k.queue, k.expiry, k.ended + "0123abcd.1.2000", valueKey(k.lock, "0123abcd.2.v.2000")} {
+			keySlots[i] = append(keySlots[i], slots.ClusterKeySlot(ctx, key))
+		}
+	}
+	_, err = slots.Exec(ctx)
+	require.NoError(t, err)
+	exists := map[string]goredis.Pipeliner{}
+	for _, m := range c.Masters {
+		exists[m.Addr()] = m.NewClient(t).Pipeline()
+	}
+	perMaster := map[string]int{}
+	held := make([]*goredis.IntCmd, names)
+	for i, cmds := range keySlots {
+		slot := cmds[0].Val()
+		for _, cmd := range cmds[1:] {
+			require.Equal(t, slot, cmd.Val(), "the keys of %q are in one slot", name(i))
+		}
+		owner := owners[slot]
+		require.Contains(t, exists, owner, "slot %d's master", slot)
+		perMaster[owner]++
+		k := keysOf("spread", name(i))
+		held[i] = exists[owner].Exists(ctx, k.lock, k.counter)
+	}
+	for _, p := range exists {
+		_, err := p.Exec(ctx)
 		require.NoError(t, err)
-		masters[m.Addr()]++
-		n, err := m.NewClient(t).Exists(ctx, keysOf("spread", name).lock, keysOf("spread", name).counter).Result()
-		require.NoError(t, err)
-		require.EqualValues(t, 2, n, "the lock's keys are on the master of their slot")
+	}
+	for i, cmd := range held {
+		require.EqualValues(t, 2, cmd.Val(), "the lock key and counter of %q are on the master of their slot", name(i))
+	}
+	for _, ls := range leases {
 		release(t, ls)
 	}
-	require.Len(t, masters, 3, "60 names on all three masters: %v", masters)
+	t.Logf("%d names per master: %v", names, perMaster)
+	require.Len(t, perMaster, 3, "%d names on all three masters", names)
+	for m, n := range perMaster {
+		assert.InDelta(t, names/3, n, names/3/4, "master %s's share", m)
+	}
 }
 
 // A forced failover of the master that holds a lock (CLUSTER FAILOVER
