@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -275,4 +276,81 @@ func TestSentinelTLS(t *testing.T) {
 	}, 30*time.Second, 50*time.Millisecond, "a grant on the promoted primary over TLS: %v", err)
 	assert.Greater(t, lb.Token(), la.Token())
 	release(t, lb)
+}
+
+// On a cluster, a waiting Locker subscribes to its wake channel on every
+// master (its own subscription on the master of the channel's slot, a
+// local one on each other: see hub), so the release of a lock whose
+// master is another one reaches it from that master, not over the
+// cluster bus alone; the grant's copies wake it once; and closing the
+// Locker leaves no subscription behind.
+func TestClusterLocalWake(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3, 0)
+	ctx := tctx(t, time.Minute)
+	prefix := testPrefix(t)
+	la, _ := driverLocker(t, c.NewClient(t), Config{Prefix: prefix})
+	cb := c.NewClient(t)
+	db, err := newDriver(cb, Config{Prefix: prefix}, nil)
+	require.NoError(t, err)
+	lb, err := backend.New(db, backend.WithTTL(30*time.Second))
+	require.NoError(t, err)
+	defer lb.Close()
+
+	channel := wakeChannel(prefix, db.id)
+	own, err := cb.MasterForKey(ctx, channel)
+	require.NoError(t, err)
+	var name string
+	for i := 0; name == ""; i++ {
+		m, err := cb.MasterForKey(ctx, keysOf(prefix, fmt.Sprint("n", i)).lock)
+		require.NoError(t, err)
+		if m.Options().Addr != own.Options().Addr {
+			name = fmt.Sprint("n", i)
+		}
+	}
+	held, err := la.TryAcquire(ctx, name, backend.WithTTL(30*time.Second))
+	require.NoError(t, err)
+	ch := goAcquire(ctx, lb, name)
+	require.Eventually(t, func() bool { return waiters(t, la, name) == 1 }, 10*time.Second, 5*time.Millisecond)
+	numsub := func(m *redistest.Server) int64 {
+		n, err := m.NewClient(t).PubSubNumSub(ctx, channel).Result()
+		require.NoError(t, err)
+		return n[channel]
+	}
+	for _, m := range c.Masters {
+		require.Eventually(t, func() bool { return numsub(m) == 1 }, 10*time.Second, 5*time.Millisecond,
+			"one subscriber of the waiter's channel on %s", m.Addr())
+	}
+
+	release(t, held)
+	r := waitAcquired(t, ch, 15*time.Second)
+	require.NoError(t, r.Err)
+	require.Greater(t, r.Lease.Token(), held.Token())
+	require.Eventually(t, func() bool { return db.hub.localMsgs.Load() >= 1 }, 10*time.Second, 5*time.Millisecond,
+		"the lock's master delivered the grant on the local subscription")
+	require.EqualValues(t, 1, db.wakeups.Load(), "the grant woke the waiter once")
+	release(t, r.Lease)
+
+	require.NoError(t, lb.Close())
+	for _, m := range c.Masters {
+		require.Zero(t, numsub(m), "no subscription left on %s", m.Addr())
+	}
+}
+
+// A grant's copies (one per master the Locker subscribes on) wake its
+// waiter once; "try again" messages wake it each time.
+func TestHubDeliverOnce(t *testing.T) {
+	var wakeups atomic.Int64
+	h := newHub(newClient(t, srv.Addr()), "ch", &wakeups)
+	w := &sub{h: h, owner: "id.1.2000", notify: make(chan struct{}, 1)}
+	h.waiters[w.owner] = w
+	h.deliver("id.1.2000:42")
+	h.deliver("id.1.2000:42")
+	require.EqualValues(t, 42, w.granted())
+	require.EqualValues(t, 1, wakeups.Load())
+	h.deliver("other:7") // nobody's
+	h.deliver("id.1.2000")
+	h.deliver("id.1.2000")
+	require.EqualValues(t, 3, wakeups.Load())
+	require.NoError(t, h.close())
 }
