@@ -139,26 +139,31 @@ func BenchmarkUncontended(b *testing.B) {
 	})
 }
 
-// serverUsage is the Gauge of the server's CPU time per op, user and
-// system, in µs (server-cpu-us), as INFO reports it for the whole
-// redis-server process: the commands, the scripts and the network system
-// calls. No other client uses the benchmarks' server meanwhile.
-func serverUsage(b *testing.B, s *redistest.Server) lockbench.Gauge {
-	c := s.NewClient(b)
+// serverUsage is the Gauge of the servers' CPU time per op, user and
+// system, in µs (server-cpu-us), as INFO reports it for each whole
+// redis-server process, summed: the commands, the scripts and the network
+// system calls. No other client uses the benchmarks' servers meanwhile.
+func serverUsage(b *testing.B, ss ...*redistest.Server) lockbench.Gauge {
+	cs := make([]*goredis.Client, len(ss))
+	for i, s := range ss {
+		cs[i] = s.NewClient(b)
+	}
 	cpu := func() time.Duration {
-		info, err := c.Info(context.Background(), "cpu").Result()
-		if err != nil {
-			b.Fatal(err)
-		}
 		var sec float64
-		for _, line := range strings.Split(info, "\n") {
-			name, v, _ := strings.Cut(strings.TrimSpace(line), ":")
-			if name == "used_cpu_sys" || name == "used_cpu_user" {
-				f, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					b.Fatalf("INFO cpu: %s: %v", line, err)
+		for _, c := range cs {
+			info, err := c.Info(context.Background(), "cpu").Result()
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, line := range strings.Split(info, "\n") {
+				name, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+				if name == "used_cpu_sys" || name == "used_cpu_user" {
+					f, err := strconv.ParseFloat(v, 64)
+					if err != nil {
+						b.Fatalf("INFO cpu: %s: %v", line, err)
+					}
+					sec += f
 				}
-				sec += f
 			}
 		}
 		return time.Duration(sec * float64(time.Second))
