@@ -140,15 +140,17 @@ func (i scaleOutImpl) String() string {
 // One op is one grant, of any lock. Reported beside grants/s and the
 // handoff (within one lock): the round trips per grant (requests/grant),
 // the client's and the cluster's CPU per grant (client-cpu-us: this
-// process; server-cpu-us: every node's), the round trip (rtt-us, a PING
-// to a master), and for fencelock the release notices and acquire
-// scripts per grant.
+// process; server-cpu-us: every node's; busiest-server-cpu-us: the
+// busiest master's alone), the round trip (rtt-us, a PING to a master),
+// and for fencelock the release notices and acquire scripts per grant.
 //
-// On one machine the client, the benchmark itself, and every master share
-// the cores: grants/s grows with the masters only as long as a single
-// server's event loop is the bottleneck and cores are left. On 2 cores,
-// client-cpu-us + server-cpu-us times grants/s shows how much of the
-// machine a run took.
+// On one machine the clients and every master share the cores: grants/s
+// grows with the masters only while a master's event loop is the
+// bottleneck and cores are left; where the clients' CPU is (client-cpu-us
+// times grants/s near the cores there are), it cannot. What more masters
+// give a cluster whose clients run elsewhere shows in
+// busiest-server-cpu-us: a master's core is full at 1e6 /
+// busiest-server-cpu-us grants/s.
 func BenchmarkClusterContended(b *testing.B) {
 	var impls []scaleOutImpl
 	for _, m := range scaleOutMasters {
@@ -207,7 +209,8 @@ func BenchmarkClusterContended(b *testing.B) {
 		}
 		rtt := pingRTT(b, impl.cluster.Masters[0])
 		r := lockbench.BenchContendedNames(b, groups, 0,
-			countGauge(&requests, "requests/grant"), serverUsage(b, impl.cluster.Nodes()...))
+			countGauge(&requests, "requests/grant"), serverUsage(b, impl.cluster.Nodes()...),
+			busiestUsage(b, impl.cluster.Masters...))
 		b.ReportMetric(float64(rtt)/float64(time.Microsecond), "rtt-us")
 		if impl.impl == "fencelock" {
 			var wakeups, attempts int64
