@@ -27,6 +27,15 @@ func sentinelURL(s *redistest.Sentinels, query string) string {
 	return "redis+sentinel://" + strings.Join(s.Addrs(), ",") + "/0?master_name=" + redistest.SentinelMaster + "&" + query
 }
 
+// TestClusterLocks runs the tests of many locks and their wake-ups on one
+// Redis Cluster of 3 masters with a replica each.
+func TestClusterLocks(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3, 1)
+	t.Run("Spread", func(t *testing.T) { testClusterSpread(t, c) })
+	t.Run("LocalWake", func(t *testing.T) { testClusterLocalWake(t, c) })
+}
+
 // Through a redis+cluster URL, the locks of 1,000 names spread over every
 // master, each master within a quarter of an even share; every key of a
 // name (lock, token counter, queue, queue expiries, an end mark, an
@@ -35,10 +44,8 @@ func sentinelURL(s *redistest.Sentinels, query string) string {
 // included; and while all are held, each lock's key and counter are on
 // the master that serves that slot. The go-redis addr= form names the
 // same cluster.
-func TestClusterSpread(t *testing.T) {
-	t.Parallel()
+func testClusterSpread(t *testing.T, c *redistest.Cluster) {
 	const names = 1000
-	c := redistest.StartCluster(t, 3, 1)
 	ctx := tctx(t, time.Minute)
 	addrs := c.Addrs()
 	u := "redis+cluster://" + addrs[0] + "?addr=" + addrs[1] + "," + addrs[2] + "&prefix=spread"
@@ -284,9 +291,7 @@ func TestSentinelTLS(t *testing.T) {
 // master is another one reaches it from that master, not over the
 // cluster bus alone; the grant's copies wake it once; and closing the
 // Locker leaves no subscription behind.
-func TestClusterLocalWake(t *testing.T) {
-	t.Parallel()
-	c := redistest.StartCluster(t, 3, 0)
+func testClusterLocalWake(t *testing.T, c *redistest.Cluster) {
 	ctx := tctx(t, time.Minute)
 	prefix := testPrefix(t)
 	la, _ := driverLocker(t, c.NewClient(t), Config{Prefix: prefix})
