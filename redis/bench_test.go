@@ -139,29 +139,18 @@ func BenchmarkUncontended(b *testing.B) {
 	})
 }
 
-// serverUsage is the Gauge of the server's CPU time per op, user and
-// system, in µs (server-cpu-us), as INFO reports it for the whole
-// redis-server process: the commands, the scripts and the network system
-// calls. No other client uses the benchmarks' server meanwhile.
-func serverUsage(b *testing.B, s *redistest.Server) lockbench.Gauge {
-	c := s.NewClient(b)
+// serverUsage is the Gauge of the servers' CPU time per op, user and
+// system, in µs (server-cpu-us), as INFO reports it for each whole
+// redis-server process, summed: the commands, the scripts and the network
+// system calls. No other client uses the benchmarks' servers meanwhile.
+func serverUsage(b *testing.B, ss ...*redistest.Server) lockbench.Gauge {
+	cs := serverClients(b, ss)
 	cpu := func() time.Duration {
-		info, err := c.Info(context.Background(), "cpu").Result()
-		if err != nil {
-			b.Fatal(err)
+		var sum time.Duration
+		for _, c := range cs {
+			sum += serverCPU(b, c)
 		}
-		var sec float64
-		for _, line := range strings.Split(info, "\n") {
-			name, v, _ := strings.Cut(strings.TrimSpace(line), ":")
-			if name == "used_cpu_sys" || name == "used_cpu_user" {
-				f, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					b.Fatalf("INFO cpu: %s: %v", line, err)
-				}
-				sec += f
-			}
-		}
-		return time.Duration(sec * float64(time.Second))
+		return sum
 	}
 	return func() func(*testing.B, int) {
 		cpu0 := cpu()
@@ -171,6 +160,59 @@ func serverUsage(b *testing.B, s *redistest.Server) lockbench.Gauge {
 			}
 		}
 	}
+}
+
+// busiestUsage is the Gauge of the busiest server's CPU time per op, in µs
+// (busiest-server-cpu-us): with the clients on machines of their own, a
+// cluster grants at most 1e6/busiest-server-cpu-us per second, when that
+// server's core is full.
+func busiestUsage(b *testing.B, ss ...*redistest.Server) lockbench.Gauge {
+	cs := serverClients(b, ss)
+	return func() func(*testing.B, int) {
+		cpu0 := make([]time.Duration, len(cs))
+		for i, c := range cs {
+			cpu0[i] = serverCPU(b, c)
+		}
+		return func(b *testing.B, ops int) {
+			var most time.Duration
+			for i, c := range cs {
+				most = max(most, serverCPU(b, c)-cpu0[i])
+			}
+			if ops > 0 {
+				b.ReportMetric(float64(most)/float64(time.Microsecond)/float64(ops), "busiest-server-cpu-us")
+			}
+		}
+	}
+}
+
+// serverClients returns a client of each server, closed when b ends.
+func serverClients(b *testing.B, ss []*redistest.Server) []*goredis.Client {
+	cs := make([]*goredis.Client, len(ss))
+	for i, s := range ss {
+		cs[i] = s.NewClient(b)
+	}
+	return cs
+}
+
+// serverCPU returns the CPU time, user and system, that c's server has
+// used, as INFO cpu says.
+func serverCPU(b *testing.B, c *goredis.Client) time.Duration {
+	info, err := c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sec float64
+	for _, line := range strings.Split(info, "\n") {
+		name, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if name == "used_cpu_sys" || name == "used_cpu_user" {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatalf("INFO cpu: %s: %v", line, err)
+			}
+			sec += f
+		}
+	}
+	return time.Duration(sec * float64(time.Second))
 }
 
 // BenchmarkContended8: 8 contenders, each with its own client, acquire and

@@ -29,10 +29,34 @@ import (
 // that cannot hear its grant must not stay in the queue, where a release
 // would hand it the lock while everyone else waits. The next wait
 // subscribes again (the ACL may have been fixed).
+//
+// On a Redis Cluster, a PUBLISH reaches the subscribers of the other nodes
+// over the cluster bus, whose links Redis opens without TCP_NODELAY: a
+// message that follows another one on a link within the peer's delayed
+// ACK waits for that ACK, 30-40 ms on Linux (redis/redis#11869,
+// valkey-io/valkey#1758; measured here, a tenth of the messages between
+// two nodes took 30 ms). A release publishes on its lock's master, so the
+// hub of a cluster client also subscribes to its channel on every other
+// master (local subscriptions), where the release's own master delivers
+// the message at once. They only speed delivery up: the hub's own
+// subscription (on the master of the channel's slot) still receives every
+// message, over the bus, and decides when a waiter is ready or refused;
+// a local subscription that fails wakes and fails no one, and a master
+// that is not subscribed yet (one made by a failover, until the next
+// refresh, localRefresh after the last) is heard through the bus. A
+// message thus arrives once per subscribed master: a grant's copies wake
+// its waiter once; a "try again" copy that finds its waiter still waiting
+// costs it one more attempt.
 type hub struct {
 	c       Client
 	channel string
 	wakeups *atomic.Int64
+	// masters is the client if it is a cluster client, for the local
+	// subscriptions; nil: none.
+	masters clusterMasters
+	// localMsgs counts the messages the local subscriptions received, for
+	// the tests.
+	localMsgs atomic.Int64
 
 	mu      sync.Mutex
 	cur     *subscription   // nil until the first wait, and after a refusal
@@ -40,6 +64,40 @@ type hub struct {
 	closed  bool
 	err     error         // why the hub stopped (client closed)
 	stopped chan struct{} // closed when the hub stops
+	// local are the local subscriptions by master address; refreshed is
+	// when they were last matched to the masters (zero: never), and
+	// refreshDone is closed when the refresh under way (refreshing) ends.
+	local       map[string]*localSub
+	refreshed   time.Time
+	refreshing  bool
+	refreshDone chan struct{}
+	// ctx ends the local subscriptions and their refresh at close.
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// clusterMasters is a cluster client (go-redis's *ClusterClient): it
+// lists the masters, each with a client of its own, and names the master
+// of a key's slot.
+type clusterMasters interface {
+	ForEachMaster(ctx context.Context, fn func(ctx context.Context, client *goredis.Client) error) error
+	MasterForKey(ctx context.Context, key string) (*goredis.Client, error)
+}
+
+// localRefresh is how often at most a hub matches its local subscriptions
+// to the cluster's masters, when a wait begins: each match asks a node for
+// the slots (CLUSTER SLOTS).
+const localRefresh = 30 * time.Second
+
+// localRetryMax caps the backoff of a local subscription whose connection
+// fails.
+const localRetryMax = 5 * time.Second
+
+// localSub is one local subscription: the hub's channel on one master.
+type localSub struct {
+	ps     *goredis.PubSub
+	cancel context.CancelFunc
+	done   chan struct{} // closed when its receive loop has returned
 }
 
 // subscription is one pub/sub connection's attempt to subscribe to the
@@ -86,8 +144,11 @@ func (s *sub) refused() <-chan struct{} { return s.s.refused }
 func (s *sub) refusal() error { return s.s.err }
 
 func newHub(c Client, channel string, wakeups *atomic.Int64) *hub {
-	return &hub{c: c, channel: channel, wakeups: wakeups, waiters: make(map[string]*sub),
-		stopped: make(chan struct{})}
+	h := &hub{c: c, channel: channel, wakeups: wakeups, waiters: make(map[string]*sub),
+		stopped: make(chan struct{}), local: make(map[string]*localSub)}
+	h.masters, _ = c.(clusterMasters)
+	h.ctx, h.cancel = context.WithCancel(context.Background())
+	return h
 }
 
 // subscribed reports whether the subscription is confirmed, so that a
@@ -120,7 +181,102 @@ func (h *hub) register(owner string) (*sub, error) {
 	}
 	s := &sub{h: h, s: h.cur, owner: owner, notify: make(chan struct{}, 1)}
 	h.waiters[owner] = s
+	if h.masters != nil && !h.refreshing && time.Since(h.refreshed) >= localRefresh {
+		h.refreshing = true
+		h.refreshDone = make(chan struct{})
+		go h.refreshLocal(h.refreshDone)
+	}
 	return s, nil
+}
+
+// refreshLocal matches the local subscriptions to the cluster's masters
+// now: one on each master but the one of the hub's own subscription (the
+// master of the channel's slot). It closes done when it returns.
+func (h *hub) refreshLocal(done chan struct{}) {
+	defer close(done)
+	ctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	masters := map[string]*goredis.Client{}
+	err := h.masters.ForEachMaster(ctx, func(_ context.Context, c *goredis.Client) error {
+		mu.Lock()
+		masters[c.Options().Addr] = c
+		mu.Unlock()
+		return nil
+	})
+	var own string
+	if c, err := h.masters.MasterForKey(ctx, h.channel); err == nil {
+		own = c.Options().Addr
+	}
+	var stale []*localSub
+	defer func() {
+		for _, l := range stale { // not under h.mu: Close waits for a dial in progress
+			l.cancel()
+			_ = l.ps.Close()
+		}
+	}()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.refreshing, h.refreshed = false, time.Now()
+	if err != nil || h.closed {
+		return // the next wait after localRefresh tries again
+	}
+	for addr, l := range h.local {
+		if _, ok := masters[addr]; !ok || addr == own {
+			stale = append(stale, l)
+			delete(h.local, addr)
+		}
+	}
+	for addr, c := range masters {
+		if addr == own || h.local[addr] != nil {
+			continue
+		}
+		lctx, cancel := context.WithCancel(h.ctx)
+		l := &localSub{ps: c.Subscribe(lctx), cancel: cancel, done: make(chan struct{})}
+		h.local[addr] = l
+		go h.localLoop(lctx, addr, l)
+	}
+}
+
+// localLoop subscribes l to the hub's channel on its master, then hands
+// the messages it receives to the waiters, until the hub closes or the
+// master refuses the subscription or goes away (its client closed); then
+// the next refresh subscribes anew. A broken connection is dialled again
+// (go-redis subscribes again), after a backoff.
+func (h *hub) localLoop(ctx context.Context, addr string, l *localSub) {
+	defer close(l.done)
+	defer func() {
+		h.mu.Lock()
+		if h.local[addr] == l {
+			delete(h.local, addr)
+		}
+		h.mu.Unlock()
+		l.cancel()
+		_ = l.ps.Close()
+	}()
+	_ = l.ps.Subscribe(ctx, h.channel) // on failure Receive reconnects
+	backoff := 50 * time.Millisecond
+	for {
+		msg, err := l.ps.Receive(ctx)
+		if err != nil {
+			var re goredis.Error
+			if ctx.Err() != nil || errors.Is(err, goredis.ErrClosed) || errors.As(err, &re) {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, localRetryMax)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		if m, ok := msg.(*goredis.Message); ok {
+			h.localMsgs.Add(1)
+			h.deliver(m.Payload)
+		}
+	}
 }
 
 func (h *hub) stopErr() error {
@@ -192,21 +348,31 @@ func (h *hub) loop(ctx context.Context, s *subscription) {
 				h.mu.Unlock()
 			}
 		case *goredis.Message:
-			// "<owner>" (try again) or "<owner>:<token>" (granted).
-			owner, tok, grant := strings.Cut(m.Payload, ":")
-			h.mu.Lock()
-			if w := h.waiters[owner]; w != nil {
-				if grant {
-					if t, err := strconv.ParseInt(tok, 10, 64); err == nil && t > 0 {
-						w.token.Store(t)
-					}
-				}
-				h.wakeups.Add(1)
-				w.wake()
-			}
-			h.mu.Unlock()
+			h.deliver(m.Payload)
 		}
 	}
+}
+
+// deliver hands a message to the waiter it names: "<owner>" (try again)
+// or "<owner>:<token>" (granted). The copy of a grant the waiter was
+// already told of (a local subscription's, see hub) is dropped.
+func (h *hub) deliver(payload string) {
+	owner, tok, grant := strings.Cut(payload, ":")
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	w := h.waiters[owner]
+	if w == nil {
+		return
+	}
+	if grant {
+		if t, err := strconv.ParseInt(tok, 10, 64); err == nil && t > 0 {
+			if w.token.Swap(t) == t {
+				return
+			}
+		}
+	}
+	h.wakeups.Add(1)
+	w.wake()
 }
 
 // refuse ends subscription s, which the server refused with err: its
@@ -242,7 +408,20 @@ func (h *hub) close() error {
 	}
 	s := h.cur
 	h.wakeAllLocked()
+	local := make([]*localSub, 0, len(h.local))
+	for _, l := range h.local {
+		local = append(local, l)
+	}
+	refreshing := h.refreshDone
 	h.mu.Unlock()
+	h.cancel()
+	if refreshing != nil {
+		<-refreshing
+	}
+	for _, l := range local {
+		_ = l.ps.Close()
+		<-l.done
+	}
 	if s == nil {
 		return nil
 	}

@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -25,32 +27,87 @@ func sentinelURL(s *redistest.Sentinels, query string) string {
 	return "redis+sentinel://" + strings.Join(s.Addrs(), ",") + "/0?master_name=" + redistest.SentinelMaster + "&" + query
 }
 
-// Through a redis+cluster URL, the locks of many names spread over every
-// master (each name's keys in one slot), and the go-redis addr= form names
-// the same cluster.
-func TestClusterSpread(t *testing.T) {
+// TestClusterLocks runs the tests of many locks and their wake-ups on one
+// Redis Cluster of 3 masters with a replica each.
+func TestClusterLocks(t *testing.T) {
 	t.Parallel()
 	c := redistest.StartCluster(t, 3, 1)
+	t.Run("Spread", func(t *testing.T) { testClusterSpread(t, c) })
+	t.Run("LocalWake", func(t *testing.T) { testClusterLocalWake(t, c) })
+}
+
+// Through a redis+cluster URL, the locks of 1,000 names spread over every
+// master, each master within a quarter of an even share; every key of a
+// name (lock, token counter, queue, queue expiries, an end mark, an
+// election candidate's value key) is in one slot (CLUSTER KEYSLOT, the
+// server's own hash), names with characters the hash tag escapes
+// included; and while all are held, each lock's key and counter are on
+// the master that serves that slot. The go-redis addr= form names the
+// same cluster.
+func testClusterSpread(t *testing.T, c *redistest.Cluster) {
+	const names = 1000
 	ctx := tctx(t, time.Minute)
 	addrs := c.Addrs()
 	u := "redis+cluster://" + addrs[0] + "?addr=" + addrs[1] + "," + addrs[2] + "&prefix=spread"
 	l, err := backend.Open(ctx, u)
 	require.NoError(t, err)
 	defer l.Close()
-	masters := map[string]int{}
-	for i := range 60 {
-		name := fmt.Sprint("job-", i)
-		ls, err := l.TryAcquire(ctx, name)
+
+	name := func(i int) string {
+		if i%10 == 0 {
+			return fmt.Sprintf("job:{%d}%%", i) // escaped in the hash tag
+		}
+		return fmt.Sprint("job-", i)
+	}
+	leases := make([]*backend.Lease, names)
+	for i := range leases {
+		leases[i], err = l.TryAcquire(ctx, name(i))
 		require.NoError(t, err)
-		m, err := c.MasterOf(ctx, keysOf("spread", name).lock)
+	}
+	owners, err := c.SlotMasters(ctx)
+	require.NoError(t, err)
+	slots := c.Masters[0].NewClient(t).Pipeline()
+	keySlots := make([][]*goredis.IntCmd, names)
+	for i := range keySlots {
+		k := keysOf("spread", name(i))
+		for _, key := range []string{k.lock, k.counter, k.queue, k.expiry, k.ended + "0123abcd.1.2000", valueKey(k.lock, "0123abcd.2.v.2000")} {
+			keySlots[i] = append(keySlots[i], slots.ClusterKeySlot(ctx, key))
+		}
+	}
+	_, err = slots.Exec(ctx)
+	require.NoError(t, err)
+	exists := map[string]goredis.Pipeliner{}
+	for _, m := range c.Masters {
+		exists[m.Addr()] = m.NewClient(t).Pipeline()
+	}
+	perMaster := map[string]int{}
+	held := make([]*goredis.IntCmd, names)
+	for i, cmds := range keySlots {
+		slot := cmds[0].Val()
+		for _, cmd := range cmds[1:] {
+			require.Equal(t, slot, cmd.Val(), "the keys of %q are in one slot", name(i))
+		}
+		owner := owners[slot]
+		require.Contains(t, exists, owner, "slot %d's master", slot)
+		perMaster[owner]++
+		k := keysOf("spread", name(i))
+		held[i] = exists[owner].Exists(ctx, k.lock, k.counter)
+	}
+	for _, p := range exists {
+		_, err := p.Exec(ctx)
 		require.NoError(t, err)
-		masters[m.Addr()]++
-		n, err := m.NewClient(t).Exists(ctx, keysOf("spread", name).lock, keysOf("spread", name).counter).Result()
-		require.NoError(t, err)
-		require.EqualValues(t, 2, n, "the lock's keys are on the master of their slot")
+	}
+	for i, cmd := range held {
+		require.EqualValues(t, 2, cmd.Val(), "the lock key and counter of %q are on the master of their slot", name(i))
+	}
+	for _, ls := range leases {
 		release(t, ls)
 	}
-	require.Len(t, masters, 3, "60 names on all three masters: %v", masters)
+	t.Logf("%d names per master: %v", names, perMaster)
+	require.Len(t, perMaster, 3, "%d names on all three masters", names)
+	for m, n := range perMaster {
+		assert.InDelta(t, names/3, n, names/3/4, "master %s's share", m)
+	}
 }
 
 // A forced failover of the master that holds a lock (CLUSTER FAILOVER
@@ -226,4 +283,79 @@ func TestSentinelTLS(t *testing.T) {
 	}, 30*time.Second, 50*time.Millisecond, "a grant on the promoted primary over TLS: %v", err)
 	assert.Greater(t, lb.Token(), la.Token())
 	release(t, lb)
+}
+
+// On a cluster, a waiting Locker subscribes to its wake channel on every
+// master (its own subscription on the master of the channel's slot, a
+// local one on each other: see hub), so the release of a lock whose
+// master is another one reaches it from that master, not over the
+// cluster bus alone; the grant's copies wake it once; and closing the
+// Locker leaves no subscription behind.
+func testClusterLocalWake(t *testing.T, c *redistest.Cluster) {
+	ctx := tctx(t, time.Minute)
+	prefix := testPrefix(t)
+	la, _ := driverLocker(t, c.NewClient(t), Config{Prefix: prefix})
+	cb := c.NewClient(t)
+	db, err := newDriver(cb, Config{Prefix: prefix}, nil)
+	require.NoError(t, err)
+	lb, err := backend.New(db, backend.WithTTL(30*time.Second))
+	require.NoError(t, err)
+	defer lb.Close()
+
+	channel := wakeChannel(prefix, db.id)
+	own, err := cb.MasterForKey(ctx, channel)
+	require.NoError(t, err)
+	var name string
+	for i := 0; name == ""; i++ {
+		m, err := cb.MasterForKey(ctx, keysOf(prefix, fmt.Sprint("n", i)).lock)
+		require.NoError(t, err)
+		if m.Options().Addr != own.Options().Addr {
+			name = fmt.Sprint("n", i)
+		}
+	}
+	held, err := la.TryAcquire(ctx, name, backend.WithTTL(30*time.Second))
+	require.NoError(t, err)
+	ch := goAcquire(ctx, lb, name)
+	require.Eventually(t, func() bool { return waiters(t, la, name) == 1 }, 10*time.Second, 5*time.Millisecond)
+	numsub := func(m *redistest.Server) int64 {
+		n, err := m.NewClient(t).PubSubNumSub(ctx, channel).Result()
+		require.NoError(t, err)
+		return n[channel]
+	}
+	for _, m := range c.Masters {
+		require.Eventually(t, func() bool { return numsub(m) == 1 }, 10*time.Second, 5*time.Millisecond,
+			"one subscriber of the waiter's channel on %s", m.Addr())
+	}
+
+	release(t, held)
+	r := waitAcquired(t, ch, 15*time.Second)
+	require.NoError(t, r.Err)
+	require.Greater(t, r.Lease.Token(), held.Token())
+	require.Eventually(t, func() bool { return db.hub.localMsgs.Load() >= 1 }, 10*time.Second, 5*time.Millisecond,
+		"the lock's master delivered the grant on the local subscription")
+	require.EqualValues(t, 1, db.wakeups.Load(), "the grant woke the waiter once")
+	release(t, r.Lease)
+
+	require.NoError(t, lb.Close())
+	for _, m := range c.Masters {
+		require.Zero(t, numsub(m), "no subscription left on %s", m.Addr())
+	}
+}
+
+// A grant's copies (one per master the Locker subscribes on) wake its
+// waiter once; "try again" messages wake it each time.
+func TestHubDeliverOnce(t *testing.T) {
+	var wakeups atomic.Int64
+	h := newHub(newClient(t, srv.Addr()), "ch", &wakeups)
+	w := &sub{h: h, owner: "id.1.2000", notify: make(chan struct{}, 1)}
+	h.waiters[w.owner] = w
+	h.deliver("id.1.2000:42")
+	h.deliver("id.1.2000:42")
+	require.EqualValues(t, 42, w.granted())
+	require.EqualValues(t, 1, wakeups.Load())
+	h.deliver("other:7") // nobody's
+	h.deliver("id.1.2000")
+	h.deliver("id.1.2000")
+	require.EqualValues(t, 3, wakeups.Load())
+	require.NoError(t, h.close())
 }

@@ -18,6 +18,8 @@ var BackendTitles = map[string]string{
 	"redis":     "Redis",
 	"postgres":  "PostgreSQL",
 	"floor":     "sync.Mutex floor",
+	// The Redis Cluster benchmarks (see clusterRows).
+	"redis-cluster": "Redis Cluster",
 }
 
 // ImplTitles are the implementations' names as the report shows them, by
@@ -28,6 +30,11 @@ var ImplTitles = map[string]string{
 	"redislock": "bsm/redislock",
 	"advisory":  "pg_advisory_lock",
 	"poller":    "lease-table poller",
+	// fencelock's handoff on a single server, and on a cluster without
+	// local subscriptions, beside its handoff on a cluster (see
+	// clusterRows).
+	"single":      "single server",
+	"cluster-bus": "cluster, notices over the bus",
 }
 
 func title(titles map[string]string, name string) string {
@@ -122,7 +129,20 @@ func (rep *Report) Markdown(w io.Writer, info RunInfo) error {
 	p("lock in a loop; a handoff is the time from a holder starting to release ")
 	p("to the next grant. The rows after the main four are the other metrics ")
 	p("the benchmarks report. The in-process floor is a sync.Mutex under the ")
-	p("same measurement.\n")
+	p("same measurement.")
+	if slices.ContainsFunc(rep.Backends, (*Backend).cluster) {
+		p(" Redis Cluster: clusters of 1, 2 and 3 masters (no replicas) on this machine; ")
+		p("many locks: 48 locks, 4 contenders each, on 8 cluster clients, the locks split ")
+		p("evenly over the masters; requests/grant counts each request a client sends ")
+		p("(one round trip); the busiest master's CPU per grant bounds what a cluster ")
+		p("whose clients run elsewhere can grant (its core is full at 1/that grants/s), ")
+		p("while here the clients share the machine's cores with the servers. Handoff: ")
+		p("one at a time, fencelock on a cluster of 3 masters with a replica each, on a ")
+		p("lock whose master is not its waiter's Locker's own subscription's node, beside ")
+		p("fencelock on a single server and on the cluster with the release notices ")
+		p("over the cluster bus only (no local subscriptions, as before them).")
+	}
+	p("\n")
 	_, err := io.WriteString(w, sb.String())
 	return err
 }
@@ -136,6 +156,7 @@ func (b *Backend) runLine() string {
 		{"commit", "commit %s"},
 		{"date", "%s"},
 		{"took", "took %s"},
+		{"load", "load average %s"},
 		{"pkg", "`%s`"},
 	} {
 		if v := b.Config[k.key]; v != "" {

@@ -13,7 +13,9 @@
 // Rows: per backend, the uncontended acquire+release (BenchmarkUncontended:
 // acquire-us + release-us), the 8-way grants/s and handoff p50 and p99
 // (BenchmarkContended8), then any other metric those two benchmarks
-// report, whatever it is. The round trip (RTT) of a backend is the median
+// report, whatever it is. A file of the Redis Cluster benchmarks
+// (BenchmarkClusterContended and BenchmarkClusterHandoff: see
+// clusterRows) has rows of its own. The round trip (RTT) of a backend is the median
 // of its BenchmarkRoundTrip, or else of an rtt-us metric; without either it
 // is not measured. The file's configuration lines (benchfmt's "key: value"
 // lines: go test's cpu, and the commit, date, rounds, nproc, benchtime and
@@ -42,6 +44,11 @@ const (
 	benchUncontended = "Uncontended"
 	benchContended   = "Contended8"
 	benchRoundTrip   = "RoundTrip"
+	// The Redis Cluster's: sub-benchmarks masters=N (fencelock and its
+	// anchor on a cluster of N masters) and topology=T (fencelock only:
+	// single, cluster, cluster-bus).
+	benchClusterContended = "ClusterContended"
+	benchClusterHandoff   = "ClusterHandoff"
 )
 
 // unitSeconds is the unit of latency samples after reading: a metric
@@ -68,6 +75,9 @@ type Backend struct {
 	metrics []metric // in the order first seen
 }
 
+// sampleKey names the samples of one measure: bench is the benchmark's
+// base name followed by its sub-benchmark keys other than round and impl
+// ("ClusterContended/masters=2").
 type sampleKey struct {
 	bench, impl, unit string
 }
@@ -180,10 +190,16 @@ func readBackend(path string) (*Backend, error) {
 			for _, c := range rec.Config {
 				b.Config[c.Key] = string(c.Value)
 			}
-			if _, parts := rec.Name.Parts(); len(parts) > 0 && strings.HasPrefix(string(parts[len(parts)-1]), "-") {
+			_, parts := rec.Name.Parts()
+			if len(parts) > 0 && strings.HasPrefix(string(parts[len(parts)-1]), "-") {
 				b.GOMAXPROCS = strings.TrimPrefix(string(parts[len(parts)-1]), "-")
 			}
 			bench := byName.Project(rec).Get(nameField)
+			for _, part := range parts {
+				if p := string(part); strings.HasPrefix(p, "/") && !strings.HasPrefix(p, "/round=") && !strings.HasPrefix(p, "/impl=") {
+					bench += p
+				}
+			}
 			impl := byImpl.Project(rec).Get(implField)
 			b.add(bench, impl, rec)
 		}
@@ -191,8 +207,12 @@ func readBackend(path string) (*Backend, error) {
 	if err := r.Err(); err != nil {
 		return nil, err
 	}
-	for _, bench := range []string{benchUncontended, benchContended} {
-		if !slices.ContainsFunc(b.metrics, func(m metric) bool { return m.bench == bench }) {
+	required := []string{benchUncontended, benchContended}
+	if b.cluster() {
+		required = []string{benchClusterContended, benchClusterHandoff}
+	}
+	for _, bench := range required {
+		if !slices.ContainsFunc(b.metrics, func(m metric) bool { return baseName(m.bench) == bench }) {
 			return nil, fmt.Errorf("benchreport: %s: no Benchmark%s results", path, bench)
 		}
 	}
@@ -260,13 +280,18 @@ func timeUnit(unit string) (name string, toSeconds float64, ok bool) {
 	return "", 0, false
 }
 
-// roundTrip summarizes BenchmarkRoundTrip's time per op, or else an rtt-us
-// metric of any benchmark; nil when there is neither.
+// roundTrip summarizes BenchmarkRoundTrip's time per op (for the Redis
+// Cluster, the rtt-us of BenchmarkClusterHandoff on the cluster), or else
+// an rtt-us metric of any benchmark; nil when there is neither.
 func (b *Backend) roundTrip() *benchmath.Summary {
 	var values, metricValues []float64
 	for k, v := range b.samples {
 		switch {
 		case k.bench == benchRoundTrip && k.unit == "sec/op":
+			values = append(values, v...)
+		case b.cluster() && k.bench == benchClusterHandoff+"/topology=cluster" && k.unit == "rtt-"+unitSeconds:
+			// The unit of the cluster's handoffs: a PING to the lock's
+			// master, after a pause as each handoff has.
 			values = append(values, v...)
 		case k.unit == "rtt-"+unitSeconds:
 			metricValues = append(metricValues, v...)
@@ -308,9 +333,23 @@ var skipped = []string{"acquire-" + unitSeconds, "release-" + unitSeconds, "sec/
 // benchLabels name the benchmarks in the labels of the other rows.
 var benchLabels = map[string]string{benchUncontended: "uncontended", benchContended: "8-way"}
 
+// baseName is bench without its sub-benchmark keys.
+func baseName(bench string) string {
+	base, _, _ := strings.Cut(bench, "/")
+	return base
+}
+
+// cluster reports whether the file holds the Redis Cluster benchmarks.
+func (b *Backend) cluster() bool {
+	return slices.ContainsFunc(b.metrics, func(m metric) bool { return baseName(m.bench) == benchClusterContended })
+}
+
 // rows returns the backend's main rows, then one per other metric of its
 // uncontended and contended benchmarks.
 func (b *Backend) rows() []Row {
+	if b.cluster() {
+		return b.clusterRows()
+	}
 	var rows []Row
 	for _, m := range measures {
 		if r, ok := b.row(m.bench, m.unit, m.label, m.latency); ok {
@@ -337,17 +376,27 @@ func (b *Backend) rows() []Row {
 }
 
 func (b *Backend) row(bench, unit, label string, latency bool) (Row, bool) {
+	keys := make([]sampleKey, len(b.Impls))
+	for i, impl := range b.Impls {
+		keys[i] = sampleKey{bench, impl, unit}
+	}
+	return b.rowOf(keys, b.Impls, unit, label, latency)
+}
+
+// rowOf is the row of the samples keys, shown as the implementations impls
+// (fencelock, if measured, first).
+func (b *Backend) rowOf(keys []sampleKey, impls []string, unit, label string, latency bool) (Row, bool) {
 	r := Row{Backend: b, Label: label, Unit: unit, Latency: latency}
-	if latency {
+	if latency || strings.HasSuffix(unit, "-"+unitSeconds) {
 		r.Unit = unitSeconds
 	}
-	for _, impl := range b.Impls {
-		values := b.samples[sampleKey{bench, impl, unit}]
+	for i, k := range keys {
+		values := b.samples[k]
 		if len(values) == 0 {
 			continue
 		}
 		sample := benchmath.NewSample(values, &benchmath.DefaultThresholds)
-		r.Stats = append(r.Stats, Stat{Impl: impl, Summary: benchmath.AssumeNothing.Summary(sample, 0.95), sample: sample})
+		r.Stats = append(r.Stats, Stat{Impl: impls[i], Summary: benchmath.AssumeNothing.Summary(sample, 0.95), sample: sample})
 	}
 	if len(r.Stats) == 0 {
 		return Row{}, false
@@ -362,4 +411,62 @@ func (b *Backend) row(bench, unit, label string, latency bool) (Row, bool) {
 		}
 	}
 	return r, true
+}
+
+// clusterRows are the rows of the Redis Cluster benchmarks: for each
+// cluster size, fencelock beside its anchor over many locks at once
+// (BenchmarkClusterContended: grants/s, round trips per grant, the
+// busiest master's CPU per grant, the client's); then one handoff at a
+// time (BenchmarkClusterHandoff), fencelock on the cluster beside
+// fencelock on a single server and on the cluster without local
+// subscriptions (impls "single" and "cluster-bus"): p50, p99 and the
+// servers' CPU per handoff.
+func (b *Backend) clusterRows() []Row {
+	var sizes []string
+	for _, m := range b.metrics {
+		if v, ok := strings.CutPrefix(m.bench, benchClusterContended+"/masters="); ok && !slices.Contains(sizes, v) {
+			sizes = append(sizes, v)
+		}
+	}
+	slices.SortFunc(sizes, func(x, y string) int { return cmpNumeric(x, y) })
+	var rows []Row
+	add := func(r Row, ok bool) {
+		if ok {
+			rows = append(rows, r)
+		}
+	}
+	for _, n := range sizes {
+		bench := benchClusterContended + "/masters=" + n
+		name := n + " masters"
+		if n == "1" {
+			name = "1 master"
+		}
+		add(b.row(bench, "grants/s", name+": many locks, grants/s", false))
+		add(b.row(bench, "requests/grant", name+": requests/grant", false))
+		add(b.row(bench, "busiest-server-cpu-"+unitSeconds, name+": busiest master's CPU/grant", false))
+		add(b.row(bench, "client-cpu-"+unitSeconds, name+": client CPU/grant", false))
+	}
+	topology := func(t string) sampleKey {
+		return sampleKey{bench: benchClusterHandoff + "/topology=" + t, impl: Fencelock}
+	}
+	for _, m := range []struct{ unit, label string }{
+		{"handoff-p50-" + unitSeconds, "handoff p50"},
+		{"handoff-p99-" + unitSeconds, "handoff p99"},
+		{"server-cpu-" + unitSeconds, "servers' CPU/handoff"},
+	} {
+		keys := []sampleKey{topology("cluster"), topology("single"), topology("cluster-bus")}
+		for i := range keys {
+			keys[i].unit = m.unit
+		}
+		add(b.rowOf(keys, []string{Fencelock, "single", "cluster-bus"}, m.unit, "cluster vs single server: "+m.label, false))
+	}
+	return rows
+}
+
+// cmpNumeric orders decimal numbers in strings by value.
+func cmpNumeric(x, y string) int {
+	if len(x) != len(y) {
+		return len(x) - len(y)
+	}
+	return strings.Compare(x, y)
 }

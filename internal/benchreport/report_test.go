@@ -146,3 +146,57 @@ func TestRoundTripFromMetric(t *testing.T) {
 	r = row(t, rep, "zookeeper", "uncontended acquire+release")
 	assert.InDelta(t, 0.9, r.Ratios[0].Value, 1e-9)
 }
+
+// The Redis Cluster's file has rows of its own: per cluster size, fencelock
+// beside redislock; the handoff on the cluster beside the single server and
+// the cluster without local subscriptions; its round trip is the handoff's.
+func TestClusterRows(t *testing.T) {
+	rep, err := benchreport.Read("testdata/redis-cluster.txt")
+	require.NoError(t, err)
+	b := rep.Backends[0]
+	assert.Equal(t, []string{"fencelock", "redislock"}, b.Impls)
+	assert.Equal(t, "Redis Cluster", b.Title())
+	var labels []string
+	for _, r := range rep.Rows {
+		labels = append(labels, r.Label)
+	}
+	assert.Equal(t, []string{
+		"1 master: many locks, grants/s", "1 master: requests/grant", "1 master: busiest master's CPU/grant", "1 master: client CPU/grant",
+		"2 masters: many locks, grants/s", "2 masters: requests/grant", "2 masters: busiest master's CPU/grant", "2 masters: client CPU/grant",
+		"3 masters: many locks, grants/s", "3 masters: requests/grant", "3 masters: busiest master's CPU/grant", "3 masters: client CPU/grant",
+		"cluster vs single server: handoff p50", "cluster vs single server: handoff p99", "cluster vs single server: servers' CPU/handoff",
+	}, labels)
+
+	// busiest-server-cpu-us, 3 masters: fencelock 94.61 88.98 79.56 72.74,
+	// redislock 54.44 54.73 55.74 46.04: every fencelock round higher.
+	r := row(t, rep, "redis-cluster", "3 masters: busiest master's CPU/grant")
+	assert.Equal(t, "s", r.Unit)
+	assert.InDelta(t, 84.27e-6, r.Stats[0].Summary.Center, 1e-12)
+	assert.InDelta(t, 84.27/54.585, r.Ratios[0].Value, 1e-9)
+	assert.True(t, r.Ratios[0].Significant())
+
+	// handoff-p50-ms: cluster 0.4694 0.4187 0.4506 0.5179, single 0.4667
+	// 0.3794 0.3112 0.2643, cluster-bus 0.8670 0.7814 0.7545 0.4814.
+	r = row(t, rep, "redis-cluster", "cluster vs single server: handoff p50")
+	require.Len(t, r.Ratios, 2)
+	assert.Equal(t, []string{"fencelock", "single", "cluster-bus"}, []string{r.Stats[0].Impl, r.Stats[1].Impl, r.Stats[2].Impl})
+	assert.InDelta(t, 0.46/0.3453, r.Ratios[0].Value, 1e-9)
+	assert.InDelta(t, 0.46/0.76795, r.Ratios[1].Value, 1e-9)
+
+	// rtt-us of the cluster's handoffs: 110.3 175.4 182.7 175.5.
+	require.NotNil(t, b.RTT)
+	assert.InDelta(t, 175.45e-6, b.RTT.Center, 1e-12)
+
+	var buf bytes.Buffer
+	require.NoError(t, rep.Markdown(&buf, benchreport.RunInfo{Command: "scripts/bench"}))
+	assert.Contains(t, buf.String(), "| Redis Cluster | cluster vs single server: handoff p50 | 460.0µs ± ∞ (2.6 RTT) | single server 345.3µs ± ∞ | ~ 1.33x (p=0.114 n=4) | cluster, notices over the bus 768.0µs ± ∞ |")
+	assert.Contains(t, buf.String(), "load average 14.08 16.37 18.96 before")
+	assert.Contains(t, buf.String(), "Redis Cluster: clusters of 1, 2 and 3 masters")
+
+	// With the other backends: the chart leaves the cluster's rows out.
+	rep, err = benchreport.Read(append(testFiles, "testdata/redis-cluster.txt")...)
+	require.NoError(t, err)
+	buf.Reset()
+	require.NoError(t, rep.Chart(&buf))
+	assert.NotContains(t, buf.String(), "Redis Cluster")
+}

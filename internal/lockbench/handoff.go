@@ -37,8 +37,10 @@ const handoffWaitLimit = time.Minute
 // It reports the handoff p50 and p99 in ms (handoff-p50-ms,
 // handoff-p99-ms) and, with times (which should be measured with
 // HandoffPause before each request), the round trip and commit and the
-// handoffs in round trips (see ServerTimes.Report).
-func BenchHandoff(b *testing.B, pair [2]Contender, queued func(context.Context) (bool, error), times ServerTimes) {
+// handoffs in round trips (see ServerTimes.Report), and gauges per
+// handoff, measured over the measured handoffs (each with its waiter's
+// wait from its start, and the pauses).
+func BenchHandoff(b *testing.B, pair [2]Contender, queued func(context.Context) (bool, error), times ServerTimes, gauges ...Gauge) {
 	b.StopTimer()
 	ctx := context.Background()
 	if err := pair[0].Lock(ctx); err != nil {
@@ -46,7 +48,13 @@ func BenchHandoff(b *testing.B, pair [2]Contender, queued func(context.Context) 
 	}
 	const warmup = 2
 	handoffs := make([]time.Duration, 0, b.N)
+	var stops []func(*testing.B, int)
 	for i := range warmup + b.N {
+		if i == warmup {
+			for _, g := range gauges {
+				stops = append(stops, g())
+			}
+		}
 		holder, waiter := pair[i%2], pair[(i+1)%2]
 		type grant struct {
 			err error
@@ -76,6 +84,9 @@ func BenchHandoff(b *testing.B, pair [2]Contender, queued func(context.Context) 
 		if i >= warmup {
 			handoffs = append(handoffs, d)
 		}
+	}
+	for _, stop := range stops {
+		stop(b, b.N)
 	}
 	if err := pair[(warmup+b.N)%2].Unlock(ctx); err != nil {
 		b.Fatal(err)

@@ -102,14 +102,22 @@ func RunContended(ctx context.Context, cs []Contender, grants int, progress func
 // hold (a sleep) before it releases: the critical section of real users,
 // during which waiters can prepare their turn.
 func RunContendedHold(ctx context.Context, cs []Contender, grants int, hold time.Duration, progress func(done int)) (Contended, error) {
+	return RunContendedNames(ctx, [][]Contender{cs}, grants, hold, progress)
+}
+
+// RunContendedNames is RunContendedHold over many locks at once: each
+// group of contenders contends for a lock of its own, all groups at the
+// same time, until grants grants were made over all of them together. It
+// checks that no two contenders of a group hold at once; a handoff is
+// from a holder starting to release to the next grant in its group.
+// PerContender lists the contenders group after group.
+func RunContendedNames(ctx context.Context, groups [][]Contender, grants int, hold time.Duration, progress func(done int)) (Contended, error) {
 	var (
-		made      atomic.Int64
-		releasing atomic.Int64 // UnixNano when the last holder started releasing; 0: none yet
-		holders   atomic.Int32
-		mu        sync.Mutex
-		handoffs  []time.Duration
-		failed    error
-		wg        sync.WaitGroup
+		made     atomic.Int64
+		mu       sync.Mutex
+		handoffs []time.Duration
+		failed   error
+		wg       sync.WaitGroup
 	)
 	fail := func(err error) {
 		mu.Lock()
@@ -118,49 +126,62 @@ func RunContendedHold(ctx context.Context, cs []Contender, grants int, hold time
 		}
 		mu.Unlock()
 	}
-	r := Contended{PerContender: make([]int, len(cs))}
+	n := 0
+	for _, g := range groups {
+		n += len(g)
+	}
+	r := Contended{PerContender: make([]int, n)}
 	begin := time.Now()
-	for i, c := range cs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var local []time.Duration
-			defer func() {
-				mu.Lock()
-				handoffs = append(handoffs, local...)
-				mu.Unlock()
+	i := 0
+	for _, g := range groups {
+		var (
+			releasing atomic.Int64 // UnixNano when the group's last holder started releasing; 0: none yet
+			holders   atomic.Int32
+		)
+		for _, c := range g {
+			count := &r.PerContender[i]
+			i++
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var local []time.Duration
+				defer func() {
+					mu.Lock()
+					handoffs = append(handoffs, local...)
+					mu.Unlock()
+				}()
+				for {
+					if err := c.Lock(ctx); err != nil {
+						fail(err)
+						return
+					}
+					now := time.Now()
+					if holders.Add(1) != 1 {
+						fail(ErrOverlap)
+					}
+					if at := releasing.Load(); at != 0 {
+						local = append(local, now.Sub(time.Unix(0, at)))
+					}
+					n := made.Add(1)
+					*count++
+					if progress != nil {
+						progress(int(n))
+					}
+					if hold > 0 {
+						time.Sleep(hold)
+					}
+					holders.Add(-1)
+					releasing.Store(time.Now().UnixNano())
+					if err := c.Unlock(ctx); err != nil {
+						fail(err)
+						return
+					}
+					if n >= int64(grants) {
+						return
+					}
+				}
 			}()
-			for {
-				if err := c.Lock(ctx); err != nil {
-					fail(err)
-					return
-				}
-				now := time.Now()
-				if holders.Add(1) != 1 {
-					fail(ErrOverlap)
-				}
-				if at := releasing.Load(); at != 0 {
-					local = append(local, now.Sub(time.Unix(0, at)))
-				}
-				n := made.Add(1)
-				r.PerContender[i]++
-				if progress != nil {
-					progress(int(n))
-				}
-				if hold > 0 {
-					time.Sleep(hold)
-				}
-				holders.Add(-1)
-				releasing.Store(time.Now().UnixNano())
-				if err := c.Unlock(ctx); err != nil {
-					fail(err)
-					return
-				}
-				if n >= int64(grants) {
-					return
-				}
-			}
-		}()
+		}
 	}
 	wg.Wait()
 	r.Elapsed = time.Since(begin)
@@ -261,6 +282,27 @@ func BenchContended(b *testing.B, cs []Contender, hold time.Duration) Contended 
 	b.ResetTimer()
 	r, err := RunContendedHold(context.Background(), cs, b.N, hold, nil)
 	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	r.Report(b)
+	return r
+}
+
+// BenchContendedNames runs RunContendedNames for b.N grants, timing only
+// the run, and reports the result on b, with ClientUsage and gauges per
+// grant, measured over the run.
+func BenchContendedNames(b *testing.B, groups [][]Contender, hold time.Duration, gauges ...Gauge) Contended {
+	stops := make([]func(*testing.B, int), 0, len(gauges)+1)
+	for _, g := range append([]Gauge{ClientUsage}, gauges...) {
+		stops = append(stops, g())
+	}
+	b.ResetTimer()
+	r, err := RunContendedNames(context.Background(), groups, b.N, hold, nil)
+	b.StopTimer()
+	for _, stop := range stops {
+		stop(b, r.Grants)
+	}
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -74,6 +74,34 @@ func TestRunContendedDetectsOverlap(t *testing.T) {
 	assert.True(t, errors.Is(err, lockbench.ErrOverlap), "%v", err)
 }
 
+// Each group contends for a lock of its own: holders of different locks
+// at once are no overlap (each group's grants are held long enough for
+// the groups to hold together), every group gets grants, and a group whose
+// "lock" does not exclude is caught.
+func TestRunContendedNames(t *testing.T) {
+	groups := [][]lockbench.Contender{memContenders(t, 3), memContenders(t, 3), memContenders(t, 3)}
+	r, err := lockbench.RunContendedNames(context.Background(), groups, 60, time.Millisecond, nil)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, r.Grants, 60)
+	require.Len(t, r.PerContender, 9)
+	sum := 0
+	for g := range groups {
+		n := r.PerContender[3*g] + r.PerContender[3*g+1] + r.PerContender[3*g+2]
+		assert.Positive(t, n, "group %d", g)
+		sum += n
+	}
+	assert.Equal(t, r.Grants, sum)
+	assert.NotEmpty(t, r.Handoffs)
+
+	broken := lockbench.Contender{
+		Lock:   func(context.Context) error { return nil },
+		Unlock: func(context.Context) error { runtime.Gosched(); return nil },
+	}
+	groups = [][]lockbench.Contender{memContenders(t, 2), {broken, broken, broken, broken}}
+	_, err = lockbench.RunContendedNames(context.Background(), groups, 100000, 0, nil)
+	assert.ErrorIs(t, err, lockbench.ErrOverlap)
+}
+
 func slicesSorted(ds []time.Duration) bool {
 	for i := 1; i < len(ds); i++ {
 		if ds[i] < ds[i-1] {

@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -157,6 +158,43 @@ func (c *Cluster) MasterOf(ctx context.Context, key string) (*Server, error) {
 		return nil, err
 	}
 	return c.masterOfSlot(ctx, int64(slot))
+}
+
+// SlotMasters returns, for each of the 16384 hash slots, the address of
+// the master that serves it now, as a running node's CLUSTER SHARDS says
+// ("" for a slot no master serves).
+func (c *Cluster) SlotMasters(ctx context.Context) ([]string, error) {
+	var last error
+	for _, n := range c.Nodes() {
+		if !n.running() {
+			continue
+		}
+		shards, err := n.client().ClusterShards(ctx).Result()
+		if err != nil {
+			last = err
+			continue
+		}
+		owners := make([]string, clusterSlots)
+		for _, sh := range shards {
+			for _, node := range sh.Nodes {
+				if node.Role != "master" {
+					continue
+				}
+				port := node.Port
+				if node.TLSPort != 0 {
+					port = node.TLSPort
+				}
+				addr := net.JoinHostPort("127.0.0.1", strconv.FormatInt(port, 10))
+				for _, r := range sh.Slots {
+					for slot := r.Start; slot <= r.End && slot < clusterSlots; slot++ {
+						owners[slot] = addr
+					}
+				}
+			}
+		}
+		return owners, nil
+	}
+	return nil, fmt.Errorf("redistest: no running node answered CLUSTER SHARDS (last: %v)", last)
 }
 
 // ReplicaOf returns a running replica that follows master now.
