@@ -180,28 +180,30 @@ func runAll[T any](n int, f func(i int) (T, error)) ([]T, error) {
 }
 
 // startRedisSentinel runs a primary, its replica and three Sentinels on
-// the host's network (see newSentinelServer), and waits until the replica
-// is in sync and every Sentinel knows it and reaches its quorum.
+// the host's network (see newSentinelServer), and waits until every
+// Sentinel knows the replica and reaches its quorum. The Sentinels start
+// once the replica is in sync, as the local ones do: a Sentinel learns of
+// replicas from the primary's INFO, which it asks for every 10s.
 func (d *dockerServer) startRedisSentinel() (*Server, error) {
 	const sentinels = 3
 	p, err := d.redisOnHost(d.name(1), false, "")
 	if err != nil {
 		return nil, err
 	}
-	nodes, err := runAll(1+sentinels, func(i int) (*dockerRedis, error) {
-		if i == 0 {
-			return d.redisOnHost(d.name(2), false, p.Addr())
-		}
-		return d.sentinelOnHost(d.name(2+i), p.Addr(), sentinels)
-	})
+	r, err := d.redisOnHost(d.name(2), false, p.Addr())
 	if err != nil {
 		return nil, err
 	}
-	r, sns := nodes[0], nodes[1:]
 	ctx, cancel := context.WithTimeout(context.Background(), ReadyTimeout)
 	defer cancel()
 	if err := poll(ctx, func(ctx context.Context) error { return redisReplicaReady(ctx, p.Addr(), r.Addr()) }); err != nil {
 		return nil, fmt.Errorf("replica %s: %w; its last lines:\n%s", r.c.name, err, r.c.logs(30))
+	}
+	sns, err := runAll(sentinels, func(i int) (*dockerRedis, error) {
+		return d.sentinelOnHost(d.name(3+i), p.Addr(), sentinels)
+	})
+	if err != nil {
+		return nil, err
 	}
 	if err := redistest.WaitSentinels(ctx, sns); err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package servers
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -42,7 +43,8 @@ func TestDockerRedisTopologies(t *testing.T) {
 // members and roles, that Primary names the primary as started (Sharded:
 // the first master, which serves slot 0), that its URL opens and grants,
 // that Failover promotes another member, which Primary then names, and
-// that the URL then grants the same lock again with a larger token.
+// that the URL then grants the same lock again with a larger token, and
+// that the last member can be paused, killed and restarted.
 func redisTopologyWorks(t *testing.T, s *Server) {
 	want := []string{"primary", "replica", "sentinel", "sentinel", "sentinel"}
 	if s.Topology == Sharded {
@@ -78,5 +80,21 @@ func redisTopologyWorks(t *testing.T, s *Server) {
 		return err == nil
 	}, 30*time.Second, 50*time.Millisecond, "a grant after the failover: %v", err)
 	require.Greater(t, ls.Token(), first, "the token after the failover")
+	second := ls.Token()
+	require.NoError(t, ls.Release(ctx))
+
+	// The last member (a replica of the cluster, a Sentinel) has the
+	// hooks, Disconnect aside; the URL grants once it is back.
+	m := s.Members[len(s.Members)-1]
+	require.NoError(t, m.Pause(ctx))
+	require.NoError(t, m.Unpause(ctx))
+	require.NoError(t, m.Kill(ctx))
+	require.NoError(t, m.Restart(ctx))
+	require.ErrorIs(t, m.Disconnect(ctx), errors.ErrUnsupported)
+	require.Eventually(t, func() bool {
+		ls, err = l.TryAcquire(ctx, "fence")
+		return err == nil
+	}, 30*time.Second, 50*time.Millisecond, "a grant after %s's restart: %v", m.Name, err)
+	require.Greater(t, ls.Token(), second)
 	require.NoError(t, ls.Release(ctx))
 }
