@@ -329,7 +329,9 @@ func (s *Server) Primary(ctx context.Context) (*Member, error) {
 // names the old one.
 //
 // The Sentinel topology fails over through its Sentinels; Sharded
-// promotes the replica of slot 0's master (CLUSTER FAILOVER TAKEOVER).
+// promotes the replica of slot 0's master (CLUSTER FAILOVER TAKEOVER) and
+// waits until the cluster names it the slot's master (Docker and local
+// alike).
 //
 // For a PostgreSQL primary and standby, it kills the primary and promotes
 // the standby (once: the old primary stays down), and returns the new
