@@ -123,9 +123,10 @@ const suitesAtOnce = 2
 // urlTopologies returns the topologies TestURL runs kind in with provider
 // p: single, and cluster too with Docker, and for PostgreSQL (a primary
 // and its standby) with the local provider too; Redis's sentinel and
-// sharded topologies in the full run, locally and with Docker (the whole
-// suite on both Docker ones added 39s to TestURL's 244s at a load of 17,
-// with -race).
+// sharded topologies in the full run, locally and with Docker (with
+// -race at a load of 10 to 18, the Docker ones' suites take 35-38s and
+// 20-23s, so about 30s more of TestURL with two suites at once: measured,
+// 244s -> 283s and 307s -> 267s, within the runs' noise).
 func urlTopologies(t *testing.T, p servers.Provider, kind servers.Kind) []servers.Topology {
 	switch {
 	case p == servers.External:
