@@ -49,9 +49,10 @@ func skipForUserURL(t *testing.T) {
 // for each provider in $FENCELOCK_PROVIDER (comma-separated, default auto)
 // and each of etcd, ZooKeeper, Redis and PostgreSQL, against a single server
 // and, where the provider is Docker (or auto picks it), a cluster (for
-// PostgreSQL a primary and its streaming standby, locally too), and with
-// the local provider a Redis Sentinel deployment and a Redis Cluster
-// (servers.Sentinel, servers.Sharded):
+// PostgreSQL a primary and its streaming standby, locally too), and, in
+// the full run (not -short), a Redis Sentinel deployment and a Redis
+// Cluster (servers.Sentinel, servers.Sharded) with the local and Docker
+// providers:
 // TestURL/<provider>/<kind>/<topology>, e.g. -run
 // 'TestURL/docker/etcd/cluster'. The external provider runs the kinds whose
 // $FENCELOCK_<KIND>_URL is set. Nothing is skipped: a provider that cannot
@@ -122,7 +123,10 @@ const suitesAtOnce = 2
 // urlTopologies returns the topologies TestURL runs kind in with provider
 // p: single, and cluster too with Docker, and for PostgreSQL (a primary
 // and its standby) with the local provider too; Redis's sentinel and
-// sharded topologies locally.
+// sharded topologies in the full run, locally and with Docker (with
+// -race at a load of 10 to 18, the Docker ones' suites take 35-38s and
+// 20-23s, so about 30s more of TestURL with two suites at once: measured,
+// 244s -> 283s and 307s -> 267s, within the runs' noise).
 func urlTopologies(t *testing.T, p servers.Provider, kind servers.Kind) []servers.Topology {
 	switch {
 	case p == servers.External:
@@ -131,6 +135,10 @@ func urlTopologies(t *testing.T, p servers.Provider, kind servers.Kind) []server
 			return nil
 		}
 		return []servers.Topology{servers.Single}
+	case p == servers.Docker && kind == servers.Redis && !testing.Short():
+		// -short has no Docker provider (scripts/test quick runs local
+		// servers only); a -short run given one leaves them out.
+		return []servers.Topology{servers.Single, servers.Cluster, servers.Sentinel, servers.Sharded}
 	case p == servers.Docker, kind == servers.Postgres:
 		return []servers.Topology{servers.Single, servers.Cluster}
 	case p == servers.Local && kind == servers.Redis && !testing.Short():

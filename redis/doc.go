@@ -111,11 +111,12 @@
 // Both run the whole conformance suite in this module's tests, on real
 // servers: a primary, a replica and three Sentinels, and a cluster of
 // three masters with a replica each (conformance/servers' sentinel and
-// sharded topologies, local processes; TestURL), through the URL harness,
-// which puts a fault proxy in front of every node the client dials. Over TLS (rediss+sentinel,
+// sharded topologies, local processes and Docker containers; TestURL),
+// through the URL harness, which puts a fault proxy in front of every node
+// the client dials. Over TLS (rediss+sentinel,
 // rediss+cluster: every server, Sentinel, cluster bus and replication
 // link TLS only, with client certificates) grants, a Sentinel failover and
-// Nodes are tested. In Docker they are untested. A failover (SENTINEL FAILOVER; CLUSTER
+// Nodes are tested. A failover (SENTINEL FAILOVER; CLUSTER
 // FAILOVER TAKEOVER on the replica of the lock's master) while a lock is
 // held is tested: the holder goes on, and later tokens are larger. A
 // request that a cluster node refuses while its slot moves or its master

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	dc "github.com/ory/dockertest/v3/docker"
 
 	"github.com/fencelock/fencelock/internal/freeport"
+	"github.com/fencelock/fencelock/internal/redistest"
 )
 
 // childEnv makes the test binary, run again by TestDockerSignalAndSweep,
@@ -126,34 +128,68 @@ func TestDockerSignalAndSweep(t *testing.T) {
 }
 
 // TestDockerPortConflict checks that a container whose chosen port was
-// taken in the meantime is started again on another port.
+// taken in the meantime is started again on another port: published
+// (Docker refuses the port), and on the host's network, where the server
+// fails to bind it while another Redis server answers on it.
 func TestDockerPortConflict(t *testing.T) {
 	skipDockerInShort(t)
-	taken, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer taken.Close()
-	takenPort := taken.Addr().(*net.TCPAddr).Port
-	calls := 0
-	pickPort = func() (int, error) {
-		calls++
-		if calls == 1 {
-			return takenPort, nil
+	t.Run("published", func(t *testing.T) {
+		taken, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
 		}
-		return freeport.Port()
+		defer taken.Close()
+		calls := takePort(t, taken.Addr().(*net.TCPAddr).Port)
+		s := StartWith(t, Docker, Redis, Single)
+		if *calls != 2 {
+			t.Errorf("%d ports picked, want 2 (the taken one, then another)", *calls)
+		}
+		if s.Members[0].Addr == taken.Addr().String() {
+			t.Errorf("the server is published on the taken port %s", s.Members[0].Addr)
+		}
+		if err := redisPing(context.Background(), s.Members[0].Addr); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Run("host", func(t *testing.T) {
+		other := redistest.Start(t)
+		_, port, _ := net.SplitHostPort(other.Addr())
+		p, _ := strconv.Atoi(port)
+		calls := takePort(t, p)
+		d, err := newDockerServer(t, Redis, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := d.redisOnHost(d.name(1), false, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if *calls != 2 {
+			t.Errorf("%d ports picked, want 2 (the taken one, then another)", *calls)
+		}
+		if n.Addr() == other.Addr() {
+			t.Errorf("the container took the other server (%s) for its own", other.Addr())
+		}
+		if !n.Running() {
+			t.Errorf("the container does not run")
+		}
+	})
+}
+
+// takePort makes the next port pick return port first, then free ones,
+// until t ends; it returns the count of picks.
+func takePort(t *testing.T, port int) *int {
+	calls := 0
+	pickPorts = func(n int) ([]int, error) {
+		calls++
+		ps, err := freeport.Ports(n)
+		if calls == 1 && err == nil {
+			ps[0] = port
+		}
+		return ps, err
 	}
-	defer func() { pickPort = freeport.Port }()
-	s := StartWith(t, Docker, Redis, Single)
-	if calls != 2 {
-		t.Errorf("%d ports picked, want 2 (the taken one, then another)", calls)
-	}
-	if s.Members[0].Addr == taken.Addr().String() {
-		t.Errorf("the server is published on the taken port %s", s.Members[0].Addr)
-	}
-	if err := redisPing(context.Background(), s.Members[0].Addr); err != nil {
-		t.Error(err)
-	}
+	t.Cleanup(func() { pickPorts = freeport.Ports })
+	return &calls
 }
 
 // skipDockerInShort skips a test that runs containers under -short (the

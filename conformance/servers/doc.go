@@ -28,12 +28,21 @@
 //     does not have it. Every Server gets a private network of its own;
 //     containers have unique names and the labels in Label*, and each
 //     client port is published on a free 127.0.0.1 port chosen here, so it
-//     stays the same over a Restart. Containers and the network are removed
+//     stays the same over a Restart. Redis's Sentinel and Sharded
+//     topologies run on the host's network instead: each server listens
+//     on free 127.0.0.1 ports chosen here (the same over a Restart) and
+//     announces 127.0.0.1:port (replica-announce-ip/port,
+//     cluster-announce-ip/port/bus-port, sentinel announce-ip/port), so
+//     that the addresses the Sentinels and CLUSTER SHARDS name are ones a
+//     client on the host can dial; a container whose server could not
+//     bind its port (another process took it) starts again on others.
+//     Containers and the network are removed
 //     when the test ends (failed or not) and on SIGINT/SIGTERM, and every
 //     first start in a process removes those of test processes of this
 //     host that no longer run (a killed run).
 //   - local: processes on this machine, single servers (and a PostgreSQL
-//     primary with its standby): an embedded
+//     primary with its standby, and Redis's Sentinel and Sharded
+//     topologies): an embedded
 //     etcd (internal/etcdtest), Debian's zookeeper (internal/zktest),
 //     redis-server (internal/redistest) and postgresql (internal/pgtest).
 //     A missing binary fails the test. Clients reach each server through
@@ -70,6 +79,20 @@
 // and promotes the standby, which the URL then reaches (once: the old
 // primary stays down, with Role "failed").
 //
+// Sentinel (Redis only, Docker and local) is a primary, its replica and
+// three Sentinels (quorum 2, primary down after 1s), named by a
+// redis+sentinel URL over the Sentinels: Server.Primary is the server the
+// Sentinels name, Server.Failover a SENTINEL FAILOVER. Sharded (Redis
+// only, Docker and local) is a Redis Cluster of three masters with a
+// replica each (cluster-node-timeout 2s), named by a redis+cluster URL over
+// every node: Server.Primary is the master of slot 0, Server.Failover a
+// CLUSTER FAILOVER TAKEOVER on its replica. Members are in that order
+// (Sharded: the masters, then their replicas), with Roles "primary",
+// "replica" and "sentinel". Their clients dial the addresses the servers
+// announce, so no proxy of this package is in front of them: their
+// members have no Disconnect (the conformance URL harness puts its own
+// proxies in front of every address a Locker dials).
+//
 // Server.URL carries a prefix unique to the Server. For a Redis cluster it
 // names the primary with wait_replicas=1, so every grant is on the replica
 // before it is handed out. The ZooKeeper servers use tickTime 200ms
@@ -80,7 +103,8 @@
 //
 // The Docker provider uses only the interface of the official images: the
 // etcd binary's flags (/usr/local/bin/etcd, no entrypoint); redis-server's
-// arguments, and sh for the Sentinel's config file; the zookeeper image's
+// arguments, and sh for the Sentinel's config file (the host's network:
+// Docker's NetworkMode "host"); the zookeeper image's
 // ZOO_* variables (ZOO_MY_ID, ZOO_SERVERS, ZOO_TICK_TIME, ZOO_INIT_LIMIT,
 // ZOO_SYNC_LIMIT, ZOO_4LW_COMMANDS_WHITELIST, ZOO_ADMINSERVER_ENABLED,
 // ZOO_STANDALONE_ENABLED, ZOO_CFG_EXTRA) and JVMFLAGS; the postgres image's
@@ -89,7 +113,11 @@
 // it answers its protocol: etcd a linearizable read through each member,
 // ZooKeeper srvr reporting leader, follower or standalone on each server,
 // Redis PING (and, for a cluster, the replica's link up, WAIT 1 answered,
-// the Sentinel naming the primary and knowing the replica), Postgres a
+// the Sentinel naming the primary and knowing the replica; on the host's
+// network, the server's own pidfile or Sentinel id, so that another
+// server on the port does not pass for it; Sentinel: every Sentinel
+// knowing the replica and reaching its quorum; Sharded: every node
+// cluster_state:ok and every replica's link up), Postgres a
 // connection and SELECT 1 (and, for a standby, the primary listing it as
 // streaming). A PostgreSQL standby in Docker runs pg_basebackup and then
 // postgres as its command (bash, setpriv); the primary gets a replication

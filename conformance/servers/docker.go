@@ -291,8 +291,10 @@ type dockerServer struct {
 	kind   Kind
 	image  string
 	suffix string
-	net    *dockertest.Network
-	cs     []*container
+	net    *dockertest.Network // nil for a Server on the host's network
+
+	mu sync.Mutex // guards cs: run may be called from several goroutines
+	cs []*container
 }
 
 // container is one container of a dockerServer.
@@ -301,21 +303,42 @@ type container struct {
 	name  string
 	id    string
 	cport dc.Port // the client port inside, e.g. "2379/tcp"
-	port  int     // its published port on 127.0.0.1
+	port  int     // its published port on 127.0.0.1 (on the host's network: its client port)
+	ports []int   // on the host's network: port and the others it listens on
 	ready func(ctx context.Context) error
 }
 
-// containerSpec describes a container to run.
+// containerSpec describes a container to run: on the Server's network
+// with cport published, or with host on the host's network.
 type containerSpec struct {
 	name  string
 	env   []string
 	cmd   []string
 	cport dc.Port
+	host  *hostSpec
+}
+
+// hostSpec runs a container on the host's network: its servers listen on
+// 127.0.0.1 ports picked here (no port is published, and none is taken by
+// Docker before the server binds it) and announce 127.0.0.1:port, an
+// address that clients on the host can dial, also those that learn it
+// from the servers (Sentinel, Redis Cluster).
+type hostSpec struct {
+	// ports is how many ports to pick; the first is the client port.
+	ports int
+	// cmd is the command for the picked ports.
+	cmd func(ports []int) []string
+	// ready says whether the container's server answers on the client
+	// port: it must tell it from another that took the port meanwhile (a
+	// test process of another package), whose answers would otherwise
+	// pass for the container's while it fails to bind.
+	ready func(c *container) func(context.Context) error
 }
 
 // newDockerServer makes the private network of a Server; t removes it at
-// cleanup, after the containers.
-func newDockerServer(t testing.TB, kind Kind) (*dockerServer, error) {
+// cleanup, after the containers. With onHost the Server's containers run
+// on the host's network (see hostSpec) and it gets none.
+func newDockerServer(t testing.TB, kind Kind, onHost bool) (*dockerServer, error) {
 	pool, err := dockerPool()
 	if err != nil {
 		return nil, err
@@ -325,6 +348,9 @@ func newDockerServer(t testing.TB, kind Kind) (*dockerServer, error) {
 		return nil, err
 	}
 	d := &dockerServer{t: t, pool: pool, kind: kind, image: image, suffix: randomHex(4)}
+	if onHost {
+		return d, nil
+	}
 	name := "fencelock-" + string(kind) + "-" + d.suffix
 	n, err := pool.CreateNetwork(name, func(o *dc.CreateNetworkOptions) {
 		o.Labels = ownerLabels()
@@ -351,7 +377,10 @@ func (d *dockerServer) name(i int) string {
 
 // run creates and starts a container on the network, its client port
 // published on a free 127.0.0.1 port (another one if that is taken by the
-// time the container starts); t removes it at cleanup.
+// time the container starts), or on the host's network (spec.host) on free
+// 127.0.0.1 ports (others if the server cannot bind them), then waits
+// until it is ready; t removes it at cleanup. It may be called from
+// several goroutines at once.
 func (d *dockerServer) run(spec containerSpec) (*container, error) {
 	var errs []error
 	for attempt := 0; attempt < 5; attempt++ {
@@ -367,23 +396,30 @@ func (d *dockerServer) run(spec containerSpec) (*container, error) {
 	return nil, errors.Join(errs...)
 }
 
+// isPortConflict says whether err is a port taken: Docker's, when it
+// publishes a port, or the server's own (Redis: "Address already in
+// use"), in the logs of a container on the host's network.
 func isPortConflict(err error) bool {
-	s := err.Error()
+	s := strings.ToLower(err.Error())
 	return strings.Contains(s, "port is already allocated") || strings.Contains(s, "address already in use")
 }
 
-// pickPort picks the host port of a container (a variable for a test).
-var pickPort = freeport.Port
+// pickPorts picks the host ports of a container (a variable for a test).
+var pickPorts = freeport.Ports
 
 func (d *dockerServer) runOnce(spec containerSpec) (*container, error) {
-	port, err := pickPort()
+	n := 1
+	if spec.host != nil {
+		n = spec.host.ports
+	}
+	ports, err := pickPorts(n)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cl := d.pool.Client
-	created, err := cl.CreateContainer(dc.CreateContainerOptions{
+	opts := dc.CreateContainerOptions{
 		Name: spec.name,
 		Config: &dc.Config{
 			Hostname:     spec.name,
@@ -395,23 +431,44 @@ func (d *dockerServer) runOnce(spec containerSpec) (*container, error) {
 			// StopSignal unset: the image's (postgres: SIGINT).
 		},
 		HostConfig: &dc.HostConfig{
-			PortBindings: map[dc.Port][]dc.PortBinding{spec.cport: {{HostIP: "127.0.0.1", HostPort: strconv.Itoa(port)}}},
+			PortBindings: map[dc.Port][]dc.PortBinding{spec.cport: {{HostIP: "127.0.0.1", HostPort: strconv.Itoa(ports[0])}}},
 		},
-		NetworkingConfig: &dc.NetworkingConfig{EndpointsConfig: map[string]*dc.EndpointConfig{
-			d.net.Network.Name: {Aliases: []string{spec.name}},
-		}},
 		Context: ctx,
-	})
+	}
+	if spec.host != nil {
+		// No hostname (Docker refuses one with the host's network), no
+		// published port.
+		opts.Config.Hostname, opts.Config.ExposedPorts, opts.Config.Cmd = "", nil, spec.host.cmd(ports)
+		opts.HostConfig = &dc.HostConfig{NetworkMode: "host"}
+	} else {
+		opts.NetworkingConfig = &dc.NetworkingConfig{EndpointsConfig: map[string]*dc.EndpointConfig{
+			d.net.Network.Name: {Aliases: []string{spec.name}},
+		}}
+	}
+	created, err := cl.CreateContainer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("create container %s: %w", spec.name, err)
 	}
-	c := &container{d: d, name: spec.name, id: created.ID, cport: spec.cport, port: port}
+	c := &container{d: d, name: spec.name, id: created.ID, cport: spec.cport, port: ports[0], ports: ports}
 	track(&dockerState.live.containers, c.id, true)
 	if err := cl.StartContainerWithContext(c.id, nil, ctx); err != nil {
-		c.remove()
+		_ = c.remove()
 		return nil, fmt.Errorf("start container %s: %w", spec.name, err)
 	}
+	if spec.host != nil {
+		// Docker took no port for it: whether the server could bind them
+		// shows once it runs.
+		c.ready = spec.host.ready(c)
+		if err := c.waitReady(context.Background()); err != nil {
+			if rerr := c.remove(); rerr != nil {
+				err = errors.Join(err, rerr)
+			}
+			return nil, err
+		}
+	}
+	d.mu.Lock()
 	d.cs = append(d.cs, c)
+	d.mu.Unlock()
 	d.t.Cleanup(func() {
 		if err := c.remove(); err != nil {
 			d.t.Errorf("servers: %v", err)
@@ -428,6 +485,8 @@ func (d *dockerServer) logsOnFailure() {
 		if !d.t.Failed() {
 			return
 		}
+		d.mu.Lock()
+		defer d.mu.Unlock()
 		for _, c := range d.cs {
 			d.t.Logf("servers: the last lines of %s:\n%s", c.name, c.logs(30))
 		}
@@ -605,17 +664,20 @@ func (c *container) newMember(role string) *Member {
 			}
 			return c.waitReady(ctx)
 		},
-		disconnect: func(ctx context.Context) error {
-			return cl.DisconnectNetwork(c.d.net.Network.ID, dc.NetworkConnectionOptions{Container: c.id, Force: true, Context: ctx})
-		},
-		reconnect: func(ctx context.Context) error {
-			err := cl.ConnectNetwork(c.d.net.Network.ID, dc.NetworkConnectionOptions{Container: c.id, Context: ctx,
-				EndpointConfig: &dc.EndpointConfig{Aliases: []string{c.name}}})
-			if err != nil {
-				return err
-			}
-			return c.waitReady(ctx)
-		},
+	}
+	if c.d.net == nil {
+		return m // on the host's network: no network to cut it off
+	}
+	m.h.disconnect = func(ctx context.Context) error {
+		return cl.DisconnectNetwork(c.d.net.Network.ID, dc.NetworkConnectionOptions{Container: c.id, Force: true, Context: ctx})
+	}
+	m.h.reconnect = func(ctx context.Context) error {
+		err := cl.ConnectNetwork(c.d.net.Network.ID, dc.NetworkConnectionOptions{Container: c.id, Context: ctx,
+			EndpointConfig: &dc.EndpointConfig{Aliases: []string{c.name}}})
+		if err != nil {
+			return err
+		}
+		return c.waitReady(ctx)
 	}
 	return m
 }

@@ -12,9 +12,11 @@ import (
 	"time"
 )
 
-// startDocker starts kind in topo as containers on a network of their own.
+// startDocker starts kind in topo as containers on a network of their own
+// (Redis's Sentinel and Sharded topologies: on the host's network).
 func startDocker(t testing.TB, kind Kind, topo Topology) (*Server, error) {
-	d, err := newDockerServer(t, kind)
+	onHost := topo == Sentinel || topo == Sharded
+	d, err := newDockerServer(t, kind, onHost)
 	if err != nil {
 		return nil, err
 	}
@@ -29,7 +31,14 @@ func startDocker(t testing.TB, kind Kind, topo Topology) (*Server, error) {
 	case ZooKeeper:
 		s, err = d.startZooKeeper(n)
 	case Redis:
-		s, err = d.startRedis(topo == Cluster)
+		switch topo {
+		case Sentinel:
+			s, err = d.startRedisSentinel()
+		case Sharded:
+			s, err = d.startRedisSharded()
+		default:
+			s, err = d.startRedis(topo == Cluster)
+		}
 	case Postgres:
 		s, err = d.startPostgres(topo == Cluster)
 	}
@@ -320,7 +329,9 @@ func (s *Server) Primary(ctx context.Context) (*Member, error) {
 // names the old one.
 //
 // The Sentinel topology fails over through its Sentinels; Sharded
-// promotes the replica of slot 0's master (CLUSTER FAILOVER TAKEOVER).
+// promotes the replica of slot 0's master (CLUSTER FAILOVER TAKEOVER) and
+// waits until the cluster names it the slot's master (Docker and local
+// alike).
 //
 // For a PostgreSQL primary and standby, it kills the primary and promotes
 // the standby (once: the old primary stays down), and returns the new

@@ -129,22 +129,29 @@ func TestDockerSingles(t *testing.T) {
 }
 
 // TestDockerCleanup checks that a Server's containers and network are gone
-// once the test that started it ended, passed or failed.
+// once the test that started it ended, passed or failed, also those on
+// the host's network.
 func TestDockerCleanup(t *testing.T) {
 	servers.SkipDockerInShort(t)
 	t.Parallel()
 	pool, err := dockertest.NewPool("")
 	require.NoError(t, err)
-	for _, fail := range []bool{false, true} {
+	// A failed test's cleanup of a topology on the host's network too.
+	for _, run := range []struct {
+		topo servers.Topology
+		fail bool
+	}{{servers.Cluster, false}, {servers.Cluster, true}, {servers.Sharded, true}} {
+		topo, fail := run.topo, run.fail
 		var s *servers.Server
 		failed, msgs := runInner(t, func(tb testing.TB) {
-			s = servers.StartWith(tb, servers.Docker, servers.Redis, servers.Cluster)
+			s = servers.StartWith(tb, servers.Docker, servers.Redis, topo)
 			if fail {
 				tb.Fatalf("a deliberate failure")
 			}
 		})
 		require.Equal(t, fail, failed, "%v", msgs)
 		require.NotNil(t, s)
+		require.NotEmpty(t, s.Members)
 		for _, m := range s.Members {
 			cs, err := pool.Client.ListContainers(dc.ListContainersOptions{All: true, Filters: map[string][]string{"name": {m.Name}}})
 			require.NoError(t, err)

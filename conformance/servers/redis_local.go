@@ -4,19 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/fencelock/fencelock/internal/redistest"
 )
-
-// The Redis topologies whose clients find their servers through the
-// servers themselves (the Sentinels name the primary, the cluster lists its
-// nodes): the Server's URL names the Sentinels or the cluster's nodes, and
-// the clients then dial the addresses the servers announce, so no proxy of
-// this package sits in front of them (the URL harness puts its own in front
-// of every address a Locker dials). Members' Disconnect is unsupported.
 
 // localRedisMember is the Member of a local redis-server (or Sentinel).
 func localRedisMember(name, role string, srv *redistest.Server) *Member {
@@ -35,81 +27,30 @@ func localRedisMember(name, role string, srv *redistest.Server) *Member {
 }
 
 // startLocalRedisSentinel starts a primary, its replica and three
-// Sentinels; the URL is redis+sentinel:// over the Sentinels.
+// Sentinels (see newSentinelServer).
 func startLocalRedisSentinel(t testing.TB) *Server {
 	s := redistest.StartSentinels(t, 3)
-	pm := localRedisMember("redis-1", "primary", s.Primary)
-	rm := localRedisMember("redis-2", "replica", s.Replica)
-	srv := &Server{
-		URL:     "redis+sentinel://" + strings.Join(s.Addrs(), ",") + "/0?master_name=" + redistest.SentinelMaster + "&prefix=" + prefix(),
-		Members: []*Member{pm, rm},
-	}
+	members := []*Member{localRedisMember("redis-1", "primary", s.Primary), localRedisMember("redis-2", "replica", s.Replica)}
 	for i, sn := range s.Sentinels {
-		srv.Members = append(srv.Members, localRedisMember(fmt.Sprint("sentinel-", i+1), "sentinel", sn))
+		members = append(members, localRedisMember(fmt.Sprint("sentinel-", i+1), "sentinel", sn))
 	}
-	member := func(r *redistest.Server) *Member {
-		if r == s.Primary {
-			return pm
-		}
-		return rm
-	}
-	srv.primary = func(ctx context.Context) (*Member, error) {
-		r, err := s.Master(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return member(r), nil
-	}
-	srv.failover = func(ctx context.Context) (*Member, error) {
-		r, err := s.Failover(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return member(r), nil
-	}
-	return srv
+	return newSentinelServer([]*redistest.Server{s.Primary, s.Replica}, s.Sentinels, members)
 }
 
 // startLocalRedisCluster starts a Redis Cluster of three masters with a
-// replica each; the URL is redis+cluster:// over every node. Primary is
-// the master of slot 0 (of the key "{06S}"); Failover promotes its replica
-// with CLUSTER FAILOVER TAKEOVER; MoveSlot moves slot 0 to another master
-// and back.
+// replica each (see newShardedServer); MoveSlot moves slot 0 to another
+// master, stopped midway with half its keys moved, and back.
 func startLocalRedisCluster(t testing.TB) *Server {
 	c := redistest.StartCluster(t, 3, 1)
-	srv := &Server{URL: "redis+cluster://" + strings.Join(c.Addrs(), ",") + "?prefix=" + prefix()}
-	byServer := map[*redistest.Server]*Member{}
+	var members []*Member
 	for i, n := range c.Nodes() {
 		role := "primary"
 		if i >= len(c.Masters) {
 			role = "replica"
 		}
-		m := localRedisMember(fmt.Sprint("redis-", i+1), role, n)
-		byServer[n] = m
-		srv.Members = append(srv.Members, m)
+		members = append(members, localRedisMember(fmt.Sprint("redis-", i+1), role, n))
 	}
-	const slot0Key = "{06S}" // CLUSTER KEYSLOT {06S} = 0
-	srv.primary = func(ctx context.Context) (*Member, error) {
-		r, err := c.MasterOf(ctx, slot0Key)
-		if err != nil {
-			return nil, err
-		}
-		return byServer[r], nil
-	}
-	srv.failover = func(ctx context.Context) (*Member, error) {
-		m, err := c.MasterOf(ctx, slot0Key)
-		if err != nil {
-			return nil, err
-		}
-		r, err := c.ReplicaOf(ctx, m)
-		if err != nil {
-			return nil, err
-		}
-		if err := c.Failover(ctx, r, true); err != nil {
-			return nil, err
-		}
-		return byServer[r], nil
-	}
+	srv := newShardedServer(c.Nodes(), members)
 	srv.moveSlot = func(ctx context.Context, midway time.Duration) error {
 		from, err := c.MasterOf(ctx, slot0Key)
 		if err != nil {

@@ -44,11 +44,11 @@ const (
 	// target_session_attrs=read-write.
 	Cluster Topology = "cluster"
 	// Sentinel is a Redis primary, its replica and three Sentinels, named
-	// by a redis+sentinel URL over the Sentinels (local only).
+	// by a redis+sentinel URL over the Sentinels (Docker and local).
 	Sentinel Topology = "sentinel"
 	// Sharded is a Redis Cluster of three masters with a replica each,
-	// named by a redis+cluster URL over every node (local only);
-	// Server.MoveSlot migrates a slot.
+	// named by a redis+cluster URL over every node (Docker and local);
+	// Server.MoveSlot migrates a slot (local).
 	Sharded Topology = "sharded"
 )
 
@@ -66,7 +66,9 @@ const (
 	// FENCELOCK_ETCD_URL, FENCELOCK_ZK_URL, FENCELOCK_REDIS_URL (fencelock
 	// URLs) or FENCELOCK_POSTGRES_URL (a DSN).
 	External Provider = "external"
-	// Docker runs containers (see Image) on a private Docker network.
+	// Docker runs containers (see Image) on a private Docker network,
+	// or for Redis's Sentinel and Sharded topologies on the host's
+	// network, announcing 127.0.0.1 addresses.
 	Docker Provider = "docker"
 	// Local runs processes on this machine: embedded etcd, and Debian's
 	// zookeeper, redis-server and postgresql: single servers, a
@@ -107,8 +109,9 @@ type Server struct {
 	// External server's URL is the variable's value as given.
 	URL string
 	// Members are the server's processes or containers, in order (etcd and
-	// ZooKeeper: member 1 to 3; Redis: primary, replica, sentinel). Empty
-	// for External.
+	// ZooKeeper: member 1 to 3; Redis: primary, replica, then the
+	// Sentinels; Sharded: the three masters, then their replicas in the
+	// same order). Empty for External.
 	Members []*Member
 
 	sentinel *Member // Redis cluster via Docker
@@ -297,9 +300,6 @@ func resolve(p Provider, kind Kind, topo Topology) (Provider, string, error) {
 		}
 		return External, "$" + URLEnv[kind], nil
 	case Docker:
-		if topo == Sentinel || topo == Sharded {
-			return "", "", fmt.Errorf("provider docker: the Redis %s topology runs locally only (FENCELOCK_PROVIDER=local): its servers announce addresses that a client outside Docker's network cannot reach", topo)
-		}
 		return Docker, "image " + Image(kind), nil
 	case Local:
 		if topo == Sentinel || topo == Sharded {
@@ -319,7 +319,7 @@ func resolve(p Provider, kind Kind, topo Topology) (Provider, string, error) {
 		return Docker, "auto: image " + Image(kind), nil
 	}
 	if topo == Sentinel || topo == Sharded {
-		return Local, "auto: local only", nil
+		return Local, fmt.Sprintf("auto: $%s unset, docker unusable: %v", URLEnv[kind], derr), nil
 	}
 	if topo != Single && kind != Postgres {
 		return "", "", fmt.Errorf("provider auto: no external server ($%s unset), docker unusable (%v), and local runs single servers only", URLEnv[kind], derr)

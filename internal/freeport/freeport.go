@@ -10,6 +10,13 @@
 // by the thousand (seen: a Docker member's restart failing with "address
 // already in use" on its published port). Only another explicit pick can
 // take such a port, one chance in thousands.
+//
+// A process never hands out the same port twice: a port is free only until
+// its server binds it, and two tests of one process that start servers at
+// once (a local one and a container on the host's network, say) must not
+// both get it in that gap. Across processes (go test's packages run at
+// once) the random pick makes a collision rare, and a server that then
+// cannot bind its port starts again on another.
 package freeport
 
 import (
@@ -20,6 +27,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // lowest is the lowest port picked: above the well-known and the usual
@@ -35,9 +43,21 @@ func Port() (int, error) {
 	return ps[0], nil
 }
 
+// given holds every port this process handed out.
+var given struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
 // Ports returns n distinct ports that were free a moment ago on 127.0.0.1
-// (all held open until all are found, so they differ).
+// (all held open until all are found, so they differ), none of them
+// returned before in this process.
 func Ports(n int) ([]int, error) {
+	given.Lock()
+	defer given.Unlock()
+	if given.ports == nil {
+		given.ports = make(map[int]bool)
+	}
 	ports := make([]int, 0, n)
 	var ls []net.Listener
 	defer func() {
@@ -59,7 +79,17 @@ func Ports(n int) ([]int, error) {
 			return nil, err
 		}
 		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		port := l.Addr().(*net.TCPAddr).Port
+		if given.ports[port] {
+			if tries > 1000*n {
+				return nil, errors.New("freeport: no port left that this process has not handed out")
+			}
+			continue // handed out before: another (held open meanwhile, so not picked again now)
+		}
+		ports = append(ports, port)
+	}
+	for _, p := range ports {
+		given.ports[p] = true
 	}
 	return ports, nil
 }

@@ -46,7 +46,7 @@ type Migration struct {
 func (c *Cluster) Slot(ctx context.Context, key string) (int, error) {
 	var err error
 	for _, n := range c.Nodes() {
-		if !n.running() {
+		if !n.Running() {
 			continue
 		}
 		var slot int64
@@ -159,7 +159,7 @@ func (m *Migration) Finish(ctx context.Context) error {
 	}
 	owners := []*Server{m.To, m.From}
 	for _, n := range m.c.Nodes() {
-		if n.running() && !slices.Contains(owners, n) {
+		if n.Running() && !slices.Contains(owners, n) {
 			if role, err := InfoField(ctx, n.client(), "role"); err == nil && role == "master" {
 				owners = append(owners, n)
 			}
@@ -171,7 +171,7 @@ func (m *Migration) Finish(ctx context.Context) error {
 		}
 	}
 	for _, n := range m.c.Nodes() {
-		if !n.running() {
+		if !n.Running() {
 			continue
 		}
 		err := poll(ctx, func(ctx context.Context) error {
@@ -192,7 +192,7 @@ func (m *Migration) Finish(ctx context.Context) error {
 // nodes' CLUSTER SHARDS say.
 func (c *Cluster) masterOfSlot(ctx context.Context, slot int64) (*Server, error) {
 	for _, n := range c.Nodes() {
-		if !n.running() {
+		if !n.Running() {
 			continue
 		}
 		shards, err := n.client().ClusterShards(ctx).Result()
@@ -250,7 +250,7 @@ func (c *Cluster) otherMaster(ctx context.Context, from *Server) (*Server, error
 	i := slices.Index(nodes, from)
 	for k := 1; k < len(nodes); k++ {
 		n := nodes[(i+k)%len(nodes)]
-		if !n.running() {
+		if !n.Running() {
 			continue
 		}
 		if role, err := InfoField(ctx, n.client(), "role"); err == nil && role == "master" {

@@ -261,7 +261,7 @@ func (s *Server) args() ([]string, error) {
 	}
 	if s.cfg.cluster {
 		a = append(a, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(s.busPort),
-			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", strconv.Itoa(int(clusterNodeTimeout.Milliseconds())))
+			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", strconv.Itoa(int(ClusterNodeTimeout.Milliseconds())))
 		if f := s.cfg.tls; f != nil {
 			// The cluster bus and replication over TLS too, with the
 			// client certificate the nodes want of each other.

@@ -30,18 +30,13 @@ type Sentinels struct {
 
 // StartSentinels starts a primary, a replica and n Sentinels, waits until
 // every Sentinel knows the replica and the other Sentinels and reaches
-// its quorum (SENTINEL CKQUORUM), and stops them all when tb ends. opts
-// apply to the primary and the replica, and WithTLS to the Sentinels too.
+// its quorum (WaitSentinels), and stops them all when tb ends. opts apply
+// to the primary and the replica, and WithTLS to the Sentinels too.
 func StartSentinels(tb testing.TB, n int, opts ...Option) *Sentinels {
 	tb.Helper()
 	s := &Sentinels{Primary: Start(tb, opts...)}
 	s.Replica = StartReplica(tb, s.Primary, opts...)
-	host, port, _ := net.SplitHostPort(s.Primary.Addr())
-	conf := []string{
-		fmt.Sprintf("sentinel monitor %s %s %s %d", SentinelMaster, host, port, n/2+1),
-		fmt.Sprintf("sentinel down-after-milliseconds %s %d", SentinelMaster, sentinelDownAfter.Milliseconds()),
-		fmt.Sprintf("sentinel failover-timeout %s 10000", SentinelMaster),
-	}
+	conf := SentinelConf(s.Primary.Addr(), n)
 	var given config // WithTLS applies to the Sentinels too
 	for _, o := range opts {
 		if o != nil {
@@ -53,95 +48,125 @@ func StartSentinels(tb testing.TB, n int, opts ...Option) *Sentinels {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	for _, sn := range s.Sentinels {
+	if err := WaitSentinels(ctx, s.Sentinels); err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	return s
+}
+
+// SentinelConf returns the configuration lines with which each of n
+// Sentinels monitors the primary at addr under the name SentinelMaster:
+// quorum a majority of them, the primary down after sentinelDownAfter, a
+// failover timeout of 10s.
+func SentinelConf(addr string, n int) []string {
+	host, port, _ := net.SplitHostPort(addr)
+	return []string{
+		fmt.Sprintf("sentinel monitor %s %s %s %d", SentinelMaster, host, port, n/2+1),
+		fmt.Sprintf("sentinel down-after-milliseconds %s %d", SentinelMaster, sentinelDownAfter.Milliseconds()),
+		fmt.Sprintf("sentinel failover-timeout %s 10000", SentinelMaster),
+	}
+}
+
+// WaitSentinels waits until every Sentinel of sentinels knows a replica
+// of SentinelMaster and reaches its quorum (SENTINEL CKQUORUM: it sees
+// enough other Sentinels to authorize a failover).
+func WaitSentinels[N Node](ctx context.Context, sentinels []N) error {
+	for _, sn := range sentinels {
 		err := poll(ctx, func(ctx context.Context) error {
-			replicas, err := sn.client().Do(ctx, "SENTINEL", "REPLICAS", SentinelMaster).Slice()
+			replicas, err := sn.Admin().Do(ctx, "SENTINEL", "REPLICAS", SentinelMaster).Slice()
 			switch {
 			case err != nil:
 				return err
 			case len(replicas) == 0:
 				return fmt.Errorf("sentinel %s knows no replica yet", sn.Addr())
 			}
-			return sn.do(ctx, "SENTINEL", "CKQUORUM", SentinelMaster)
+			return sn.Admin().Do(ctx, "SENTINEL", "CKQUORUM", SentinelMaster).Err()
 		})
 		if err != nil {
-			tb.Fatalf("redistest: sentinel %s: %v", sn.Addr(), err)
+			return fmt.Errorf("sentinel %s: %w", sn.Addr(), err)
 		}
 	}
-	return s
+	return nil
 }
 
 // Addrs returns the Sentinels' addresses.
-func (s *Sentinels) Addrs() []string {
-	var a []string
-	for _, sn := range s.Sentinels {
-		a = append(a, sn.Addr())
-	}
-	return a
-}
+func (s *Sentinels) Addrs() []string { return Addrs(s.Sentinels) }
 
 // Master returns the server the first running Sentinel names as the
 // primary now.
 func (s *Sentinels) Master(ctx context.Context) (*Server, error) {
+	return SentinelsMaster(ctx, s.Sentinels, []*Server{s.Primary, s.Replica})
+}
+
+// SentinelsMaster returns the server of servers that the first running
+// Sentinel of sentinels names as the primary of SentinelMaster now.
+func SentinelsMaster[N Node](ctx context.Context, sentinels, servers []N) (N, error) {
+	var zero N
 	var last error
-	for _, sn := range s.Sentinels {
-		if !sn.running() {
+	for _, sn := range sentinels {
+		if !sn.Running() {
 			continue
 		}
-		addr, err := sn.client().Do(ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SentinelMaster).StringSlice()
+		addr, err := sn.Admin().Do(ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SentinelMaster).StringSlice()
 		if err != nil || len(addr) != 2 {
 			last = fmt.Errorf("sentinel %s: %v %v", sn.Addr(), addr, err)
 			continue
 		}
-		for _, m := range []*Server{s.Primary, s.Replica} {
+		for _, m := range servers {
 			if m.Addr() == net.JoinHostPort(addr[0], addr[1]) {
 				return m, nil
 			}
 		}
-		return nil, fmt.Errorf("redistest: the Sentinels name %s:%s, not one of their servers", addr[0], addr[1])
+		return zero, fmt.Errorf("redistest: the Sentinels name %s:%s, not one of their servers", addr[0], addr[1])
 	}
-	return nil, fmt.Errorf("redistest: no running Sentinel names the primary (%v)", last)
+	return zero, fmt.Errorf("redistest: no running Sentinel names the primary (%v)", last)
 }
 
 // Failover asks a Sentinel to fail over (SENTINEL FAILOVER: the replica is
 // promoted, the old primary made its replica) and waits until the
 // Sentinels name the other server and it says it is a master.
 func (s *Sentinels) Failover(ctx context.Context) (*Server, error) {
-	old, err := s.Master(ctx)
+	return SentinelsFailover(ctx, s.Sentinels, []*Server{s.Primary, s.Replica})
+}
+
+// SentinelsFailover asks the first running Sentinel of sentinels to fail
+// over (SENTINEL FAILOVER: a replica is promoted, the old primary made its
+// replica; asked again while it refuses, as right after a server came
+// back: NOGOODSLAVE) and waits until the Sentinels name another server of
+// servers and it says it is a master; it returns that server.
+func SentinelsFailover[N Node](ctx context.Context, sentinels, servers []N) (N, error) {
+	var zero N
+	old, err := SentinelsMaster(ctx, sentinels, servers)
 	if err != nil {
-		return nil, err
+		return zero, err
 	}
-	want := s.Replica
-	if old == s.Replica {
-		want = s.Primary
-	}
-	// Right after a server came back a Sentinel may refuse (NOGOODSLAVE):
-	// asked again until it starts.
 	err = poll(ctx, func(ctx context.Context) error {
-		for _, sn := range s.Sentinels {
-			if sn.running() {
-				return sn.do(ctx, "SENTINEL", "FAILOVER", SentinelMaster)
+		for _, sn := range sentinels {
+			if sn.Running() {
+				return sn.Admin().Do(ctx, "SENTINEL", "FAILOVER", SentinelMaster).Err()
 			}
 		}
 		return fmt.Errorf("no running Sentinel")
 	})
 	if err != nil {
-		return nil, fmt.Errorf("redistest: SENTINEL FAILOVER: %w", err)
+		return zero, fmt.Errorf("redistest: SENTINEL FAILOVER: %w", err)
 	}
+	var now N
 	err = poll(ctx, func(ctx context.Context) error {
-		m, err := s.Master(ctx)
+		m, err := SentinelsMaster(ctx, sentinels, servers)
 		if err != nil {
 			return err
 		}
-		if m != want {
+		if m == old {
 			return fmt.Errorf("the Sentinels still name %s", m.Addr())
 		}
-		if role, err := InfoField(ctx, m.client(), "role"); err != nil || role != "master" {
+		if role, err := InfoField(ctx, m.Admin(), "role"); err != nil || role != "master" {
 			return fmt.Errorf("%s is %q (%v)", m.Addr(), role, err)
 		}
+		now = m
 		return nil
 	})
-	return want, err
+	return now, err
 }
 
 // sentinelArgs writes the Sentinel's configuration file (Sentinel rewrites
