@@ -2,7 +2,7 @@ package servers_test
 
 import (
 	"context"
-	"errors"
+	"net/url"
 	"testing"
 	"time"
 
@@ -93,11 +93,14 @@ func pgConn(t *testing.T, ctx context.Context, dsn string) *pgx.Conn {
 	return c
 }
 
-// pgPairWorks checks a PostgreSQL primary with its standby: the URL
-// reaches the primary; Failover kills it and promotes the standby, which
-// the same URL then reaches, with tokens above the old primary's; there is
-// no second failover (the standby is used up).
-func pgPairWorks(t *testing.T, s *servers.Server) {
+// pgPairWorks checks a PostgreSQL primary with its standby (asynchronous,
+// or with sync synchronous): the URL reaches the primary; Failover kills
+// it, promotes the standby and rebuilds the old primary as the new one's
+// standby, three times in a row: after each, the members' Roles are what
+// the servers say they are (the standby in recovery, streaming from the
+// primary, as its synchronous standby with sync), and a grant through the
+// same URL has a token above the last one.
+func pgPairWorks(t *testing.T, s *servers.Server, sync bool) {
 	t.Helper()
 	require.Len(t, s.Members, 2)
 	require.Contains(t, s.URL, "target_session_attrs=read-write")
@@ -105,27 +108,90 @@ func pgPairWorks(t *testing.T, s *servers.Server) {
 	p, err := s.Primary(ctx)
 	require.NoError(t, err)
 	require.Equal(t, s.Members[0], p)
+	rolesTrue(t, ctx, s, sync)
 	last := lockToken(t, s.URL)
-	n, err := s.Failover(ctx)
-	require.NoError(t, err)
-	require.Equal(t, s.Members[1], n)
-	require.Equal(t, "primary", n.Role)
-	require.Equal(t, "failed", s.Members[0].Role)
-	require.Greater(t, lockToken(t, s.URL), last, "the token after the failover")
-	_, err = s.Failover(ctx)
-	require.ErrorIs(t, err, errors.ErrUnsupported)
+	for i := range 3 {
+		old := p
+		start := time.Now()
+		p, err = s.Failover(ctx)
+		require.NoError(t, err, "failover %d", i+1)
+		t.Logf("failover %d: %s is the primary, %s its standby, in %v", i+1, p.Name, old.Name, time.Since(start).Round(time.Millisecond))
+		require.NotEqual(t, old, p)
+		require.Equal(t, "primary", p.Role)
+		require.Equal(t, "standby", old.Role)
+		now, err := s.Primary(ctx)
+		require.NoError(t, err)
+		require.Equal(t, p, now)
+		rolesTrue(t, ctx, s, sync)
+		next := lockToken(t, s.URL)
+		require.Greater(t, next, last, "the token after failover %d", i+1)
+		last = next
+	}
 }
 
-// TestLocalPostgresPair: a local primary and its streaming standby.
+// rolesTrue checks that each member of s is what its Role says: the
+// primary accepts writes and lists the other as a streaming standby
+// (synchronous with sync), which is in recovery.
+func rolesTrue(t *testing.T, ctx context.Context, s *servers.Server, sync bool) {
+	t.Helper()
+	want := "async"
+	if sync {
+		want = "sync"
+	}
+	for _, m := range s.Members {
+		c := pgConn(t, ctx, memberDSN(t, s.URL, m))
+		var recovery bool
+		require.NoError(t, c.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&recovery))
+		require.Equal(t, m.Role == "standby", recovery, "%s, %s, in recovery", m.Name, m.Role)
+		if m.Role != "primary" {
+			continue
+		}
+		rows, err := c.Query(ctx, `SELECT state || ' ' || sync_state FROM pg_stat_replication`)
+		require.NoError(t, err)
+		states, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		require.Equal(t, []string{"streaming " + want}, states, "the standbys of %s", m.Name)
+	}
+}
+
+// memberDSN is the pair's DSN u naming member m alone.
+func memberDSN(t *testing.T, u string, m *servers.Member) string {
+	t.Helper()
+	pu, err := url.Parse(u)
+	require.NoError(t, err)
+	pu.Host = m.Addr
+	q := pu.Query()
+	q.Del("target_session_attrs")
+	pu.RawQuery = q.Encode()
+	return pu.String()
+}
+
+// TestLocalPostgresPair: a local primary and its asynchronous streaming
+// standby, failed over three times.
 func TestLocalPostgresPair(t *testing.T) {
 	t.Parallel()
-	pgPairWorks(t, servers.StartWith(t, servers.Local, servers.Postgres, servers.Cluster))
+	pgPairWorks(t, servers.StartWith(t, servers.Local, servers.Postgres, servers.Cluster), false)
+}
+
+// TestLocalPostgresSync: a local primary and its synchronous standby,
+// failed over three times.
+func TestLocalPostgresSync(t *testing.T) {
+	t.Parallel()
+	pgPairWorks(t, servers.StartWith(t, servers.Local, servers.Postgres, servers.SyncStandby), true)
 }
 
 // TestDockerPostgresPair: a primary and its streaming standby in
-// containers.
+// containers, failed over three times.
 func TestDockerPostgresPair(t *testing.T) {
 	servers.SkipDockerInShort(t)
 	t.Parallel()
-	pgPairWorks(t, servers.StartWith(t, servers.Docker, servers.Postgres, servers.Cluster))
+	pgPairWorks(t, servers.StartWith(t, servers.Docker, servers.Postgres, servers.Cluster), false)
+}
+
+// TestDockerPostgresSync: a primary and its synchronous standby in
+// containers, failed over three times.
+func TestDockerPostgresSync(t *testing.T) {
+	servers.SkipDockerInShort(t)
+	t.Parallel()
+	pgPairWorks(t, servers.StartWith(t, servers.Docker, servers.Postgres, servers.SyncStandby), true)
 }
