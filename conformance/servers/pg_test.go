@@ -9,7 +9,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/conformance/servers"
+	"github.com/fencelock/fencelock/internal/locktest"
+	"github.com/fencelock/fencelock/internal/pgtest"
 )
 
 // pgHooksWork runs every hook of a PostgreSQL server's member and checks
@@ -174,10 +177,43 @@ func TestLocalPostgresPair(t *testing.T) {
 }
 
 // TestLocalPostgresSync: a local primary and its synchronous standby,
-// failed over three times.
+// failed over three times; then, with the standby cut off (its
+// Disconnect), what locktest.SyncStandbyAway checks: a TryAcquire of a
+// held lock answers at once, an Acquire of a free one fails with
+// ErrUnavailable within about a TTL, the holder's loss signal fires, and
+// grants come back with the standby.
 func TestLocalPostgresSync(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the synchronous pair is the full run's")
+	}
 	t.Parallel()
-	pgPairWorks(t, servers.StartWith(t, servers.Local, servers.Postgres, servers.SyncStandby), true)
+	s := servers.StartWith(t, servers.Local, servers.Postgres, servers.SyncStandby)
+	pgPairWorks(t, s, true)
+
+	ctx := hookCtx(t)
+	primary, err := s.Primary(ctx)
+	require.NoError(t, err)
+	standby := s.Members[0]
+	if standby == primary {
+		standby = s.Members[1]
+	}
+	pu, err := url.Parse(s.URL)
+	require.NoError(t, err)
+	q := pu.Query()
+	q.Set("ttl", "2s")
+	q.Set("connect_timeout", "2")
+	q.Set("prefix", "away")
+	pu.RawQuery = q.Encode()
+	open := func() *backend.Locker {
+		l, err := backend.Open(ctx, pu.String())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = l.Close() })
+		return l
+	}
+	locktest.SyncStandbyAway(t, open(), open(),
+		func() { require.NoError(t, standby.Disconnect(ctx)) },
+		func() { require.NoError(t, standby.Reconnect(ctx)) },
+		func() { pgtest.WaitSyncRep(t, memberDSN(t, s.URL, primary)) })
 }
 
 // TestDockerPostgresPair: a primary and its streaming standby in

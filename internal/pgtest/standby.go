@@ -240,6 +240,25 @@ func (s *Standby) PromoteContext(ctx context.Context) error {
 	return nil
 }
 
+// WaitSyncRep waits until a backend of the primary at dsn waits for its
+// synchronous standby (wait_event SyncRep), and fails tb after 30s.
+func WaitSyncRep(tb testing.TB, dsn string) {
+	tb.Helper()
+	db := Open(tb, dsn)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var n int
+		err := db.QueryRow("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'").Scan(&n)
+		if err == nil && n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("pgtest: no commit waits for the standby after 30s (last error: %v)", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // exec runs one statement on the cluster's postgres database.
 func (c *Cluster) exec(ctx context.Context, stmt string) error {
 	db, err := sql.Open(DriverName, c.DSN())
