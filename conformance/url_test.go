@@ -51,7 +51,8 @@ func skipForUserURL(t *testing.T) {
 // and, where the provider is Docker (or auto picks it), a cluster (for
 // PostgreSQL a primary and its streaming standby, locally too), and with
 // the local provider a Redis Sentinel deployment and a Redis Cluster
-// (servers.Sentinel, servers.Sharded):
+// (servers.Sentinel, servers.Sharded) and a PostgreSQL primary with a
+// synchronous standby (servers.SyncStandby):
 // TestURL/<provider>/<kind>/<topology>, e.g. -run
 // 'TestURL/docker/etcd/cluster'. The external provider runs the kinds whose
 // $FENCELOCK_<KIND>_URL is set. Nothing is skipped: a provider that cannot
@@ -121,7 +122,8 @@ const suitesAtOnce = 2
 
 // urlTopologies returns the topologies TestURL runs kind in with provider
 // p: single, and cluster too with Docker, and for PostgreSQL (a primary
-// and its standby) with the local provider too; Redis's sentinel and
+// and its asynchronous standby) with the local provider too, and in the
+// full run its synchronous standby (sync) with local; Redis's sentinel and
 // sharded topologies locally.
 func urlTopologies(t *testing.T, p servers.Provider, kind servers.Kind) []servers.Topology {
 	switch {
@@ -131,8 +133,16 @@ func urlTopologies(t *testing.T, p servers.Provider, kind servers.Kind) []server
 			return nil
 		}
 		return []servers.Topology{servers.Single}
-	case p == servers.Docker, kind == servers.Postgres:
+	case p == servers.Docker:
 		return []servers.Topology{servers.Single, servers.Cluster}
+	case kind == servers.Postgres:
+		topos := []servers.Topology{servers.Single, servers.Cluster}
+		if !testing.Short() {
+			// The synchronous standby: the full run's, locally (the
+			// Docker provider's pair is the asynchronous one).
+			topos = append(topos, servers.SyncStandby)
+		}
+		return topos
 	case p == servers.Local && kind == servers.Redis && !testing.Short():
 		// The quick tier leaves them to the full run: eleven more
 		// servers and two more suites on two cores (the redis package's

@@ -171,18 +171,20 @@ func startLocalPostgresPair(t testing.TB, c *pgtest.Cluster, synchronous bool) (
 		m.h.restart = pair.restartHook(m, m.h.restart)
 		m.h.disconnect, m.h.reconnect = lp.partition(m, m.h.disconnect, m.h.reconnect)
 	}
-	s.primary, s.failover = pair.primary, pair.failover
+	s.primary, s.failover, s.replication = pair.primary, pair.failover, lp.replication
 	return s, nil
 }
 
 // localPgPair is what a local PostgreSQL primary and standby need to fail
 // over again and again: each member's cluster, and the standby's
-// replication link, which is cut while a member is disconnected.
+// replication link, which is cut while a member is disconnected or the
+// replication is cut (Server.CutReplication).
 type localPgPair struct {
 	mu       sync.Mutex
 	clusters map[*Member]*pgtest.Cluster
 	standby  *pgtest.Standby // nil between a promotion and the rebuild
 	cut      map[*Member]bool
+	replCut  bool
 }
 
 // promote promotes the standby; its link to the old primary goes.
@@ -203,7 +205,8 @@ func (lp *localPgPair) promote(ctx context.Context) error {
 	return nil
 }
 
-// follow rebuilds m's cluster as a standby of primary's.
+// follow rebuilds m's cluster as a standby of primary's; its replication
+// is not cut (unless a member is cut off).
 func (lp *localPgPair) follow(ctx context.Context, m, primary *Member, sync bool) error {
 	sb, err := lp.clusters[m].Follow(ctx, lp.clusters[primary], sync)
 	if err != nil {
@@ -211,10 +214,32 @@ func (lp *localPgPair) follow(ctx context.Context, m, primary *Member, sync bool
 	}
 	lp.mu.Lock()
 	defer lp.mu.Unlock()
-	lp.standby = sb
-	if len(lp.cut) > 0 {
-		sb.Link.Partition()
+	lp.standby, lp.replCut = sb, false
+	lp.linkLocked()
+	return nil
+}
+
+// linkLocked partitions the standby's link while a member is cut off or
+// the replication is cut, and heals it otherwise.
+func (lp *localPgPair) linkLocked() {
+	switch {
+	case lp.standby == nil:
+	case len(lp.cut) > 0 || lp.replCut:
+		lp.standby.Link.Partition()
+	default:
+		lp.standby.Link.Heal()
 	}
+}
+
+// replication cuts or heals the standby's replication alone.
+func (lp *localPgPair) replication(cut bool) error {
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	if lp.standby == nil {
+		return errors.New("no standby")
+	}
+	lp.replCut = cut
+	lp.linkLocked()
 	return nil
 }
 
@@ -229,14 +254,7 @@ func (lp *localPgPair) partition(m *Member, disconnect, reconnect func(context.C
 		} else {
 			delete(lp.cut, m)
 		}
-		if lp.standby == nil {
-			return
-		}
-		if len(lp.cut) > 0 {
-			lp.standby.Link.Partition()
-		} else {
-			lp.standby.Link.Heal()
-		}
+		lp.linkLocked()
 	}
 	return func(ctx context.Context) error {
 			link(true)

@@ -2,6 +2,7 @@ package servers_test
 
 import (
 	"context"
+	"errors"
 	"net/url"
 	"testing"
 	"time"
@@ -170,10 +171,28 @@ func memberDSN(t *testing.T, u string, m *servers.Member) string {
 }
 
 // TestLocalPostgresPair: a local primary and its asynchronous streaming
-// standby, failed over three times.
+// standby, failed over three times; then once more with its replication
+// cut (CutReplication): the promoted standby has lost the last grant,
+// whose token the next grant still exceeds (the adapter's clock floor).
 func TestLocalPostgresPair(t *testing.T) {
 	t.Parallel()
-	pgPairWorks(t, servers.StartWith(t, servers.Local, servers.Postgres, servers.Cluster), false)
+	s := servers.StartWith(t, servers.Local, servers.Postgres, servers.Cluster)
+	pgPairWorks(t, s, false)
+
+	ctx := hookCtx(t)
+	require.NoError(t, s.CutReplication(ctx))
+	lost := lockToken(t, s.URL)
+	p, err := s.Failover(ctx)
+	require.NoError(t, err)
+	var kept int64
+	require.NoError(t, pgConn(t, ctx, memberDSN(t, s.URL, p)).QueryRow(ctx,
+		`SELECT token FROM fencelock_locks WHERE name = 'hooks'`).Scan(&kept))
+	require.Less(t, kept, int64(lost), "the promoted standby has the grant made while its replication was cut")
+	rolesTrue(t, ctx, s, false)
+	next := lockToken(t, s.URL)
+	require.Greater(t, next, lost, "the token after a failover that lost the last grant")
+	t.Logf("tokens: %d granted, lost by the failover (the promoted standby had %d), then %d", lost, kept, next)
+	require.ErrorIs(t, new(servers.Server).CutReplication(ctx), errors.ErrUnsupported)
 }
 
 // TestLocalPostgresSync: a local primary and its synchronous standby,

@@ -109,3 +109,27 @@ func (p *pgPair) restartHook(m *Member, plain func(context.Context) error) func(
 		return plain(ctx)
 	}
 }
+
+// CutReplication cuts a local PostgreSQL standby's replication from the
+// primary, and nothing else: the clients still reach both members, the
+// primary goes on committing (with a synchronous standby, its commits
+// then wait), and the standby receives nothing more. A Failover meanwhile
+// promotes a standby that missed the primary's last commits, as when a
+// primary dies before its last commits were streamed: the asynchronous
+// standby's worst case. HealReplication undoes it, and so does the rebuild
+// of the next standby in Failover. Other servers: an error matching
+// errors.ErrUnsupported.
+func (s *Server) CutReplication(context.Context) error { return s.setReplication(true) }
+
+// HealReplication undoes CutReplication (the standby then catches up).
+func (s *Server) HealReplication(context.Context) error { return s.setReplication(false) }
+
+func (s *Server) setReplication(cut bool) error {
+	if s.replication == nil {
+		return fmt.Errorf("servers: a standby's replication of %s %s via %s: %w", s.Kind, s.Topology, s.Provider, errors.ErrUnsupported)
+	}
+	if err := s.replication(cut); err != nil {
+		return fmt.Errorf("servers: a standby's replication: %w", err)
+	}
+	return nil
+}

@@ -117,8 +117,11 @@ type Server struct {
 
 	sentinel *Member // Redis cluster via Docker
 	// primary and failover are Primary and Failover of the local Redis
-	// Sentinel and Sharded topologies.
+	// Sentinel and Sharded topologies and of the PostgreSQL pairs.
 	primary, failover func(context.Context) (*Member, error)
+	// replication cuts or heals a local PostgreSQL standby's replication
+	// (CutReplication).
+	replication func(cut bool) error
 }
 
 // Member is one server process or container of a Server, with hooks that
