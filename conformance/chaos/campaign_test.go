@@ -159,6 +159,11 @@ func (r *roleMember) Unpause(ctx context.Context) error {
 //	           itself, single (grants stop while it is down; the tokens
 //	           must grow across its kills)
 //
+// and, named by their URLs, on local deployments that fail over (see
+// failoverCampaignOn): a Redis Cluster, and a PostgreSQL primary with its
+// asynchronous standby (postgres/cluster: kill + promote, every other
+// failover losing the primary's last commits).
+//
 // campaignsAtOnce is how many campaigns TestCampaign runs at once: each
 // has five workers hammering one lock and a cluster of servers. Three at
 // once starved the tests beside them on CI's two cores (a Docker ZooKeeper
@@ -278,6 +283,8 @@ func failoverCampaignOn(t *testing.T, kind servers.Kind, topo servers.Topology) 
 	}
 	if kind == servers.Postgres {
 		c.Members = []chaos.ServerMember{&pgRoleMember{s: s, role: "primary"}, &pgRoleMember{s: s, role: "standby"}}
+		c.TTL = 2 * time.Second
+		c.Failover = pgFailover(t, s, c.TTL)
 		runClean(t, c, grants)
 		return
 	}
@@ -291,6 +298,31 @@ func failoverCampaignOn(t *testing.T, kind servers.Kind, topo servers.Topology) 
 	}
 	require.Len(t, c.Members, 2)
 	runClean(t, c, grants)
+}
+
+// pgFailover is the Failover fault of a PostgreSQL primary and its
+// asynchronous standby: every other one (the first included) loses the
+// primary's last commits, the standby's replication cut (CutReplication)
+// for half a TTL of grants and renewals before the primary is killed and
+// the standby promoted; the others promote a standby that is caught up.
+func pgFailover(t *testing.T, s *servers.Server, ttl time.Duration) func(context.Context) error {
+	n := 0
+	return func(ctx context.Context) error {
+		n++
+		if n%2 == 1 {
+			t.Logf("failover %d: the standby's replication cut for %v first", n, ttl/2)
+			if err := s.CutReplication(ctx); err != nil {
+				return err
+			}
+			select {
+			case <-time.After(ttl / 2):
+			case <-ctx.Done():
+				return errors.Join(ctx.Err(), s.HealReplication(ctx))
+			}
+		}
+		_, err := s.Failover(ctx)
+		return err
+	}
 }
 
 // pgRoleMember is the member of a PostgreSQL primary and standby that has
@@ -341,9 +373,9 @@ func (r *pgRoleMember) Unpause(ctx context.Context) error {
 // "" is the URL's own client).
 func campaignOn(t *testing.T, p servers.Provider, kind servers.Kind, client chaos.RedisClient) {
 	topo := servers.Single
-	// PostgreSQL's member faults are on a single server: its tokens must
-	// grow across its own crashes (a standby's promotion is tested in the
-	// postgres package).
+	// PostgreSQL's member faults here are on a single server: its tokens
+	// must grow across its own crashes (a standby's promotions are the
+	// postgres/cluster campaign's).
 	if got, err := servers.Resolve(p, kind, servers.Cluster); err == nil && got == servers.Docker && kind != servers.Postgres {
 		topo = servers.Cluster
 	}
