@@ -231,6 +231,9 @@ if [ -n "$follow" ]; then
 		find "$PGDATA" -mindepth 1 -delete; sleep 1
 	done
 	as_pg touch "$PGDATA/standby.signal"
+	# The primary's own primary_conninfo, if it was a standby once, came
+	# with the backup: replace it.
+	as_pg sed -i '/^primary_conninfo/d' "$PGDATA/postgresql.auto.conf"
 	printf "primary_conninfo = '%s'\n" "$follow" | as_pg tee -a "$PGDATA/postgresql.auto.conf" >/dev/null
 	rm -f /follow
 fi

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,16 +132,20 @@ func (c *Cluster) follow(ctx context.Context, primary *Cluster, sync bool) (*Sta
 		return nil, err
 	}
 	// The primary's own primary_conninfo, if it was a standby once, came
-	// with the backup: the last line wins.
-	conf, err := os.OpenFile(filepath.Join(c.dataDir(), "postgresql.auto.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	// with the backup: replace it.
+	autoConf := filepath.Join(c.dataDir(), "postgresql.auto.conf")
+	conf, err := os.ReadFile(autoConf)
 	if err != nil {
 		return nil, err
 	}
-	_, err = fmt.Fprintf(conf, "primary_conninfo = '%s'\n", conninfo)
-	if cerr := conf.Close(); err == nil {
-		err = cerr
+	var kept []string
+	for _, line := range strings.SplitAfter(string(conf), "\n") {
+		if !strings.HasPrefix(line, "primary_conninfo") {
+			kept = append(kept, line)
+		}
 	}
-	if err != nil {
+	kept = append(kept, fmt.Sprintf("primary_conninfo = '%s'\n", conninfo))
+	if err := os.WriteFile(autoConf, []byte(strings.Join(kept, "")), 0o600); err != nil {
 		return nil, err
 	}
 	if c.cred != nil {
