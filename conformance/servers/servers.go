@@ -149,8 +149,6 @@ type Member struct {
 // unsupported.
 type hooks struct {
 	stop, kill, pause, unpause, restart, disconnect, reconnect func(context.Context) error
-	// promote makes a PostgreSQL standby a primary (Server.Failover).
-	promote func(context.Context) error
 }
 
 func (m *Member) do(ctx context.Context, name string, f func(context.Context) error) error {
