@@ -19,7 +19,10 @@
 // certificate files.
 //
 // StartPgBouncer puts Debian's pgbouncer, in transaction pooling mode, in
-// front of a cluster.
+// front of a cluster. StartStandby makes a streaming standby of a cluster
+// (asynchronous or synchronous), Standby.Promote promotes it, and Follow
+// rebuilds the old primary as the promoted one's standby, so that a pair
+// can fail over again and again.
 package pgtest
 
 import (
