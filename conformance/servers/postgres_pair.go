@@ -16,7 +16,7 @@ import (
 // received), and it starts again on the same address, behind the same
 // proxy or published port, so that the URL's host list stays valid. While
 // it is being rebuilt its Role is "failed"; if the rebuild fails (ctx
-// ended), it stays "failed", Failover refuses (no standby), and its
+// ended, say), it stays "failed", Failover refuses (no standby), and its
 // Restart rebuilds it.
 //
 // The rebuild is inside Failover, bounded by its ctx, rather than in the
@@ -69,7 +69,7 @@ func (p *pgPair) failover(ctx context.Context) (*Member, error) {
 	}
 	standby := p.role("standby")
 	if standby == nil {
-		return nil, fmt.Errorf("servers: Failover: no standby to promote (a member whose rebuild failed is \"failed\": Restart rebuilds it)")
+		return nil, errors.New(`servers: Failover: no standby to promote (a member whose rebuild failed is "failed": its Restart rebuilds it)`)
 	}
 	if err := old.Kill(ctx); err != nil {
 		return nil, fmt.Errorf("servers: Failover: %w", err)
