@@ -52,7 +52,8 @@ func skipForUserURL(t *testing.T) {
 // PostgreSQL a primary and its streaming standby, locally too), and, in
 // the full run (not -short), a Redis Sentinel deployment and a Redis
 // Cluster (servers.Sentinel, servers.Sharded) with the local and Docker
-// providers:
+// providers, and a PostgreSQL primary with a synchronous standby
+// (servers.SyncStandby) with the local provider:
 // TestURL/<provider>/<kind>/<topology>, e.g. -run
 // 'TestURL/docker/etcd/cluster'. The external provider runs the kinds whose
 // $FENCELOCK_<KIND>_URL is set. Nothing is skipped: a provider that cannot
@@ -122,7 +123,8 @@ const suitesAtOnce = 2
 
 // urlTopologies returns the topologies TestURL runs kind in with provider
 // p: single, and cluster too with Docker, and for PostgreSQL (a primary
-// and its standby) with the local provider too; Redis's sentinel and
+// and its asynchronous standby) with the local provider too, and in the
+// full run its synchronous standby (sync) with local; Redis's sentinel and
 // sharded topologies in the full run, locally and with Docker (with
 // -race at a load of 10 to 18, the Docker ones' suites take 35-38s and
 // 20-23s, so about 30s more of TestURL with two suites at once: measured,
@@ -139,8 +141,16 @@ func urlTopologies(t *testing.T, p servers.Provider, kind servers.Kind) []server
 		// -short has no Docker provider (scripts/test quick runs local
 		// servers only); a -short run given one leaves them out.
 		return []servers.Topology{servers.Single, servers.Cluster, servers.Sentinel, servers.Sharded}
-	case p == servers.Docker, kind == servers.Postgres:
+	case p == servers.Docker:
 		return []servers.Topology{servers.Single, servers.Cluster}
+	case kind == servers.Postgres:
+		topos := []servers.Topology{servers.Single, servers.Cluster}
+		if !testing.Short() {
+			// The synchronous standby: the full run's, locally (the
+			// Docker provider's pair is the asynchronous one).
+			topos = append(topos, servers.SyncStandby)
+		}
+		return topos
 	case p == servers.Local && kind == servers.Redis && !testing.Short():
 		// The quick tier leaves them to the full run: eleven more
 		// servers and two more suites on two cores (the redis package's

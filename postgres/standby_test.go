@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/internal/locktest"
 	"github.com/fencelock/fencelock/internal/pgtest"
 )
 
@@ -117,8 +117,10 @@ func TestAsyncStandbyPromotedTokens(t *testing.T) {
 // row locked while its commit waits; an Acquire of a free lock, whose
 // grant's commit waits, fails with ErrUnavailable after one TTL, not when
 // its (far later) context ends; the holder's loss signal fires at its
-// deadline. Once the standby is back, locks are granted again, and after
-// the primary is killed and the standby promoted, tokens keep growing.
+// deadline (locktest.SyncStandbyAway, which conformance/servers also runs
+// on its synchronous topology). Once the standby is back, locks are
+// granted again, and after the primary is killed and the standby
+// promoted, tokens keep growing.
 func TestSyncStandbyAway(t *testing.T) {
 	primary := pgtest.Start(t)
 	standby := primary.StartStandby(t, true)
@@ -126,51 +128,8 @@ func TestSyncStandbyAway(t *testing.T) {
 	ctx := tctx(t, 3*time.Minute)
 	la := openUntil(t, ctx, raw)
 	lb := openUntil(t, ctx, raw)
-
-	held, err := la.TryAcquire(ctx, "held")
-	require.NoError(t, err)
-	standby.Link.Partition()
-	// A renewal of held (every TTL/3) now waits for the standby, with the
-	// lock's row locked.
-	waitSyncRep(t, primary)
-
-	start := time.Now()
-	_, err = lb.TryAcquire(tctx(t, 20*time.Second), "held")
-	require.ErrorIs(t, err, backend.ErrNotAcquired)
-	require.Less(t, time.Since(start), 10*time.Second, "TryAcquire waited for the holder's renewal")
-	t.Logf("TryAcquire of the held lock answered in %v", time.Since(start).Round(time.Millisecond))
-
-	start = time.Now()
-	_, err = lb.Acquire(tctx(t, 2*time.Minute), "free")
-	require.ErrorIs(t, err, backend.ErrUnavailable)
-	require.NotErrorIs(t, err, context.DeadlineExceeded)
-	require.Less(t, time.Since(start), time.Minute, "Acquire blocked for as long as its context let it")
-	t.Logf("Acquire of a free lock failed in %v: %v", time.Since(start).Round(time.Millisecond), err)
-
-	select {
-	case <-held.Done():
-		require.ErrorIs(t, held.Err(), backend.ErrLeaseLost)
-		t.Logf("the holder's loss signal: %v", held.Err())
-	case <-time.After(30 * time.Second):
-		t.Fatal("the holder's loss signal did not fire while its renewals waited")
-	}
-
-	standby.Link.Heal()
-	var last fencing.Token
-	require.Eventually(t, func() bool {
-		ls, err := lb.TryAcquire(ctx, "free")
-		if err != nil {
-			// The grant that timed out committed on the primary and
-			// holds the lock until its TTL ends.
-			if !errors.Is(err, backend.ErrNotAcquired) {
-				assert.ErrorIs(t, err, backend.ErrUnavailable)
-			}
-			return false
-		}
-		last = ls.Token()
-		release(t, ls)
-		return true
-	}, time.Minute, 50*time.Millisecond, "no grant once the standby was back")
+	last := locktest.SyncStandbyAway(t, la, lb, standby.Link.Partition, standby.Link.Heal,
+		func() { pgtest.WaitSyncRep(t, primary.DSN()) })
 
 	require.NoError(t, primary.Kill())
 	killed := time.Now()
@@ -187,16 +146,4 @@ func TestSyncStandbyAway(t *testing.T) {
 		return true
 	}, time.Minute, 50*time.Millisecond, "no grant on the promoted standby")
 	t.Logf("next grant %v after the kill", time.Since(killed).Round(time.Millisecond))
-}
-
-// waitSyncRep waits until a backend of primary waits for its synchronous
-// standby (wait_event SyncRep).
-func waitSyncRep(t *testing.T, primary *pgtest.Cluster) {
-	t.Helper()
-	db := pgtest.Open(t, primary.DSN())
-	require.Eventually(t, func() bool {
-		var n int
-		err := db.QueryRow("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'").Scan(&n)
-		return err == nil && n > 0
-	}, 30*time.Second, 10*time.Millisecond, "no commit waits for the standby")
 }

@@ -159,6 +159,11 @@ func (r *roleMember) Unpause(ctx context.Context) error {
 //	           itself, single (grants stop while it is down; the tokens
 //	           must grow across its kills)
 //
+// and, named by their URLs, on local deployments that fail over (see
+// failoverCampaignOn): a Redis Cluster, and a PostgreSQL primary with its
+// asynchronous standby (postgres/cluster: kill + promote, every other
+// failover losing the primary's last commits).
+//
 // campaignsAtOnce is how many campaigns TestCampaign runs at once: each
 // has five workers hammering one lock and a cluster of servers. Three at
 // once starved the tests beside them on CI's two cores (a Docker ZooKeeper
@@ -194,7 +199,11 @@ func TestCampaign(t *testing.T) {
 		// failovers are the docs client's campaign's, above; its URL's
 		// campaign passes the same way, and a third campaign here made
 		// the run too long for CI's two cores.)
-		{kind: servers.Redis, topo: servers.Sharded}}
+		{kind: servers.Redis, topo: servers.Sharded},
+		// A PostgreSQL primary and its asynchronous standby, named by
+		// their multi-host URL, failed over (kill + promote) again and
+		// again (local processes).
+		{kind: servers.Postgres, topo: servers.Cluster}}
 	slots := make(chan struct{}, campaignsAtOnce)
 	var wg sync.WaitGroup
 	for _, cp := range campaigns {
@@ -214,7 +223,7 @@ func TestCampaign(t *testing.T) {
 			defer func() { <-slots }()
 			t.Run(name, func(t *testing.T) {
 				if cp.topo != "" {
-					failoverCampaignOn(t, cp.topo)
+					failoverCampaignOn(t, cp.kind, cp.topo)
 					return
 				}
 				campaignOn(t, p, cp.kind, cp.client)
@@ -242,25 +251,45 @@ func runClean(t *testing.T, c chaos.Config, grants int) {
 	assert.Equal(t, "ok", sum.Linearizable)
 }
 
-// failoverCampaignOn runs TestCampaign's campaign on a Redis topology that
-// fails over by itself (servers.Sentinel or servers.Sharded, local), named
-// by its URL: the workers reach every node through proxies of their own
-// (chaos puts one in front of each address redis.Nodes lists), with the
-// client faults, member faults (kill and pause) on the two servers of the
-// lock's data (the primary and its replica; on the cluster, those of slot
-// 0, where the lock name "06S" lives) and failovers (SENTINEL FAILOVER;
-// CLUSTER FAILOVER TAKEOVER), on the cluster slot moves of the lock's slot
-// (servers.Server.MoveSlot), the clock floor alone keeping tokens
-// growing. The guard is on a PostgreSQL server of its own.
-func failoverCampaignOn(t *testing.T, topo servers.Topology) {
-	s := servers.StartWith(t, servers.Local, servers.Redis, topo)
+// failoverCampaignOn runs TestCampaign's campaign on a topology that
+// fails over, named by its URL (local processes): the workers reach every
+// node through proxies of their own, with the client faults, member
+// faults (kill and pause) on the two servers of the lock's data, and
+// failovers. The guard is on a PostgreSQL server of its own.
+//
+// A Redis topology (servers.Sentinel or servers.Sharded: chaos puts a
+// proxy in front of each address redis.Nodes lists): the member faults
+// are on the primary and its replica (on the cluster, those of slot 0,
+// where the lock name "06S" lives), the failovers SENTINEL FAILOVER or
+// CLUSTER FAILOVER TAKEOVER, on the cluster slot moves of the lock's slot
+// too (servers.Server.MoveSlot), the clock floor alone keeping tokens
+// growing.
+//
+// A PostgreSQL primary and its asynchronous standby (servers.Cluster: a
+// proxy per host of the multi-host URL): the member faults are on the
+// primary and on the standby as they are when the fault begins, the
+// failovers kill the primary and promote the standby (Server.Failover,
+// which rebuilds the old primary as the new one's standby); the tokens'
+// clock floor keeps a promoted standby, which may have missed the last
+// grants, from handing their tokens out again.
+func failoverCampaignOn(t *testing.T, kind servers.Kind, topo servers.Topology) {
+	s := servers.StartWith(t, servers.Local, kind, topo)
 	grants := minGrants(t)
+	// The PostgreSQL pair granted 10 to 18 a second here (at a load of
+	// 15 to 30 on two cores): a 10,000-grant run needs more than 500s.
 	c := chaos.Config{URL: s.URL, Name: "06S", MinGrants: grants, MinFaults: 3, Duration: 20 * time.Second,
 		HoldMax:     50 * time.Millisecond,
-		MaxDuration: max(10*time.Minute, time.Duration(grants/20)*time.Second),
+		MaxDuration: max(10*time.Minute, time.Duration(grants/8)*time.Second),
 		Guard:       chaos.GuardSQL, GuardURL: servers.StartWith(t, servers.Local, servers.Postgres, servers.Single).URL,
 		Faults:   append(slices.Clone(chaos.ClientFaults), chaos.Member, chaos.Failover),
 		Failover: func(ctx context.Context) error { _, err := s.Failover(ctx); return err },
+	}
+	if kind == servers.Postgres {
+		c.Members = []chaos.ServerMember{&pgRoleMember{s: s, role: "primary"}, &pgRoleMember{s: s, role: "standby"}}
+		c.TTL = 2 * time.Second
+		c.Failover = pgFailover(t, s, c.TTL)
+		runClean(t, c, grants)
+		return
 	}
 	if topo == servers.Sharded {
 		// The lock's slot moves to another master, stopped halfway,
@@ -286,13 +315,82 @@ func failoverCampaignOn(t *testing.T, topo servers.Topology) {
 	runClean(t, c, grants)
 }
 
+// pgFailover is the Failover fault of a PostgreSQL primary and its
+// asynchronous standby: every other one (the first included) loses the
+// primary's last commits, the standby's replication cut (CutReplication)
+// for half a TTL of grants and renewals before the primary is killed and
+// the standby promoted; the others promote a standby that is caught up.
+func pgFailover(t *testing.T, s *servers.Server, ttl time.Duration) func(context.Context) error {
+	n := 0
+	return func(ctx context.Context) error {
+		n++
+		if n%2 == 1 {
+			t.Logf("failover %d: the standby's replication cut for %v first", n, ttl/2)
+			if err := s.CutReplication(ctx); err != nil {
+				return err
+			}
+			select {
+			case <-time.After(ttl / 2):
+			case <-ctx.Done():
+				return errors.Join(ctx.Err(), s.HealReplication(ctx))
+			}
+		}
+		_, err := s.Failover(ctx)
+		return err
+	}
+}
+
+// pgRoleMember is the member of a PostgreSQL primary and standby that has
+// role ("primary" or "standby") when a member fault begins: String finds
+// it (the nemesis names its target first), and the fault's hooks act on
+// it. Failovers swap the roles.
+type pgRoleMember struct {
+	s    *servers.Server
+	role string
+	cur  *servers.Member
+}
+
+func (r *pgRoleMember) String() string {
+	r.cur = nil
+	for _, m := range r.s.Members {
+		if m.Role == r.role {
+			r.cur = m
+			return fmt.Sprintf("%s (the %s)", m.Name, r.role)
+		}
+	}
+	return fmt.Sprintf("the %s? (none)", r.role)
+}
+
+func (r *pgRoleMember) do(f func(*servers.Member) error) error {
+	if r.cur == nil {
+		return fmt.Errorf("no member was the %s", r.role)
+	}
+	return f(r.cur)
+}
+
+func (r *pgRoleMember) Kill(ctx context.Context) error {
+	return r.do(func(m *servers.Member) error { return m.Kill(ctx) })
+}
+
+func (r *pgRoleMember) Restart(ctx context.Context) error {
+	return r.do(func(m *servers.Member) error { return m.Restart(ctx) })
+}
+
+func (r *pgRoleMember) Pause(ctx context.Context) error {
+	return r.do(func(m *servers.Member) error { return m.Pause(ctx) })
+}
+
+func (r *pgRoleMember) Unpause(ctx context.Context) error {
+	return r.do(func(m *servers.Member) error { return m.Unpause(ctx) })
+}
+
 // campaignOn runs TestCampaign's campaign on kind with client (for Redis;
 // "" is the URL's own client).
 func campaignOn(t *testing.T, p servers.Provider, kind servers.Kind, client chaos.RedisClient) {
 	topo := servers.Single
-	// PostgreSQL's member faults are on a single server: its tokens must
-	// grow across its own crashes (a standby's promotion is tested in the
-	// postgres package).
+	// PostgreSQL's member faults here are on a single server: its tokens
+	// must grow across its own crashes (a standby's promotions are the
+	// postgres/cluster campaign's).
 	if got, err := servers.Resolve(p, kind, servers.Cluster); err == nil && got == servers.Docker && kind != servers.Postgres {
 		topo = servers.Cluster
 	}

@@ -75,9 +75,14 @@
 // PostgreSQL primary and an asynchronous streaming standby (made with
 // pg_basebackup; Docker and local), Members in that order with Roles
 // "primary" and "standby", whose URL names both hosts, the primary first,
-// with target_session_attrs=read-write: Server.Failover kills the primary
-// and promotes the standby, which the URL then reaches (once: the old
-// primary stays down, with Role "failed").
+// with target_session_attrs=read-write: Server.Failover kills the primary,
+// promotes the standby, which the URL then reaches, and rebuilds the old
+// primary as its standby (a fresh pg_basebackup on the same address), so
+// it can fail over again and again; the Roles follow. SyncStandby
+// (PostgreSQL only) is that pair with a synchronous standby
+// (synchronous_standby_names): every commit waits until the standby has
+// flushed it. A member's Disconnect also cuts the standby's replication
+// from the primary.
 //
 // Sentinel (Redis only, Docker and local) is a primary, its replica and
 // three Sentinels (quorum 2, primary down after 1s), named by a

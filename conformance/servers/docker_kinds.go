@@ -1,15 +1,20 @@
 package servers
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	dc "github.com/ory/dockertest/v3/docker"
 )
 
 // startDocker starts kind in topo as containers on a network of their own
@@ -40,7 +45,7 @@ func startDocker(t testing.TB, kind Kind, topo Topology) (*Server, error) {
 			s, err = d.startRedis(topo == Cluster)
 		}
 	case Postgres:
-		s, err = d.startPostgres(topo == Cluster)
+		s, err = d.startPostgres(topo != Single, topo == SyncStandby)
 	}
 	d.logsOnFailure()
 	return s, err
@@ -213,19 +218,56 @@ func (d *dockerServer) startRedis(cluster bool) (*Server, error) {
 	return s, nil
 }
 
+// pgScript is the command of every PostgreSQL container of a pair, run
+// as root by bash with the settings as its arguments: if /follow holds a
+// conninfo (put there in the stopped container by a rebuild), or the
+// container's first start has one in $FOLLOW, it replaces the data
+// directory by a base backup of that primary (again until the primary
+// answers) and makes it its standby; then it runs the image's entrypoint
+// (as the postgres user; initdb on a first start without $FOLLOW).
+const pgScript = `set -e
+as_pg() { setpriv --reuid=postgres --regid=postgres --init-groups "$@"; }
+follow=
+if [ -s /follow ]; then
+	follow=$(cat /follow)
+elif [ -n "$FOLLOW" ] && [ ! -s "$PGDATA/PG_VERSION" ]; then
+	follow=$FOLLOW
+fi
+if [ -n "$follow" ]; then
+	mkdir -p "$PGDATA"; chown postgres "$PGDATA"; chmod 700 "$PGDATA"
+	find "$PGDATA" -mindepth 1 -delete
+	until as_pg pg_basebackup -d "$follow" -D "$PGDATA" -X stream --checkpoint=fast --no-sync; do
+		find "$PGDATA" -mindepth 1 -delete; sleep 1
+	done
+	as_pg touch "$PGDATA/standby.signal"
+	# The primary's own primary_conninfo, if it was a standby once, came
+	# with the backup: replace it.
+	as_pg sed -i '/^primary_conninfo/d' "$PGDATA/postgresql.auto.conf"
+	printf "primary_conninfo = '%s'\n" "$follow" | as_pg tee -a "$PGDATA/postgresql.auto.conf" >/dev/null
+	rm -f /follow
+fi
+exec docker-entrypoint.sh postgres "$@"`
+
 // startPostgres runs a PostgreSQL server with a random password, and with
-// pair an asynchronous streaming standby of it (pg_basebackup from the
-// primary, hot standby): the URL then names both, the primary first, with
-// target_session_attrs=read-write. As etcd here, throwaway servers: fsync
-// off (the data survives a kill of the container, whose page cache
-// outlives it, not a host crash), commits still synchronous (written to
-// the kernel before they return).
-func (d *dockerServer) startPostgres(pair bool) (*Server, error) {
+// pair a streaming standby of it (pg_basebackup from the primary, hot
+// standby; with synchronous, the primary's synchronous standby): the URL
+// then names both, the primary first, with
+// target_session_attrs=read-write, and Failover is repeatable (see
+// pgPair; a rebuild puts the new primary's conninfo in /follow of the
+// stopped old primary and starts it: see pgScript). As etcd here,
+// throwaway servers: fsync off (the data survives a kill of the container,
+// whose page cache outlives it, not a host crash), commits still
+// synchronous (written to the kernel before they return).
+func (d *dockerServer) startPostgres(pair, synchronous bool) (*Server, error) {
 	pw := randomHex(12)
 	settings := []string{"-c", "fsync=off", "-c", "full_page_writes=off", "-c", "max_connections=200"}
-	c, err := d.run(containerSpec{name: d.name(1), cport: "5432/tcp", env: []string{
-		"POSTGRES_PASSWORD=" + pw, "POSTGRES_USER=fencelock", "POSTGRES_DB=fencelock",
-	}, cmd: append([]string{"postgres"}, settings...)})
+	env := []string{"POSTGRES_PASSWORD=" + pw, "POSTGRES_USER=fencelock", "POSTGRES_DB=fencelock"}
+	cmd := append([]string{"postgres"}, settings...)
+	if pair {
+		cmd = append([]string{"bash", "-c", pgScript, "pg"}, settings...)
+		env = append(env, "HOME=/var/lib/postgresql") // pg_basebackup's, as the postgres user
+	}
+	c, err := d.run(containerSpec{name: d.name(1), cport: "5432/tcp", env: env, cmd: cmd})
 	if err != nil {
 		return nil, err
 	}
@@ -233,6 +275,7 @@ func (d *dockerServer) startPostgres(pair bool) (*Server, error) {
 		return fmt.Sprintf("postgres://fencelock:%s@%s/fencelock?sslmode=disable", pw, hosts)
 	}
 	primaryDSN := dsnOf(c.addr())
+	// A member is ready when it answers, as a primary or as a hot standby.
 	c.ready = func(ctx context.Context) error { return pgReady(ctx, primaryDSN) }
 	if err := c.waitReady(context.Background()); err != nil {
 		return nil, err
@@ -241,7 +284,8 @@ func (d *dockerServer) startPostgres(pair bool) (*Server, error) {
 		return &Server{Members: []*Member{c.newMember("")}, URL: primaryDSN}, nil
 	}
 
-	// The primary lets the standby replicate with the same password.
+	// The primary lets the standby replicate with the same password (the
+	// line goes into the standby's copy, for when it is promoted).
 	ctx, cancel := context.WithTimeout(context.Background(), ReadyTimeout)
 	defer cancel()
 	if out, err := c.exec(ctx, "sh", "-c", `echo "host replication all all scram-sha-256" >> "$PGDATA/pg_hba.conf"`); err != nil {
@@ -250,21 +294,11 @@ func (d *dockerServer) startPostgres(pair bool) (*Server, error) {
 	if err := pgExec(ctx, primaryDSN, "SELECT pg_reload_conf()"); err != nil {
 		return nil, err
 	}
-	conninfo := fmt.Sprintf("host=%s port=5432 user=fencelock password=%s application_name=standby", c.name, pw)
-	// As root: the data directory for the postgres user, then the base
-	// backup (again until the primary answers) and the server, as it.
-	script := `set -e
-mkdir -p "$PGDATA"; chown postgres "$PGDATA"; chmod 700 "$PGDATA"
-as_pg() { setpriv --reuid=postgres --regid=postgres --init-groups "$@"; }
-if [ ! -s "$PGDATA/PG_VERSION" ]; then
-	until as_pg pg_basebackup -d "$0" -D "$PGDATA" -X stream --checkpoint=fast --no-sync; do
-		find "$PGDATA" -mindepth 1 -delete; sleep 1
-	done
-	as_pg touch "$PGDATA/standby.signal"
-fi
-exec setpriv --reuid=postgres --regid=postgres --init-groups postgres -c primary_conninfo="$0" "$@"`
-	sb, err := d.run(containerSpec{name: d.name(2), cport: "5432/tcp", env: []string{"HOME=/var/lib/postgresql"},
-		cmd: append([]string{"bash", "-c", script, conninfo}, settings...)})
+	conninfo := func(primary *container) string {
+		return fmt.Sprintf("host=%s port=5432 user=fencelock password=%s application_name=standby", primary.name, pw)
+	}
+	sb, err := d.run(containerSpec{name: d.name(2), cport: "5432/tcp",
+		env: append(env, "FOLLOW="+conninfo(c)), cmd: cmd})
 	if err != nil {
 		return nil, err
 	}
@@ -273,14 +307,30 @@ exec setpriv --reuid=postgres --regid=postgres --init-groups postgres -c primary
 	if err := sb.waitReady(ctx); err != nil {
 		return nil, err
 	}
-	if err := poll(ctx, func(ctx context.Context) error {
-		return pgTrue(ctx, primaryDSN, "SELECT count(*) = 1 FROM pg_stat_replication WHERE application_name = 'standby' AND state = 'streaming'")
-	}); err != nil {
-		return nil, fmt.Errorf("standby %s not streaming: %w; its last lines:\n%s", sb.name, err, sb.logs(30))
+	// streams waits until primary lists the standby as streaming (with
+	// synchronous, after making it its synchronous standby).
+	streams := func(ctx context.Context, primary, standby *container) error {
+		dsn := dsnOf(primary.addr())
+		if err := poll(ctx, func(ctx context.Context) error {
+			return pgTrue(ctx, dsn, "SELECT count(*) = 1 FROM pg_stat_replication WHERE application_name = 'standby' AND state = 'streaming'")
+		}); err != nil {
+			return fmt.Errorf("standby %s not streaming from %s: %w; its last lines:\n%s", standby.name, primary.name, err, standby.logs(30))
+		}
+		if !synchronous {
+			return nil
+		}
+		if err := pgExec(ctx, dsn, "ALTER SYSTEM SET synchronous_standby_names = 'standby'"); err != nil {
+			return err
+		}
+		if err := pgExec(ctx, dsn, "SELECT pg_reload_conf()"); err != nil {
+			return err
+		}
+		return poll(ctx, func(ctx context.Context) error {
+			return pgTrue(ctx, dsn, "SELECT count(*) = 1 FROM pg_stat_replication WHERE application_name = 'standby' AND sync_state = 'sync'")
+		})
 	}
-	sm := sb.newMember("standby")
-	sm.h.promote = func(ctx context.Context) error {
-		return pgTrue(ctx, standbyDSN, "SELECT pg_promote(true, 60)")
+	if err := streams(ctx, c, sb); err != nil {
+		return nil, err
 	}
 	u, err := url.Parse(dsnOf(c.addr() + "," + sb.addr()))
 	if err != nil {
@@ -289,20 +339,45 @@ exec setpriv --reuid=postgres --regid=postgres --init-groups postgres -c primary
 	q := u.Query()
 	q.Set("target_session_attrs", "read-write")
 	u.RawQuery = q.Encode()
-	return &Server{Members: []*Member{c.newMember("primary"), sm}, URL: u.String()}, nil
+	s := &Server{Members: []*Member{c.newMember("primary"), sb.newMember("standby")}, URL: u.String()}
+	containers := map[*Member]*container{s.Members[0]: c, s.Members[1]: sb}
+	start := map[*Member]func(context.Context) error{} // the containers' own restarts
+	pp := &pgPair{s: s,
+		promote: func(ctx context.Context, m *Member) error {
+			dsn := dsnOf(m.Addr)
+			if err := pgExec(ctx, dsn, "SELECT pg_promote(false)"); err != nil {
+				return err
+			}
+			return poll(ctx, func(ctx context.Context) error { return pgTrue(ctx, dsn, "SELECT NOT pg_is_in_recovery()") })
+		},
+		follow: func(ctx context.Context, m, primary *Member) error {
+			c, pc := containers[m], containers[primary]
+			if err := d.pool.Client.UploadToContainer(c.id, dc.UploadToContainerOptions{
+				InputStream: tarFile("follow", conninfo(pc)), Path: "/", Context: ctx}); err != nil {
+				return fmt.Errorf("/follow of %s: %w", c.name, err)
+			}
+			if err := start[m](ctx); err != nil {
+				return err
+			}
+			return streams(ctx, pc, c)
+		},
+	}
+	for _, m := range s.Members {
+		start[m] = m.h.restart
+		m.h.restart = pp.restartHook(m, m.h.restart)
+	}
+	s.primary, s.failover = pp.primary, pp.failover
+	return s, nil
 }
 
 // Primary asks the Redis cluster's Sentinel which member is the primary
 // now (Sentinel topology: the Sentinels; Sharded: the master of slot 0);
-// for a PostgreSQL primary and standby, it is the member that is the
-// primary since the last Failover. It returns an error matching
+// for a PostgreSQL primary and standby, it is the member whose Role is
+// "primary". It returns an error matching
 // errors.ErrUnsupported for another server.
 func (s *Server) Primary(ctx context.Context) (*Member, error) {
 	if s.primary != nil {
 		return s.primary(ctx)
-	}
-	if s.Kind == Postgres && s.Topology == Cluster && s.Provider != External {
-		return s.pgPrimary()
 	}
 	if s.Kind == Postgres {
 		return nil, fmt.Errorf("servers: Primary: %s %s via %s: %w", s.Kind, s.Topology, s.Provider, errors.ErrUnsupported)
@@ -333,15 +408,14 @@ func (s *Server) Primary(ctx context.Context) (*Member, error) {
 // waits until the cluster names it the slot's master (Docker and local
 // alike).
 //
-// For a PostgreSQL primary and standby, it kills the primary and promotes
-// the standby (once: the old primary stays down), and returns the new
-// primary once it accepts writes; Server.URL names both, and reaches it.
+// For a PostgreSQL primary and standby (Cluster, SyncStandby), it kills
+// the primary, promotes the standby, and rebuilds the old primary as the
+// new one's standby (see the Roles): it returns the new primary once it
+// accepts writes and the old one streams from it, so it can be called
+// again. Server.URL names both, and reaches the primary.
 func (s *Server) Failover(ctx context.Context) (*Member, error) {
 	if s.failover != nil {
 		return s.failover(ctx)
-	}
-	if s.Kind == Postgres && s.Topology == Cluster && s.Provider != External {
-		return s.pgFailover(ctx)
 	}
 	if s.Kind == Postgres {
 		return nil, fmt.Errorf("servers: Failover: %s %s via %s: %w", s.Kind, s.Topology, s.Provider, errors.ErrUnsupported)
@@ -405,3 +479,13 @@ func poll(ctx context.Context, f func(context.Context) error) error {
 
 // hostPort is net.JoinHostPort for an int port.
 func hostPort(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }
+
+// tarFile returns a tar archive of one file, name, holding content.
+func tarFile(name, content string) io.Reader {
+	var b bytes.Buffer
+	w := tar.NewWriter(&b)
+	_ = w.WriteHeader(&tar.Header{Name: name, Mode: 0o600, Size: int64(len(content))})
+	_, _ = w.Write([]byte(content))
+	_ = w.Close()
+	return &b
+}

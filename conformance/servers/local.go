@@ -2,9 +2,11 @@ package servers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/fencelock/fencelock/internal/etcdtest"
@@ -85,8 +87,8 @@ func startLocal(t testing.TB, kind Kind, topo Topology) (*Server, error) {
 		return &Server{URL: "redis://" + p.Addr() + "/0?prefix=" + prefix(), Members: []*Member{m}}, nil
 	case Postgres:
 		c := pgtest.Start(t)
-		if topo == Cluster {
-			return startLocalPostgresPair(t, c)
+		if topo == Cluster || topo == SyncStandby {
+			return startLocalPostgresPair(t, c, topo == SyncStandby)
 		}
 		m, dsn, err := localPostgres(t, c, "postgres", "")
 		if err != nil {
@@ -132,12 +134,14 @@ func localPostgres(t testing.TB, c *pgtest.Cluster, name, role string) (*Member,
 	return m, dsn, nil
 }
 
-// startLocalPostgresPair starts an asynchronous streaming standby of the
-// local server c: the Server's URL names both, the primary first, with
-// target_session_attrs=read-write, so that clients follow a promotion
-// (Server.Failover). The standby replicates through a proxy of its own.
-func startLocalPostgresPair(t testing.TB, c *pgtest.Cluster) (*Server, error) {
-	sb := c.StartStandby(t, false)
+// startLocalPostgresPair starts a streaming standby of the local server c
+// (with synchronous, c's synchronous standby): the Server's URL names both, the
+// primary first, with target_session_attrs=read-write, so that clients
+// follow a promotion (Server.Failover, which pgtest's Follow makes
+// repeatable: see pgPair). The standby replicates through a link of its
+// own (pgtest.Standby.Link), which a member's Disconnect cuts too.
+func startLocalPostgresPair(t testing.TB, c *pgtest.Cluster, synchronous bool) (*Server, error) {
+	sb := c.StartStandby(t, synchronous)
 	pm, dsn, err := localPostgres(t, c, "postgres-1", "primary")
 	if err != nil {
 		return nil, err
@@ -154,12 +158,120 @@ func startLocalPostgresPair(t testing.TB, c *pgtest.Cluster) (*Server, error) {
 	q := u.Query()
 	q.Set("target_session_attrs", "read-write")
 	u.RawQuery = q.Encode()
-	sm.h.promote = func(ctx context.Context) error {
-		rt := &recordTB{TB: t}
-		sb.Promote(rt)
-		return rt.err
+	s := &Server{URL: u.String(), Members: []*Member{pm, sm}}
+	lp := &localPgPair{clusters: map[*Member]*pgtest.Cluster{pm: c, sm: sb.Cluster}, standby: sb, cut: map[*Member]bool{}}
+	t.Cleanup(lp.close)
+	pair := &pgPair{s: s,
+		promote: func(ctx context.Context, _ *Member) error { return lp.promote(ctx) },
+		follow: func(ctx context.Context, m, primary *Member) error {
+			return lp.follow(ctx, m, primary, synchronous)
+		},
 	}
-	return &Server{URL: u.String(), Members: []*Member{pm, sm}}, nil
+	for _, m := range s.Members {
+		m.h.restart = pair.restartHook(m, m.h.restart)
+		m.h.disconnect, m.h.reconnect = lp.partition(m, m.h.disconnect, m.h.reconnect)
+	}
+	s.primary, s.failover, s.replication = pair.primary, pair.failover, lp.replication
+	return s, nil
+}
+
+// localPgPair is what a local PostgreSQL primary and standby need to fail
+// over again and again: each member's cluster, and the standby's
+// replication link, which is cut while a member is disconnected or the
+// replication is cut (Server.CutReplication).
+type localPgPair struct {
+	mu       sync.Mutex
+	clusters map[*Member]*pgtest.Cluster
+	standby  *pgtest.Standby // nil between a promotion and the rebuild
+	cut      map[*Member]bool
+	replCut  bool
+}
+
+// promote promotes the standby; its link to the old primary goes.
+func (lp *localPgPair) promote(ctx context.Context) error {
+	lp.mu.Lock()
+	sb := lp.standby
+	lp.mu.Unlock()
+	if sb == nil {
+		return errors.New("no standby")
+	}
+	if err := sb.PromoteContext(ctx); err != nil {
+		return err
+	}
+	lp.mu.Lock()
+	lp.standby = nil
+	lp.mu.Unlock()
+	sb.Link.Close()
+	return nil
+}
+
+// follow rebuilds m's cluster as a standby of primary's; its replication
+// is not cut (unless a member is cut off).
+func (lp *localPgPair) follow(ctx context.Context, m, primary *Member, sync bool) error {
+	sb, err := lp.clusters[m].Follow(ctx, lp.clusters[primary], sync)
+	if err != nil {
+		return err
+	}
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	lp.standby, lp.replCut = sb, false
+	lp.linkLocked()
+	return nil
+}
+
+// linkLocked partitions the standby's link while a member is cut off or
+// the replication is cut, and heals it otherwise.
+func (lp *localPgPair) linkLocked() {
+	switch {
+	case lp.standby == nil:
+	case len(lp.cut) > 0 || lp.replCut:
+		lp.standby.Link.Partition()
+	default:
+		lp.standby.Link.Heal()
+	}
+}
+
+// replication cuts or heals the standby's replication alone.
+func (lp *localPgPair) replication(cut bool) error {
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	if lp.standby == nil {
+		return errors.New("no standby")
+	}
+	lp.replCut = cut
+	lp.linkLocked()
+	return nil
+}
+
+// partition returns m's Disconnect and Reconnect, which also cut and heal
+// the standby's replication link (healed once no member is cut off).
+func (lp *localPgPair) partition(m *Member, disconnect, reconnect func(context.Context) error) (func(context.Context) error, func(context.Context) error) {
+	link := func(cut bool) {
+		lp.mu.Lock()
+		defer lp.mu.Unlock()
+		if cut {
+			lp.cut[m] = true
+		} else {
+			delete(lp.cut, m)
+		}
+		lp.linkLocked()
+	}
+	return func(ctx context.Context) error {
+			link(true)
+			return disconnect(ctx)
+		}, func(ctx context.Context) error {
+			link(false)
+			return reconnect(ctx)
+		}
+}
+
+// close closes the standby's link (pgtest closes the first one too).
+func (lp *localPgPair) close() {
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	if lp.standby != nil {
+		lp.standby.Link.Close()
+	}
 }
 
 // startProxy starts a faultproxy to target and closes it when t ends

@@ -3,13 +3,17 @@ package servers_test
 import (
 	"context"
 	"errors"
+	"net/url"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/conformance/servers"
+	"github.com/fencelock/fencelock/internal/locktest"
+	"github.com/fencelock/fencelock/internal/pgtest"
 )
 
 // pgHooksWork runs every hook of a PostgreSQL server's member and checks
@@ -93,11 +97,14 @@ func pgConn(t *testing.T, ctx context.Context, dsn string) *pgx.Conn {
 	return c
 }
 
-// pgPairWorks checks a PostgreSQL primary with its standby: the URL
-// reaches the primary; Failover kills it and promotes the standby, which
-// the same URL then reaches, with tokens above the old primary's; there is
-// no second failover (the standby is used up).
-func pgPairWorks(t *testing.T, s *servers.Server) {
+// pgPairWorks checks a PostgreSQL primary with its standby (asynchronous,
+// or with sync synchronous): the URL reaches the primary; Failover kills
+// it, promotes the standby and rebuilds the old primary as the new one's
+// standby, failovers times in a row: after each, the members' Roles are
+// what the servers say they are (the standby in recovery, streaming from
+// the primary, as its synchronous standby with sync), and a grant through
+// the same URL has a token above the last one.
+func pgPairWorks(t *testing.T, s *servers.Server, sync bool, failovers int) {
 	t.Helper()
 	require.Len(t, s.Members, 2)
 	require.Contains(t, s.URL, "target_session_attrs=read-write")
@@ -105,27 +112,142 @@ func pgPairWorks(t *testing.T, s *servers.Server) {
 	p, err := s.Primary(ctx)
 	require.NoError(t, err)
 	require.Equal(t, s.Members[0], p)
+	rolesTrue(t, ctx, s, sync)
 	last := lockToken(t, s.URL)
-	n, err := s.Failover(ctx)
-	require.NoError(t, err)
-	require.Equal(t, s.Members[1], n)
-	require.Equal(t, "primary", n.Role)
-	require.Equal(t, "failed", s.Members[0].Role)
-	require.Greater(t, lockToken(t, s.URL), last, "the token after the failover")
-	_, err = s.Failover(ctx)
-	require.ErrorIs(t, err, errors.ErrUnsupported)
+	for i := range failovers {
+		old := p
+		start := time.Now()
+		p, err = s.Failover(ctx)
+		require.NoError(t, err, "failover %d", i+1)
+		t.Logf("failover %d: %s is the primary, %s its standby, in %v", i+1, p.Name, old.Name, time.Since(start).Round(time.Millisecond))
+		require.NotEqual(t, old, p)
+		require.Equal(t, "primary", p.Role)
+		require.Equal(t, "standby", old.Role)
+		now, err := s.Primary(ctx)
+		require.NoError(t, err)
+		require.Equal(t, p, now)
+		rolesTrue(t, ctx, s, sync)
+		next := lockToken(t, s.URL)
+		require.Greater(t, next, last, "the token after failover %d", i+1)
+		last = next
+	}
 }
 
-// TestLocalPostgresPair: a local primary and its streaming standby.
+// rolesTrue checks that each member of s is what its Role says: the
+// primary accepts writes and lists the other as a streaming standby
+// (synchronous with sync), which is in recovery.
+func rolesTrue(t *testing.T, ctx context.Context, s *servers.Server, sync bool) {
+	t.Helper()
+	want := "async"
+	if sync {
+		want = "sync"
+	}
+	for _, m := range s.Members {
+		c := pgConn(t, ctx, memberDSN(t, s.URL, m))
+		var recovery bool
+		require.NoError(t, c.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&recovery))
+		require.Equal(t, m.Role == "standby", recovery, "%s, %s, in recovery", m.Name, m.Role)
+		if m.Role != "primary" {
+			continue
+		}
+		rows, err := c.Query(ctx, `SELECT state || ' ' || sync_state FROM pg_stat_replication`)
+		require.NoError(t, err)
+		states, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		require.Equal(t, []string{"streaming " + want}, states, "the standbys of %s", m.Name)
+	}
+}
+
+// memberDSN is the pair's DSN u naming member m alone.
+func memberDSN(t *testing.T, u string, m *servers.Member) string {
+	t.Helper()
+	pu, err := url.Parse(u)
+	require.NoError(t, err)
+	pu.Host = m.Addr
+	q := pu.Query()
+	q.Del("target_session_attrs")
+	pu.RawQuery = q.Encode()
+	return pu.String()
+}
+
+// TestLocalPostgresPair: a local primary and its asynchronous streaming
+// standby, failed over three times; then once more with its replication
+// cut (CutReplication): the promoted standby has lost the last grant,
+// whose token the next grant still exceeds (the adapter's clock floor).
 func TestLocalPostgresPair(t *testing.T) {
 	t.Parallel()
-	pgPairWorks(t, servers.StartWith(t, servers.Local, servers.Postgres, servers.Cluster))
+	s := servers.StartWith(t, servers.Local, servers.Postgres, servers.Cluster)
+	pgPairWorks(t, s, false, 3)
+
+	ctx := hookCtx(t)
+	require.NoError(t, s.CutReplication(ctx))
+	lost := lockToken(t, s.URL)
+	p, err := s.Failover(ctx)
+	require.NoError(t, err)
+	var kept int64
+	require.NoError(t, pgConn(t, ctx, memberDSN(t, s.URL, p)).QueryRow(ctx,
+		`SELECT token FROM fencelock_locks WHERE name = 'hooks'`).Scan(&kept))
+	require.Less(t, kept, int64(lost), "the promoted standby has the grant made while its replication was cut")
+	rolesTrue(t, ctx, s, false)
+	next := lockToken(t, s.URL)
+	require.Greater(t, next, lost, "the token after a failover that lost the last grant")
+	t.Logf("tokens: %d granted, lost by the failover (the promoted standby had %d), then %d", lost, kept, next)
+	require.ErrorIs(t, new(servers.Server).CutReplication(ctx), errors.ErrUnsupported)
+}
+
+// TestLocalPostgresSync: a local primary and its synchronous standby,
+// failed over three times; then, with the standby cut off (its
+// Disconnect), what locktest.SyncStandbyAway checks: a TryAcquire of a
+// held lock answers at once, an Acquire of a free one fails with
+// ErrUnavailable within about a TTL, the holder's loss signal fires, and
+// grants come back with the standby.
+func TestLocalPostgresSync(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the synchronous pair is the full run's")
+	}
+	t.Parallel()
+	s := servers.StartWith(t, servers.Local, servers.Postgres, servers.SyncStandby)
+	pgPairWorks(t, s, true, 3)
+
+	ctx := hookCtx(t)
+	primary, err := s.Primary(ctx)
+	require.NoError(t, err)
+	standby := s.Members[0]
+	if standby == primary {
+		standby = s.Members[1]
+	}
+	pu, err := url.Parse(s.URL)
+	require.NoError(t, err)
+	q := pu.Query()
+	q.Set("ttl", "2s")
+	q.Set("connect_timeout", "2")
+	q.Set("prefix", "away")
+	pu.RawQuery = q.Encode()
+	open := func() *backend.Locker {
+		l, err := backend.Open(ctx, pu.String())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = l.Close() })
+		return l
+	}
+	locktest.SyncStandbyAway(t, open(), open(),
+		func() { require.NoError(t, standby.Disconnect(ctx)) },
+		func() { require.NoError(t, standby.Reconnect(ctx)) },
+		func() { pgtest.WaitSyncRep(t, memberDSN(t, s.URL, primary)) })
 }
 
 // TestDockerPostgresPair: a primary and its streaming standby in
-// containers.
+// containers, failed over twice (the first primary is the primary again).
 func TestDockerPostgresPair(t *testing.T) {
 	servers.SkipDockerInShort(t)
 	t.Parallel()
-	pgPairWorks(t, servers.StartWith(t, servers.Docker, servers.Postgres, servers.Cluster))
+	pgPairWorks(t, servers.StartWith(t, servers.Docker, servers.Postgres, servers.Cluster), false, 2)
+}
+
+// TestDockerPostgresSync: a primary and its synchronous standby in
+// containers, failed over once (the promoted standby's rebuilt standby is
+// synchronous).
+func TestDockerPostgresSync(t *testing.T) {
+	servers.SkipDockerInShort(t)
+	t.Parallel()
+	pgPairWorks(t, servers.StartWith(t, servers.Docker, servers.Postgres, servers.SyncStandby), true, 1)
 }

@@ -38,6 +38,7 @@ func TestSelectFailures(t *testing.T) {
 		{"unknown provider in env", "docker,podman", "", servers.Etcd, servers.Single, `$FENCELOCK_PROVIDER="docker,podman": unknown provider "podman"`},
 		{"unknown kind", "", servers.Local, "mysql", servers.Single, `unknown kind "mysql"`},
 		{"unknown topology", "", servers.Local, servers.Etcd, "ring", `unknown topology "ring"`},
+		{"sync not postgres", "", servers.Local, servers.Redis, servers.SyncStandby, "topology sync is a PostgreSQL topology, not one of redis"},
 		{"local cluster", "", servers.Local, servers.Etcd, servers.Cluster, "provider local runs single servers only"},
 		{"local zookeeper cluster", "", servers.Local, servers.ZooKeeper, servers.Cluster, "a cluster needs docker"},
 		{"external unset", "", servers.External, servers.Redis, servers.Single, "provider external: $FENCELOCK_REDIS_URL is not set"},

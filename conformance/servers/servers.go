@@ -43,6 +43,11 @@ const (
 	// named together in a multi-host URL with
 	// target_session_attrs=read-write.
 	Cluster Topology = "cluster"
+	// SyncStandby is a PostgreSQL primary with a synchronous streaming
+	// standby (synchronous_standby_names names it; synchronous_commit on:
+	// every commit waits until the standby has flushed it), named as
+	// Cluster's pair is.
+	SyncStandby Topology = "sync"
 	// Sentinel is a Redis primary, its replica and three Sentinels, named
 	// by a redis+sentinel URL over the Sentinels (Docker and local).
 	Sentinel Topology = "sentinel"
@@ -54,7 +59,7 @@ const (
 
 // Topologies are the topologies each kind has besides Single.
 var Topologies = map[Kind][]Topology{
-	Etcd: {Cluster}, ZooKeeper: {Cluster}, Redis: {Cluster, Sentinel, Sharded}, Postgres: {Cluster},
+	Etcd: {Cluster}, ZooKeeper: {Cluster}, Redis: {Cluster, Sentinel, Sharded}, Postgres: {Cluster, SyncStandby},
 }
 
 // Provider is where a Server comes from.
@@ -72,8 +77,8 @@ const (
 	Docker Provider = "docker"
 	// Local runs processes on this machine: embedded etcd, and Debian's
 	// zookeeper, redis-server and postgresql: single servers, a
-	// PostgreSQL primary with its standby, and Redis's Sentinel and
-	// Sharded topologies.
+	// PostgreSQL primary with its standby (Cluster, SyncStandby), and
+	// Redis's Sentinel and Sharded topologies.
 	Local Provider = "local"
 	// Auto picks External if the kind's variable is set, else Docker if the
 	// engine answers and has (or can pull) the image, else Local.
@@ -111,15 +116,19 @@ type Server struct {
 	// Members are the server's processes or containers, in order (etcd and
 	// ZooKeeper: member 1 to 3; Redis: primary, replica, then the
 	// Sentinels; Sharded: the three masters, then their replicas in the
-	// same order). Empty for External.
+	// same order; PostgreSQL: the first primary, then the first standby).
+	// Empty for External.
 	Members []*Member
 
 	sentinel *Member // Redis cluster via Docker
 	// primary and failover are Primary and Failover of the local Redis
-	// Sentinel and Sharded topologies.
+	// Sentinel and Sharded topologies and of the PostgreSQL pairs.
 	primary, failover func(context.Context) (*Member, error)
 	// moveSlot is MoveSlot of the local Sharded topology.
 	moveSlot func(ctx context.Context, midway time.Duration) error
+	// replication cuts or heals a local PostgreSQL standby's replication
+	// (CutReplication).
+	replication func(cut bool) error
 }
 
 // Member is one server process or container of a Server, with hooks that
@@ -134,7 +143,10 @@ type Member struct {
 	// It stays the same over Stop/Kill and Restart.
 	Addr string
 	// Role is "primary", "replica" or "sentinel" for Redis (as started; a
-	// failover changes it, see Server.Primary), else "".
+	// failover changes it, see Server.Primary); for a PostgreSQL primary
+	// and standby, "primary" or "standby" as they are now (Failover
+	// swaps them; "failed" while an old primary is being rebuilt as a
+	// standby); else "".
 	Role string
 
 	h hooks
@@ -144,8 +156,6 @@ type Member struct {
 // unsupported.
 type hooks struct {
 	stop, kill, pause, unpause, restart, disconnect, reconnect func(context.Context) error
-	// promote makes a PostgreSQL standby a primary (Server.Failover).
-	promote func(context.Context) error
 }
 
 func (m *Member) do(ctx context.Context, name string, f func(context.Context) error) error {
@@ -282,8 +292,12 @@ func check(kind Kind, topo Topology) error {
 		if kind != Redis {
 			return fmt.Errorf("topology %s is a Redis topology, not one of %s", topo, kind)
 		}
+	case SyncStandby:
+		if kind != Postgres {
+			return fmt.Errorf("topology %s is a PostgreSQL topology, not one of %s", topo, kind)
+		}
 	default:
-		return fmt.Errorf("unknown topology %q (want single, cluster, sentinel or sharded)", topo)
+		return fmt.Errorf("unknown topology %q (want single, cluster, sentinel, sharded or sync)", topo)
 	}
 	return nil
 }

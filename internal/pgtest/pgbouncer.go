@@ -172,7 +172,7 @@ func (b *PgBouncer) run(bin string, c *Cluster) error {
 		return err
 	}
 	defer db.Close()
-	return waitReady("pgbouncer", cmd, done, b.stop, b.logTail, func(ctx context.Context) error {
+	return waitReady(context.Background(), "pgbouncer", cmd, done, b.stop, b.logTail, func(ctx context.Context) error {
 		_, err := db.ExecContext(ctx, "SELECT 1")
 		return err
 	}, 2*time.Second)

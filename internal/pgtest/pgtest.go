@@ -19,7 +19,10 @@
 // certificate files.
 //
 // StartPgBouncer puts Debian's pgbouncer, in transaction pooling mode, in
-// front of a cluster.
+// front of a cluster. StartStandby makes a streaming standby of a cluster
+// (asynchronous or synchronous), Standby.Promote promotes it, and Follow
+// rebuilds the old primary as the promoted one's standby, so that a pair
+// can fail over again and again.
 package pgtest
 
 import (
@@ -177,7 +180,7 @@ func start(opts []Option) (*Cluster, error) {
 	}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		if lastErr = c.run(); lastErr == nil {
+		if lastErr = c.run(context.Background()); lastErr == nil {
 			ok = true
 			return c, nil
 		}
@@ -202,8 +205,9 @@ func (c *Cluster) command(name string, args ...string) *exec.Cmd {
 }
 
 // run starts the postgres process (on c.port, or a free one if zero) and
-// waits until it accepts connections.
-func (c *Cluster) run() error {
+// waits until it accepts connections (at most readyTimeout; when ctx ends
+// first, it stops it).
+func (c *Cluster) run(ctx context.Context) error {
 	if c.port == 0 {
 		port, err := freeport.Port() // outside the ephemeral range: kept over a Restart
 		if err != nil {
@@ -243,17 +247,18 @@ func (c *Cluster) run() error {
 		return err
 	}
 	defer db.Close()
-	return waitReady("postgres", cmd, done, c.stop, c.logTail, func(ctx context.Context) error { return db.PingContext(ctx) }, time.Second)
+	return waitReady(ctx, "postgres", cmd, done, c.stop, c.logTail, func(ctx context.Context) error { return db.PingContext(ctx) }, time.Second)
 }
 
 // waitReady polls probe (each try bounded by tryTimeout) until it succeeds,
-// the process cmd, named name, exits (done closes) or readyTimeout passes; then
-// it stops the process and returns an error with its log's tail.
-func waitReady(name string, cmd *exec.Cmd, done <-chan struct{}, stop func(), logTail func() string, probe func(context.Context) error, tryTimeout time.Duration) error {
+// the process cmd, named name, exits (done closes), readyTimeout passes or
+// ctx ends; then it stops the process and returns an error with its log's
+// tail.
+func waitReady(ctx context.Context, name string, cmd *exec.Cmd, done <-chan struct{}, stop func(), logTail func() string, probe func(context.Context) error, tryTimeout time.Duration) error {
 	deadline := time.Now().Add(readyTimeout)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), tryTimeout)
-		err := probe(ctx)
+		tctx, cancel := context.WithTimeout(ctx, tryTimeout)
+		err := probe(tctx)
 		cancel()
 		if err == nil {
 			return nil
@@ -266,6 +271,10 @@ func waitReady(name string, cmd *exec.Cmd, done <-chan struct{}, stop func(), lo
 		if time.Now().After(deadline) {
 			stop()
 			return fmt.Errorf("%s not ready after %v: %v\n%s", name, readyTimeout, err, logTail())
+		}
+		if ctx.Err() != nil {
+			stop()
+			return fmt.Errorf("%s not ready: %w", name, ctx.Err())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -329,7 +338,7 @@ func Open(tb testing.TB, dsn string) *sql.DB {
 func (c *Cluster) Restart(tb testing.TB) {
 	tb.Helper()
 	c.stop()
-	if err := c.run(); err != nil {
+	if err := c.run(context.Background()); err != nil {
 		tb.Fatalf("pgtest: restart: %v", err)
 	}
 }

@@ -2,6 +2,8 @@ package pgtest_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -122,4 +124,47 @@ func TestKillPauseResume(t *testing.T) {
 	c.Stop() // continues it first
 	c.Restart(t)
 	require.NoError(t, db.QueryRow(`SELECT count(*) FROM t`).Scan(&n))
+}
+
+// TestFollow: after its standby was promoted, an old primary that Follow
+// rebuilds from the new one is its streaming standby, with the new
+// primary's data and without its own last commits; twice over, so that it
+// holds a single primary_conninfo.
+func TestFollow(t *testing.T) {
+	ctx := context.Background()
+	a := pgtest.Start(t)
+	sb := a.StartStandby(t, false)
+	b := sb.Cluster
+	_, err := pgtest.Open(t, a.DSN()).Exec(`CREATE TABLE t (v int); INSERT INTO t VALUES (1)`)
+	require.NoError(t, err)
+	sb.CaughtUp(t)
+	sb.Link.Partition()
+	_, err = pgtest.Open(t, a.DSN()).Exec(`INSERT INTO t VALUES (2)`) // never streamed
+	require.NoError(t, err)
+	primary, standby := a, sb
+	for range 2 {
+		require.NoError(t, primary.Kill())
+		standby.Promote(t)
+		standby.Link.Close()
+		old, promoted := primary, standby.Cluster
+		next, err := old.Follow(ctx, promoted, false)
+		require.NoError(t, err)
+		t.Cleanup(next.Link.Close)
+		_, err = pgtest.Open(t, promoted.DSN()).Exec(`INSERT INTO t VALUES (3)`)
+		require.NoError(t, err)
+		next.CaughtUp(t)
+		var recovery bool
+		var sum int
+		require.NoError(t, pgtest.Open(t, old.DSN()).QueryRow(`SELECT pg_is_in_recovery(), (SELECT sum(v) FROM t)`).Scan(&recovery, &sum))
+		require.True(t, recovery, "the old primary is a standby")
+		require.Equal(t, 4, sum, "the old primary has the new one's rows (1, 3), not its own lost one (2)")
+		_, err = pgtest.Open(t, promoted.DSN()).Exec(`DELETE FROM t WHERE v = 3`)
+		require.NoError(t, err)
+		next.CaughtUp(t)
+		primary, standby = promoted, next
+	}
+	require.Equal(t, a, primary, "two failovers: a is the primary again")
+	conf, err := os.ReadFile(filepath.Join(b.DataDir(), "postgresql.auto.conf")) // rebuilt from a, itself rebuilt from b
+	require.NoError(t, err)
+	require.Equal(t, 1, strings.Count(string(conf), "primary_conninfo"), "%s", conf)
 }

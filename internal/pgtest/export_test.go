@@ -1,0 +1,4 @@
+package pgtest
+
+// DataDir is the cluster's data directory, for the tests.
+func (c *Cluster) DataDir() string { return c.dataDir() }
