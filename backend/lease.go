@@ -523,7 +523,16 @@ func (ls *Lease) lose(cause error) {
 	first := ls.ctx.Err() == nil
 	var h hold
 	if first {
-		h = ls.endLocked(cause, endLostBackend)
+		how := endLostBackend
+		if ls.maxHoldStoppedLocked() {
+			// Renewals stopped at the max hold, so the lease was in its
+			// last TTL: the backend's word that it ended (its expiry,
+			// seen before the local deadline's timer fired on a busy
+			// machine) is the max hold's doing too.
+			cause = fmt.Errorf("%w (%v), renewals stopped: %w", ErrMaxHold, ls.s.maxHold, cause)
+			how = endLostMaxHold
+		}
+		h = ls.endLocked(cause, how)
 	}
 	ls.mu.Unlock()
 	ls.endHold(h)

@@ -84,3 +84,36 @@ func TestNewNilDriver(t *testing.T) {
 	assert.Nil(t, l)
 	assert.ErrorIs(t, err, backend.ErrInvalidOption)
 }
+
+// A lease whose renewals the max hold stopped, lost then by the backend's
+// word (its expiry seen before the local deadline's timer fired, as on a
+// busy machine; here an operator's revoke in that last TTL), names the max
+// hold as the cause, the backend's error kept (the conformance suite's
+// MaxHold case failed so on etcd under load: "lock key … was deleted").
+func TestMaxHoldNamedWhenTheBackendEndsTheLastTTL(t *testing.T) {
+	srv := mem.NewServer()
+	l, err := mem.New(srv.Connect())
+	require.NoError(t, err)
+	defer l.Close()
+	ctx := context.Background()
+	ls, err := l.Acquire(ctx, "m", backend.WithTTL(time.Minute), backend.WithMaxHold(time.Millisecond))
+	require.NoError(t, err)
+	time.Sleep(5 * time.Millisecond) // past the max hold: renewals stopped
+	require.True(t, srv.Revoke("m", ls.Token()))
+	select {
+	case <-ls.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the revoked lease was not reported lost")
+	}
+	require.ErrorIs(t, ls.Err(), backend.ErrLeaseLost)
+	require.ErrorIs(t, ls.Err(), backend.ErrMaxHold)
+	require.ErrorContains(t, ls.Err(), "revoked")
+
+	// Without a max hold, the same revoke is the backend's alone.
+	ls, err = l.Acquire(ctx, "m", backend.WithTTL(time.Minute))
+	require.NoError(t, err)
+	require.True(t, srv.Revoke("m", ls.Token()))
+	<-ls.Done()
+	require.ErrorIs(t, ls.Err(), backend.ErrLeaseLost)
+	require.NotErrorIs(t, ls.Err(), backend.ErrMaxHold)
+}
