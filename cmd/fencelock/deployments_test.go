@@ -19,6 +19,7 @@ import (
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/conformance/chaos"
 	"github.com/fencelock/fencelock/conformance/servers"
+	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/internal/freeport"
 )
 
@@ -63,8 +64,9 @@ func deploymentURL(t *testing.T, srv *servers.Server) func(prefix string, ttl ti
 // TestElectLeaderOnEveryBackend, TestConformanceCommandServers ...). Each
 // deployment is started once, and its subcommands share it; the long ones
 // (chaos, conformance, demo) run as processes beside the others. Then the
-// deployment's servers are paused: an outage is "unavailable" (69), never
-// "held" (75). The full run only: 9 to 12 servers.
+// deployment fails over, and the same URL reaches the new primary; last,
+// its servers are paused: an outage is "unavailable" (69), never "held"
+// (75). The full run only: 2 to 6 servers each.
 func TestSubcommandsOnDeployments(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the quick tier runs single servers (TestSubcommandsOnEveryBackend); the full run runs the deployments")
@@ -123,7 +125,9 @@ func TestSubcommandsOnDeployments(t *testing.T) {
 				require.Equal(t, exitOK, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
 				assert.Contains(t, r.stdout, "OK: A's stale write")
 			})
-			// Last: it pauses every server.
+			// After the campaign and the suite, which a failover would
+			// disturb; last, the outage, which pauses every server.
+			t.Run("failover", func(t *testing.T) { testFailoverOnDeployment(t, srv, url("cli_failover", 6*time.Second)) })
 			t.Run("outage", func(t *testing.T) { testOutageOnDeployment(t, srv, url("cli_outage", 6*time.Second)) })
 		})
 	}
@@ -214,13 +218,36 @@ func testAdviseOnDeployment(t *testing.T, url string) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}()
-	r := cli("advise", "--url", url, "--duration", "2s", "--interval", "20ms", "--min-holds", "2", "--json", "advised")
+	r := cli("advise", "--url", url, "--duration", "3s", "--interval", "20ms", "--min-holds", "2", "--json", "advised")
 	require.Equal(t, exitOK, r.code, "%+v", r)
 	var a adviseJSON
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &a), r.stdout)
 	assert.GreaterOrEqual(t, a.Holds, uint64(2), r.stdout)
 	require.NotNil(t, a.TTLSeconds, r.stdout)
 	assert.Greater(t, *a.TTLSeconds, a.MaxSeconds, r.stdout)
+}
+
+// testFailoverOnDeployment: after the deployment's failover (Sentinel: a
+// replica promoted by the Sentinels; Cluster: CLUSTER FAILOVER TAKEOVER on
+// the replica of slot 0's master; PostgreSQL: the primary killed, the
+// standby promoted), the same URL reaches the new primary: run is granted
+// the lock at once, with a greater token (the clock floor).
+func testFailoverOnDeployment(t *testing.T, srv *servers.Server, url string) {
+	token := func() fencing.Token {
+		t.Helper()
+		r := run1(t, "--url", url, "--lock", "job", "--", "sh", "-c", `echo "$FENCELOCK_TOKEN"`)
+		require.Equal(t, exitOK, r.code, "%+v", r)
+		return parseToken(t, r.stdout)
+	}
+	before := token()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	old, err := srv.Primary(ctx)
+	require.NoError(t, err)
+	primary, err := srv.Failover(ctx)
+	require.NoError(t, err)
+	require.NotEqual(t, old.Name, primary.Name, "a new primary")
+	assert.Greater(t, token(), before, "the token after the failover")
 }
 
 // testOutageOnDeployment pauses every server of srv (SIGSTOP: connections
@@ -232,6 +259,9 @@ func testOutageOnDeployment(t *testing.T, srv *servers.Server, url string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for _, m := range srv.Members {
+		if m.Role == "failed" {
+			continue // the PostgreSQL primary killed by the failover
+		}
 		require.NoError(t, m.Pause(ctx), m.Name)
 		defer func() { assert.NoError(t, m.Unpause(context.WithoutCancel(ctx)), m.Name) }()
 	}
