@@ -32,13 +32,13 @@ func cli(args ...string) runResult {
 }
 
 // binary runs the built fencelock binary (main included: client logging,
-// os.Exit) and returns its exit status and output.
+// os.Exit) and returns its exit status and output; see startGroup.
 func binary(t *testing.T, args ...string) runResult {
 	t.Helper()
 	cmd := exec.Command(fencelockBin(t), args...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
+	err := <-startGroup(t, cmd)
 	var exit *exec.ExitError
 	if err != nil && !errors.As(err, &exit) {
 		require.NoError(t, err)

@@ -29,7 +29,7 @@ func conformanceRun(t *testing.T, timeout time.Duration, args ...string) (code i
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	start := time.Now()
-	err := cmd.Run()
+	err := <-startGroup(t, cmd)
 	took = time.Since(start)
 	require.NoError(t, ctx.Err(), "fencelock conformance %v did not end within %v\nstdout:\n%s\nstderr:\n%s", args, timeout, out.String(), errOut.String())
 	if err != nil {

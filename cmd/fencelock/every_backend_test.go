@@ -139,9 +139,9 @@ func TestSubcommandsOnEveryBackend(t *testing.T) {
 func testRunOn(t *testing.T, url string) {
 	dir := t.TempDir()
 	hold := `echo "$FENCELOCK_TOKEN" > "$1/token"; touch "$1/held"; while [ ! -e "$1/stop" ]; do sleep 0.05; done`
-	holder, out, errOut := startRun(t, "--url", url, "--lock", "job", "--", "sh", "-c", hold, "sh", dir)
+	holder := startRun(t, "--url", url, "--lock", "job", "--", "sh", "-c", hold, "sh", dir)
 	require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(dir, "held")); return err == nil },
-		60*time.Second, 50*time.Millisecond, "the holder did not start: %s", errOut)
+		60*time.Second, 50*time.Millisecond, "the holder did not start: %s", holder.errOut.String())
 	b, err := os.ReadFile(filepath.Join(dir, "token"))
 	require.NoError(t, err)
 	first, err := fencing.ParseToken(strings.TrimSpace(string(b)))
@@ -154,7 +154,8 @@ func testRunOn(t *testing.T, url string) {
 	assert.Equal(t, 1, strings.Count(r.stderr, "fencelock"), "one prefix: %q", r.stderr)
 
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644))
-	assert.Equal(t, exitOK, waitRun(t, holder, out, errOut).code, errOut.String())
+	r = holder.wait(t)
+	assert.Equal(t, exitOK, r.code, "%+v", r)
 
 	r = run1(t, "--url", url, "--lock", "job", "--", "sh", "-c", `echo "$FENCELOCK_TOKEN"; exit 7`)
 	assert.Equal(t, 7, r.code, "the command's own status: %+v", r)
@@ -276,14 +277,32 @@ func startLive(t *testing.T, binary bool, args ...string) *live {
 	}
 	l.cmd = exec.Command(fencelockBin(t), args...)
 	l.cmd.Stdout, l.cmd.Stderr = &l.out, &l.errOut
-	require.NoError(t, l.cmd.Start())
-	t.Cleanup(func() { _ = l.cmd.Process.Kill() })
+	exited := startGroup(t, l.cmd)
 	l.stop = func() { _ = l.cmd.Process.Signal(syscall.SIGTERM) }
 	go func() {
-		_ = l.cmd.Wait()
+		<-exited
 		result(l.cmd.ProcessState.ExitCode())
 	}()
 	return l
+}
+
+// startGroup starts cmd, a fencelock command line, so that neither it nor
+// what it starts (run's and elect's commands, chaos's workers, the
+// conformance suite's child) outlives the test: in a process group of its
+// own, killed when t ends, whether it passed, failed or stopped at a
+// require; and tied to the test binary (startTied), which a -timeout ends
+// without any clean-up: fencelock then dies, and its command with it. The
+// channel gets cmd.Wait's error once it has exited, and what it left
+// holding its output has had 5s to close it.
+func startGroup(t *testing.T, cmd *exec.Cmd) <-chan error {
+	t.Helper()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.WaitDelay = 5 * time.Second
+	exited, err := startTied(cmd)
+	require.NoError(t, err)
+	pgid := cmd.Process.Pid
+	t.Cleanup(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
+	return exited
 }
 
 // watchHoldLen is how long testStatusWatchOn holds the lock each time.

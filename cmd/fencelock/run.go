@@ -23,7 +23,10 @@ Acquires the lock, runs COMMAND with FENCELOCK_TOKEN and FENCELOCK_LOCK in its
 environment, renews the lease while it runs, and releases it when it exits.
 If the lease is lost, or --max-hold is reached, COMMAND gets SIGTERM, then
 SIGKILL after --grace, timed so that it is gone before another holder could
-be granted the lock. Signals sent to fencelock are passed to COMMAND.
+be granted the lock. Signals sent to fencelock are passed to COMMAND. On
+Linux, COMMAND gets SIGKILL if fencelock dies (killed with SIGKILL too),
+so that it never runs on without the lease (its own children are its to
+stop).
 
 Exit status: COMMAND's own (128+N if killed by signal N) when it ran to its
 end, else:
@@ -243,12 +246,13 @@ func supervise(lease *backend.Lease, j job, sigs <-chan os.Signal, stdout, stder
 	cmd := exec.Command(j.args[0], j.args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 	cmd.Env = append(os.Environ(), j.env...)
-	if err := cmd.Start(); err != nil {
+	// Tied to fencelock: a fencelock killed with SIGKILL, which can stop
+	// nothing, must not leave the command running without the lease.
+	exited, err := startTied(cmd)
+	if err != nil {
 		printErr(stderr, j.verb, err.Error())
 		return outcome{code: 127}
 	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
 
 	// Stop the command grace before the local deadline, so that SIGKILL
 	// lands no later than the deadline, itself before the server's expiry.

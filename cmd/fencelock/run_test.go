@@ -60,31 +60,16 @@ type runResult struct {
 	stdout, stderr string
 }
 
-func startRun(t *testing.T, args ...string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
+// startRun starts fencelock run with args, the binary (see startGroup).
+func startRun(t *testing.T, args ...string) *live {
 	t.Helper()
-	cmd := exec.Command(fencelockBin(t), append([]string{"run"}, args...)...)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	return cmd, &out, &errOut
+	return startLive(t, true, append([]string{"run"}, args...)...)
 }
 
-func waitRun(t *testing.T, cmd *exec.Cmd, out, errOut *bytes.Buffer) runResult {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(60 * time.Second):
-		t.Fatal("fencelock run did not exit")
-	}
-	return runResult{cmd.ProcessState.ExitCode(), out.String(), errOut.String()}
-}
-
+// run1 runs fencelock run with args, the binary, to its end.
 func run1(t *testing.T, args ...string) runResult {
-	cmd, out, errOut := startRun(t, args...)
-	return waitRun(t, cmd, out, errOut)
+	t.Helper()
+	return startRun(t, args...).wait(t)
 }
 
 func etcdURL(s *etcdtest.Server, prefix string) string {
@@ -146,13 +131,13 @@ func TestRunWaitTimeout(t *testing.T) {
 	// The holder holds until told: a fixed hold (and a fixed sleep for its
 	// grant) could end before a busy machine has started the waiter.
 	hold := `touch "$1/held"; while [ ! -e "$1/stop" ]; do sleep 0.05; done`
-	holder, out, errOut := startRun(t, "--url", url, "--lock", "w", "--", "sh", "-c", hold, "sh", dir)
+	holder := startRun(t, "--url", url, "--lock", "w", "--", "sh", "-c", hold, "sh", dir)
 	require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(dir, "held")); return err == nil },
-		60*time.Second, 50*time.Millisecond, "the holder did not start: %s", errOut)
+		60*time.Second, 50*time.Millisecond, "the holder did not start: %s", holder.errOut.String())
 	r := run1(t, "--url", url, "--lock", "w", "--wait-timeout", "500ms", "--", "true")
 	assert.Equal(t, exitNotAcquired, r.code, r.stderr)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644))
-	assert.Equal(t, 0, waitRun(t, holder, out, errOut).code)
+	assert.Equal(t, 0, holder.wait(t).code)
 }
 
 func TestRunForwardsSignals(t *testing.T) {
@@ -161,10 +146,10 @@ func TestRunForwardsSignals(t *testing.T) {
 	dir := t.TempDir()
 	marker := filepath.Join(dir, "usr1")
 	script := `trap 'echo got > "$1"; exit 0' USR1; touch "$1.ready"; while :; do sleep 0.1; done`
-	cmd, out, errOut := startRun(t, "--url", url, "--lock", "sig", "--", "sh", "-c", script, "sh", marker)
+	p := startRun(t, "--url", url, "--lock", "sig", "--", "sh", "-c", script, "sh", marker)
 	require.Eventually(t, func() bool { _, err := os.Stat(marker + ".ready"); return err == nil }, 30*time.Second, 50*time.Millisecond)
-	require.NoError(t, cmd.Process.Signal(syscall.SIGUSR1))
-	r := waitRun(t, cmd, out, errOut)
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGUSR1))
+	r := p.wait(t)
 	assert.Equal(t, 0, r.code, r.stderr)
 	_, err := os.Stat(marker)
 	assert.NoError(t, err, "the command did not get SIGUSR1")
@@ -177,11 +162,11 @@ func TestRunStopsCommandBeforeNextHolder(t *testing.T) {
 	url := etcdURL(srv, "run-lost")
 	dir := t.TempDir()
 	first := `trap 'date +%s%N > "$1/first-end"; exit 0' TERM; touch "$1/first-start"; while :; do sleep 0.05; done`
-	cmd1, out1, err1 := startRun(t, "--url", url, "--lock", "l", "--max-hold", "1s", "--grace", "500ms", "--", "sh", "-c", first, "sh", dir)
+	p1 := startRun(t, "--url", url, "--lock", "l", "--max-hold", "1s", "--grace", "500ms", "--", "sh", "-c", first, "sh", dir)
 	require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(dir, "first-start")); return err == nil }, 30*time.Second, 50*time.Millisecond)
 	second := `date +%s%N > "$1/second-start"`
 	r2 := run1(t, "--url", url, "--lock", "l", "--", "sh", "-c", second, "sh", dir)
-	r1 := waitRun(t, cmd1, out1, err1)
+	r1 := p1.wait(t)
 	assert.Equal(t, exitLockLost, r1.code, r1.stderr)
 	assert.Contains(t, r1.stderr, "fencelock run: max hold of 1s reached: stopping the command")
 	assert.Equal(t, 0, r2.code, r2.stderr)
@@ -196,7 +181,7 @@ func TestRunStopsCommandWhenLeaseRevoked(t *testing.T) {
 	url := etcdURL(srv, "run-revoke")
 	dir := t.TempDir()
 	script := `trap 'exit 0' TERM; touch "$1/start"; while :; do sleep 0.05; done`
-	cmd, out, errOut := startRun(t, "--url", url, "--lock", "r", "--", "sh", "-c", script, "sh", dir)
+	p := startRun(t, "--url", url, "--lock", "r", "--", "sh", "-c", script, "sh", dir)
 	require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(dir, "start")); return err == nil }, 30*time.Second, 50*time.Millisecond)
 	c := srv.NewClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -206,7 +191,7 @@ func TestRunStopsCommandWhenLeaseRevoked(t *testing.T) {
 	require.Len(t, resp.Kvs, 1)
 	_, err = c.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
 	require.NoError(t, err)
-	r := waitRun(t, cmd, out, errOut)
+	r := p.wait(t)
 	assert.Equal(t, exitLockLost, r.code, r.stderr)
 }
 
@@ -226,9 +211,9 @@ func TestStatusShowsHolderAndWaiter(t *testing.T) {
 	// The holder holds until told: a hold of fixed length could end before a
 	// busy machine has started the waiter and queued it.
 	hold := `touch "$1/held"; while [ ! -e "$1/stop" ]; do sleep 0.05; done`
-	holder, out1, err1 := startRun(t, "--url", url+"&holder=worker-a", "--lock", "job", "--", "sh", "-c", hold, "sh", dir)
+	holder := startRun(t, "--url", url+"&holder=worker-a", "--lock", "job", "--", "sh", "-c", hold, "sh", dir)
 	require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(dir, "held")); return err == nil }, 30*time.Second, 50*time.Millisecond)
-	waiter, out2, err2 := startRun(t, "--url", url+"&holder=worker-b", "--lock", "job", "--", "true")
+	waiter := startRun(t, "--url", url+"&holder=worker-b", "--lock", "job", "--", "true")
 
 	var out, errOut bytes.Buffer
 	require.Eventually(t, func() bool {
@@ -242,8 +227,8 @@ func TestStatusShowsHolderAndWaiter(t *testing.T) {
 	assert.Regexp(t, `1\. worker-b, .*, id status/job/[0-9a-f]+@\d+\n`, out.String())
 
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644))
-	assert.Equal(t, 0, waitRun(t, holder, out1, err1).code)
-	assert.Equal(t, 0, waitRun(t, waiter, out2, err2).code)
+	assert.Equal(t, 0, holder.wait(t).code)
+	assert.Equal(t, 0, waiter.wait(t).code)
 	out.Reset()
 	require.Equal(t, 0, run(context.Background(), []string{"status", "--url", url, "--json", "job"}, &out, &errOut))
 	assert.Contains(t, out.String(), `"holder": null`)
