@@ -198,9 +198,11 @@ func (c *Cluster) command(name string, args ...string) *exec.Cmd {
 	cmd := exec.Command(filepath.Join(c.bin, name), args...)
 	cmd.Dir = c.dir
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
-	if c.cred != nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
-	}
+	// The server dies with the test binary, even when it panics on a
+	// -timeout or is killed (then no clean-up runs): the postmaster's
+	// children exit when it is gone. Set after the credentials change,
+	// which would clear it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Pdeathsig: syscall.SIGKILL}
 	return cmd
 }
 

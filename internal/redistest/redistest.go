@@ -289,6 +289,9 @@ func (s *Server) start() error {
 	}
 	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = s.dir
+	// The server dies with the test binary, even when it panics on a
+	// -timeout or is killed (then no clean-up runs), as zktest's do.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", s.bin, err)
 	}
