@@ -188,7 +188,10 @@ func TestResult(t *testing.T) {
 	require.Equal(t, http.StatusBadGateway, code)
 	assert.ErrorIs(t, err, fencing.ErrOutcomeUnknown, "a gateway's 502")
 
-	srv := httptest.NewServer(httpfence.Middleware(fencing.NewMemory(), &docs{data: map[string]string{}}))
+	store := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent) // the write itself, admitted by the middleware
+	})
+	srv := httptest.NewServer(httpfence.Middleware(fencing.NewMemory(), store))
 	url := srv.URL
 	srv.Close()
 	_, _, err = send(t, http.DefaultClient, url+"/doc", "5", "", "v")
@@ -209,7 +212,10 @@ func TestResult(t *testing.T) {
 // answer: nil, stale (the write did not land), or an unknown outcome (it
 // may have: read it back).
 func ExampleResult() {
-	srv := httptest.NewServer(httpfence.Middleware(fencing.NewMemory(), &docs{data: map[string]string{}}))
+	store := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent) // the write itself, admitted by the middleware
+	})
+	srv := httptest.NewServer(httpfence.Middleware(fencing.NewMemory(), store))
 	defer srv.Close()
 
 	write := func(token fencing.Token, body string) error {
