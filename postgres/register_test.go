@@ -39,6 +39,16 @@ func TestWaiterRegisteredBeforeFirstAttempt(t *testing.T) {
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
+	// Two connections open before any reply is held: a waiter whose
+	// statement needed a new one (the other busy with the first waiter's,
+	// on a loaded machine) would have its handshake's answer held too,
+	// and never queue (seen once in the quick tier).
+	c1, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	c2, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	c1.Release()
+	c2.Release()
 	d, err := newDriver(pool, Config{Prefix: prefix, Listen: lc}, nil)
 	require.NoError(t, err)
 	w, err := backend.New(d, ttl)
