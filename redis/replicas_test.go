@@ -60,6 +60,7 @@ func (w *waitLog) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.
 // replicated (ErrUnavailable, ErrNotReplicated), not as a lease lost to
 // its local deadline, nor as a context that ended without an answer.
 func TestWaitBounded(t *testing.T) {
+	t.Parallel()
 	p := redistest.Start(t)
 	r := redistest.StartReplica(t, p)
 	l, _ := driverLocker(t, p.NewClient(t), Config{WaitReplicas: 1, WaitTimeout: time.Minute})
@@ -91,6 +92,7 @@ func TestWaitBounded(t *testing.T) {
 // key is deleted again; once the replica is back grants succeed, and
 // WAIT goes in the grant's pipeline again.
 func TestReplicasShort(t *testing.T) {
+	t.Parallel()
 	p := redistest.Start(t)
 	r := redistest.StartReplica(t, p)
 	cfg := Config{WaitReplicas: 1, WaitTimeout: 2 * time.Second}
@@ -161,4 +163,67 @@ func TestReplicasShort(t *testing.T) {
 	alone, piped := waits.take()
 	require.Equal(t, [2]int{0, 1}, [2]int{alone, piped}, "WAIT in the grant's pipeline again")
 	release(t, a)
+}
+
+// TestWakeupsFollowFailover: after a SENTINEL FAILOVER whose old primary
+// is still up (here frozen, so that it can tell nobody anything), the
+// Locker's pub/sub subscription, which go-redis leaves on the old primary,
+// is found deaf (a waiter's renewal finds a grant no message announced;
+// the hub's ping does not come back) and moved to the new primary: a
+// release's message reaches the waiter again.
+func TestWakeupsFollowFailover(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartSentinels(t, 3)
+	ctx := tctx(t, 2*time.Minute)
+	opt, cfg, err := ParseFailoverURL(sentinelURL(s, "prefix=follow"))
+	require.NoError(t, err)
+	opt.ContextTimeoutEnabled = true
+	c := goredis.NewFailoverClient(opt)
+	t.Cleanup(func() { _ = c.Close() })
+	l, d := driverLocker(t, c, cfg, backend.WithTTL(2*time.Second))
+
+	wctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer stop()
+	var grants sync.Map // time of each grant, by worker
+	for w := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for wctx.Err() == nil {
+				ls, err := l.Acquire(wctx, "n")
+				if err != nil {
+					time.Sleep(20 * time.Millisecond)
+					continue
+				}
+				grants.Store(w, time.Now())
+				time.Sleep(20 * time.Millisecond)
+				_ = ls.Release(ctx)
+			}
+		}()
+	}
+	require.Eventually(t, func() bool { return d.wakeups.Load() > 0 }, time.Minute, 10*time.Millisecond,
+		"handoffs by message before the failover")
+	old, err := s.Master(ctx)
+	require.NoError(t, err)
+	_, err = s.Failover(ctx)
+	require.NoError(t, err)
+	require.NoError(t, old.Pause())
+	defer func() { _ = old.Resume() }()
+	// A grant after the pause (on the new primary) comes after whatever
+	// the old primary sent before it.
+	paused := time.Now()
+	require.Eventually(t, func() bool {
+		later := false
+		grants.Range(func(_, v any) bool {
+			later = later || v.(time.Time).After(paused)
+			return !later
+		})
+		return later
+	}, time.Minute, 10*time.Millisecond, "grants on the new primary")
+	w0 := d.wakeups.Load()
+	require.Eventually(t, func() bool { return d.wakeups.Load() > w0 }, time.Minute, 10*time.Millisecond,
+		"a release's message reaches a waiter from the new primary")
+	assert.Positive(t, d.hub.renewals.Load(), "the subscription was moved")
 }
