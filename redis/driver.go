@@ -34,8 +34,9 @@ const DefaultWaitTimeout = 500 * time.Millisecond
 
 // ErrNotReplicated is returned (wrapped, together with
 // backend.ErrUnavailable) by an acquisition that got the lock but whose grant
-// was not acknowledged by Config.WaitReplicas replicas within
-// Config.WaitTimeout. The lock was released again (or expires with its TTL
+// was not acknowledged by Config.WaitReplicas replicas within its WAIT's
+// bound (Config.WaitTimeout, at most half the TTL and nine tenths of what
+// was left of the context). The lock was released again (or expires with its TTL
 // if that failed too); its token is never handed out. It is not
 // backend.ErrNotAcquired: nobody else holds the lock, the backend cannot
 // give the durability asked for (a replica down or resyncing), and a job
@@ -82,10 +83,15 @@ type Config struct {
 	NoClockFloor bool
 	// WaitReplicas, when positive, makes every grant wait (WAIT) until that
 	// many replicas acknowledged it, for up to WaitTimeout; otherwise the
-	// lock is released and the acquisition fails with ErrNotReplicated.
+	// lock is released and the acquisition fails with ErrNotReplicated
+	// (and backend.ErrUnavailable): Acquire too, without waiting for the
+	// replicas to come back. See the package documentation, "Replicas and
+	// failover", for what it costs while replicas are away.
 	WaitReplicas int
-	// WaitTimeout bounds the WAIT (default DefaultWaitTimeout). It must be
-	// positive: WAIT with 0 would block forever.
+	// WaitTimeout bounds the WAIT (default DefaultWaitTimeout); each
+	// acquisition's WAIT waits at most half its TTL and nine tenths of
+	// what is left of its context too. It must be positive: WAIT with 0
+	// would block forever.
 	WaitTimeout time.Duration
 }
 

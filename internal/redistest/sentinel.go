@@ -25,6 +25,7 @@ const sentinelDownAfter = time.Second
 type Sentinels struct {
 	Primary   *Server // as started: after a failover, Master says which
 	Replica   *Server
+	More      []*Server // the other replicas (StartSentinelsReplicas)
 	Sentinels []*Server
 }
 
@@ -34,8 +35,18 @@ type Sentinels struct {
 // apply to the primary and the replica, and WithTLS to the Sentinels too.
 func StartSentinels(tb testing.TB, n int, opts ...Option) *Sentinels {
 	tb.Helper()
+	return StartSentinelsReplicas(tb, n, 1, opts...)
+}
+
+// StartSentinelsReplicas is StartSentinels with replicas replicas (1 at
+// least): Replica, and More for the others.
+func StartSentinelsReplicas(tb testing.TB, n, replicas int, opts ...Option) *Sentinels {
+	tb.Helper()
 	s := &Sentinels{Primary: Start(tb, opts...)}
 	s.Replica = StartReplica(tb, s.Primary, opts...)
+	for range replicas - 1 {
+		s.More = append(s.More, StartReplica(tb, s.Primary, opts...))
+	}
 	host, port, _ := net.SplitHostPort(s.Primary.Addr())
 	conf := []string{
 		fmt.Sprintf("sentinel monitor %s %s %s %d", SentinelMaster, host, port, n/2+1),
@@ -51,16 +62,25 @@ func StartSentinels(tb testing.TB, n int, opts ...Option) *Sentinels {
 	for range n {
 		s.Sentinels = append(s.Sentinels, Start(tb, func(c *config) { c.sentinel, c.tls = conf, given.tls }))
 	}
+	s.waitKnown(tb)
+	return s
+}
+
+// waitKnown waits until every Sentinel knows every replica and reaches its
+// quorum (SENTINEL CKQUORUM).
+func (s *Sentinels) waitKnown(tb testing.TB) {
+	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	want := 1 + len(s.More)
 	for _, sn := range s.Sentinels {
 		err := poll(ctx, func(ctx context.Context) error {
 			replicas, err := sn.client().Do(ctx, "SENTINEL", "REPLICAS", SentinelMaster).Slice()
 			switch {
 			case err != nil:
 				return err
-			case len(replicas) == 0:
-				return fmt.Errorf("sentinel %s knows no replica yet", sn.Addr())
+			case len(replicas) < want:
+				return fmt.Errorf("sentinel %s knows %d replicas of %d yet", sn.Addr(), len(replicas), want)
 			}
 			return sn.do(ctx, "SENTINEL", "CKQUORUM", SentinelMaster)
 		})
@@ -68,7 +88,11 @@ func StartSentinels(tb testing.TB, n int, opts ...Option) *Sentinels {
 			tb.Fatalf("redistest: sentinel %s: %v", sn.Addr(), err)
 		}
 	}
-	return s
+}
+
+// servers are the primary and replicas, as started.
+func (s *Sentinels) servers() []*Server {
+	return append([]*Server{s.Primary, s.Replica}, s.More...)
 }
 
 // Addrs returns the Sentinels' addresses.
@@ -93,7 +117,7 @@ func (s *Sentinels) Master(ctx context.Context) (*Server, error) {
 			last = fmt.Errorf("sentinel %s: %v %v", sn.Addr(), addr, err)
 			continue
 		}
-		for _, m := range []*Server{s.Primary, s.Replica} {
+		for _, m := range s.servers() {
 			if m.Addr() == net.JoinHostPort(addr[0], addr[1]) {
 				return m, nil
 			}
@@ -103,18 +127,15 @@ func (s *Sentinels) Master(ctx context.Context) (*Server, error) {
 	return nil, fmt.Errorf("redistest: no running Sentinel names the primary (%v)", last)
 }
 
-// Failover asks a Sentinel to fail over (SENTINEL FAILOVER: the replica is
+// Failover asks a Sentinel to fail over (SENTINEL FAILOVER: a replica is
 // promoted, the old primary made its replica) and waits until the
-// Sentinels name the other server and it says it is a master.
+// Sentinels name another server and it says it is a master.
 func (s *Sentinels) Failover(ctx context.Context) (*Server, error) {
 	old, err := s.Master(ctx)
 	if err != nil {
 		return nil, err
 	}
-	want := s.Replica
-	if old == s.Replica {
-		want = s.Primary
-	}
+	var promoted *Server
 	// Right after a server came back a Sentinel may refuse (NOGOODSLAVE):
 	// asked again until it starts.
 	err = poll(ctx, func(ctx context.Context) error {
@@ -133,15 +154,16 @@ func (s *Sentinels) Failover(ctx context.Context) (*Server, error) {
 		if err != nil {
 			return err
 		}
-		if m != want {
+		if m == old {
 			return fmt.Errorf("the Sentinels still name %s", m.Addr())
 		}
 		if role, err := InfoField(ctx, m.client(), "role"); err != nil || role != "master" {
 			return fmt.Errorf("%s is %q (%v)", m.Addr(), role, err)
 		}
+		promoted = m
 		return nil
 	})
-	return want, err
+	return promoted, err
 }
 
 // sentinelArgs writes the Sentinel's configuration file (Sentinel rewrites
