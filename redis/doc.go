@@ -423,7 +423,7 @@
 //     token is never handed out. Acquire fails so too, after its own WAIT
 //     (it does not wait for the replicas to come back); TryAcquire of a
 //     free lock likewise. The WAIT waits WaitTimeout (default 500ms), at
-//     most half the TTL and nine tenths of what is left of the context,
+//     most half the TTL and three quarters of what is left of the context,
 //     so the failure comes within that bound plus the round trips, before
 //     the lease's local deadline and the context's end.
 //   - A refusal (TryAcquire of a held lock, a waiter joining the queue)

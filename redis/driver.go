@@ -35,8 +35,8 @@ const DefaultWaitTimeout = 500 * time.Millisecond
 // ErrNotReplicated is returned (wrapped, together with
 // backend.ErrUnavailable) by an acquisition that got the lock but whose grant
 // was not acknowledged by Config.WaitReplicas replicas within its WAIT's
-// bound (Config.WaitTimeout, at most half the TTL and nine tenths of what
-// was left of the context). The lock was released again (or expires with its TTL
+// bound (Config.WaitTimeout, at most half the TTL and three quarters of
+// what was left of the context). The lock was released again (or expires with its TTL
 // if that failed too); its token is never handed out. It is not
 // backend.ErrNotAcquired: nobody else holds the lock, the backend cannot
 // give the durability asked for (a replica down or resyncing), and a job
@@ -89,7 +89,7 @@ type Config struct {
 	// failover", for what it costs while replicas are away.
 	WaitReplicas int
 	// WaitTimeout bounds the WAIT (default DefaultWaitTimeout); each
-	// acquisition's WAIT waits at most half its TTL and nine tenths of
+	// acquisition's WAIT waits at most half its TTL and three quarters of
 	// what is left of its context too. It must be positive: WAIT with 0
 	// would block forever.
 	WaitTimeout time.Duration
@@ -554,14 +554,14 @@ func isGrant(script *goredis.Cmd) bool {
 // Config.WaitTimeout, at most half the TTL (the grant's lifetime counts
 // from before the script: one confirmed later would leave its holder less
 // than half of it, and one confirmed after the lease's local deadline
-// would be lost at once), and at most nine tenths of what is left of ctx
-// (so that WAIT's own answer comes back before ctx ends: the acquisition
-// then knows that the grant is not replicated, not only that it had no
-// answer).
+// would be lost at once), and at most three quarters of what is left of
+// ctx (so that WAIT's own answer comes back before ctx ends: the
+// acquisition then knows that the grant is not replicated, not only that
+// it had no answer).
 func (d *redisDriver) waitBudget(ctx context.Context, ttlMs int64) time.Duration {
 	b := min(d.cfg.WaitTimeout, time.Duration(ttlMs)*time.Millisecond/2)
 	if dl, ok := ctx.Deadline(); ok {
-		b = min(b, time.Until(dl)*9/10)
+		b = min(b, time.Until(dl)*3/4)
 	}
 	return b
 }

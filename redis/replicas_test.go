@@ -75,7 +75,7 @@ func TestWaitBounded(t *testing.T) {
 		assert.ErrorContains(t, err, "within 1s", "half the TTL")
 	})
 	t.Run("Context", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_, err := l.TryAcquire(ctx, "ctx", backend.WithTTL(time.Minute))
 		require.ErrorIs(t, err, ErrNotReplicated, "WAIT answered before the context ended")
