@@ -229,8 +229,10 @@ func (r *gapRun) longest(from, to time.Time) (gap time.Duration, end time.Time, 
 	return gap, end, down
 }
 
-// probe reports whether the primary g names now takes a write that a
-// replica acknowledges within 50ms (a key in the lock's slot).
+// probe reports whether the primary g names now takes a write (a key in
+// the lock's slot) that a replica acknowledges within 50ms. (WAIT answers
+// whether the write failed or not: a restarted cluster master refuses
+// writes with CLUSTERDOWN for 2s while its replica is in sync.)
 func (g *gapTopology) probe(ctx context.Context, clients map[string]*goredis.Client) bool {
 	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
@@ -245,11 +247,11 @@ func (g *gapTopology) probe(ctx context.Context, clients map[string]*goredis.Cli
 		clients[m.Addr()] = c
 	}
 	p := c.Pipeline()
-	p.Incr(ctx, keysOf("gap", "n").lock+":probe")
+	incr := p.Incr(ctx, keysOf("gap", "n").lock+":probe")
 	w := p.Do(ctx, "WAIT", 1, 50)
 	_, _ = p.Exec(ctx)
 	n, err := w.Int64()
-	return err == nil && n >= 1
+	return incr.Err() == nil && err == nil && n >= 1
 }
 
 // measureGaps runs three workers that take and release lock "n" over
