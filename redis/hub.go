@@ -198,6 +198,11 @@ func (h *hub) suspect() {
 		}
 		select {
 		case <-pinged:
+			return // heard, even if after ctx's end (a client that does not heed ctx)
+		default:
+		}
+		select {
+		case <-pinged:
 		case <-ctx.Done():
 			h.renew(s)
 		}
