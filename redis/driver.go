@@ -34,8 +34,9 @@ const DefaultWaitTimeout = 500 * time.Millisecond
 
 // ErrNotReplicated is returned (wrapped, together with
 // backend.ErrUnavailable) by an acquisition that got the lock but whose grant
-// was not acknowledged by Config.WaitReplicas replicas within
-// Config.WaitTimeout. The lock was released again (or expires with its TTL
+// was not acknowledged by Config.WaitReplicas replicas within its WAIT's
+// bound (Config.WaitTimeout, at most half the TTL and three quarters of
+// what was left of the context). The lock was released again (or expires with its TTL
 // if that failed too); its token is never handed out. It is not
 // backend.ErrNotAcquired: nobody else holds the lock, the backend cannot
 // give the durability asked for (a replica down or resyncing), and a job
@@ -82,10 +83,15 @@ type Config struct {
 	NoClockFloor bool
 	// WaitReplicas, when positive, makes every grant wait (WAIT) until that
 	// many replicas acknowledged it, for up to WaitTimeout; otherwise the
-	// lock is released and the acquisition fails with ErrNotReplicated.
+	// lock is released and the acquisition fails with ErrNotReplicated
+	// (and backend.ErrUnavailable): Acquire too, without waiting for the
+	// replicas to come back. See the package documentation, "Replicas and
+	// failover", for what it costs while replicas are away.
 	WaitReplicas int
-	// WaitTimeout bounds the WAIT (default DefaultWaitTimeout). It must be
-	// positive: WAIT with 0 would block forever.
+	// WaitTimeout bounds the WAIT (default DefaultWaitTimeout); each
+	// acquisition's WAIT waits at most half its TTL and three quarters of
+	// what is left of its context too. It must be positive: WAIT with 0
+	// would block forever.
 	WaitTimeout time.Duration
 }
 
@@ -183,6 +189,10 @@ type redisDriver struct {
 	// boxed for the scripts' argument lists: a process that takes one
 	// lock again and again builds them once.
 	lastLock atomic.Pointer[lockKeys]
+
+	// short holds the nodes ("" for a client of one primary) whose last
+	// WAIT counted fewer than Config.WaitReplicas replicas (see noteAcks).
+	short sync.Map
 
 	// Counters for tests and benchmarks.
 	attempts  atomic.Int64 // acquire script calls
@@ -472,7 +482,7 @@ func (d *redisDriver) acquireOnce(ctx context.Context, l *lease, mode queueMode)
 	if d.cfg.WaitReplicas == 0 {
 		return parseAcquire(d.eval(ctx, tryAgainWithin(l.ttlMs), cmd, acquireScript, acquireSrc).Result())
 	}
-	return d.acquireWait(ctx, tryAgainWithin(l.ttlMs), l.k.lock, cmd)
+	return d.acquireWait(ctx, l, cmd)
 }
 
 // doer is a client that sends any command: go-redis's *Client,
@@ -520,80 +530,186 @@ func (d *redisDriver) evalOnce(ctx context.Context, cmd []any, script *goredis.S
 	return r
 }
 
-// acquireWait sends cmd, the acquire script, and WAIT in one pipeline on
-// one connection (see evalWait); lock is the lock key.
-func (d *redisDriver) acquireWait(ctx context.Context, within time.Duration, lock string, cmd []any) (acquireResult, error) {
-	script, wait, err := d.evalWait(ctx, within, lock, cmd, acquireSrc)
+// acquireWait sends cmd, the acquire script of l, and WAIT (see evalWait),
+// and notes what WAIT said of lock's node (see noteAcks).
+func (d *redisDriver) acquireWait(ctx context.Context, l *lease, cmd []any) (acquireResult, error) {
+	budget := d.waitBudget(ctx, l.ttlMs)
+	script, wait, node, err := d.evalWait(ctx, tryAgainWithin(l.ttlMs), l.k.lock, cmd, acquireSrc, budget, isGrant)
 	if err != nil {
 		return acquireResult{}, err
 	}
 	res, err := parseAcquire(script.Result())
+	if wait == nil {
+		return res, err // refused, and WAIT not sent
+	}
+	if acks, werr := wait.Int64(); werr == nil && err == nil {
+		d.noteAcks(node, acks, res.granted)
+	}
 	if err != nil || !res.granted {
 		return res, err
 	}
-	if err := d.checkAcks(wait, "the grant"); err != nil {
+	if err := d.checkAcks(wait, "the grant", budget); err != nil {
 		return res, err
 	}
 	return res, nil
 }
 
+// isGrant reports whether an acquire script's reply is a grant (a token,
+// as a string; a refusal is an array).
+func isGrant(script *goredis.Cmd) bool {
+	_, ok := script.Val().(string)
+	return ok
+}
+
+// waitBudget is how long the WAITs after a script of an acquisition whose
+// TTL is ttlMs may wait in all under ctx (see evalWait):
+// Config.WaitTimeout, at most half the TTL (the grant's lifetime counts
+// from before the script: one confirmed later would leave its holder less
+// than half of it, and one confirmed after the lease's local deadline
+// would be lost at once), and at most three quarters of what is left of
+// ctx (so that WAIT's own answer comes back before ctx ends: the
+// acquisition then knows that the grant is not replicated, not only that
+// it had no answer).
+func (d *redisDriver) waitBudget(ctx context.Context, ttlMs int64) time.Duration {
+	b := min(d.cfg.WaitTimeout, time.Duration(ttlMs)*time.Millisecond/2)
+	if dl, ok := ctx.Deadline(); ok {
+		b = min(b, time.Until(dl)*3/4)
+	}
+	return b
+}
+
+// noteAcks records what a WAIT said of node (its address; "" for a
+// client of one primary): a WAIT that counted fewer than
+// Config.WaitReplicas replicas marks it short of replicas, and one that
+// counted enough after a grant (a write of its connection, which only
+// replicas that are up to date acknowledge) clears the mark. A refusal's
+// WAIT that counted enough proves nothing (its connection may not have
+// written since the replicas went away) and leaves the mark as it is.
+func (d *redisDriver) noteAcks(node string, acks int64, granted bool) {
+	switch {
+	case acks < int64(d.cfg.WaitReplicas):
+		d.short.Store(node, struct{}{})
+	case granted:
+		d.short.Delete(node)
+	}
+}
+
+// replicasShort reports whether node's last WAIT counted too few replicas
+// (see noteAcks).
+func (d *redisDriver) replicasShort(node string) bool {
+	_, ok := d.short.Load(node)
+	return ok
+}
+
 // evalWait sends cmd, an EVALSHA of a script (src: its source) that
 // writes under lock (the lock key, which names the Cluster node), and
-// WAIT in one pipeline on one connection: WAIT counts the replicas that
-// have this connection's writes. After a NOSCRIPT it sends both again,
-// with EVAL. A pipeline to one cluster node does not follow redirections:
-// after a MOVED (the slot has another master, after a failover), which the
-// node answers without running the script, it reloads the slot map and
-// sends both once more, to the new master. While the slot migrates (the
-// node answers TRYAGAIN or ASK) it sends them again for up to within
-// (see slotRetry). The error is one of reaching the node; the script's
-// and WAIT's are in their replies.
-func (d *redisDriver) evalWait(ctx context.Context, within time.Duration, lock string, cmd []any, src string) (*goredis.Cmd, *goredis.Cmd, error) {
-	type replies struct{ script, wait *goredis.Cmd }
+// WAIT on the same connection: WAIT counts the replicas that have this
+// connection's writes. The WAITs it sends wait budget in all (each for
+// what is left of it, 1ms at least: WAIT 0 waits forever), the tries
+// while a slot migrates included. It returns the replies, and the address
+// of the node for a cluster ("" otherwise).
+//
+// Both go in one pipeline (one round trip), unless needWait is given and
+// the node is short of replicas (see noteAcks) and the client lends one
+// connection (*goredis.Client's Conn: a Sentinel client, a cluster's
+// node): then the script goes first and WAIT after it only if
+// needWait(script reply), on the same connection, so that a reply that
+// needs none (a refusal) does not wait for replicas that are away; WAIT
+// is then nil if not sent. In a pipeline WAIT runs whatever the script
+// did, and waits for replicas whenever the connection's last write is not
+// on them yet.
+//
+// After a NOSCRIPT it sends the script again, with EVAL. A request to one
+// cluster node does not follow redirections: after a MOVED (the slot has
+// another master, after a failover), which the node answers without
+// running the script, it reloads the slot map and sends again, to the new
+// master, once. While the slot migrates (the node answers TRYAGAIN or
+// ASK) it sends them again for up to within (see slotRetry). The error is
+// one of reaching the node; the script's and WAIT's are in their replies.
+func (d *redisDriver) evalWait(ctx context.Context, within time.Duration, lock string, cmd []any, src string, budget time.Duration,
+	needWait func(*goredis.Cmd) bool) (script, wait *goredis.Cmd, node string, err error) {
+	end := time.Now().Add(budget)
+	type replies struct {
+		script, wait *goredis.Cmd
+		node         string
+	}
 	r, err := slotRetry(ctx, d, within, func() (replies, error) {
-		script, wait, err := d.evalWaitOnce(ctx, lock, cmd, src)
+		script, wait, node, err := d.evalWaitOnce(ctx, lock, cmd, src, end, needWait)
 		if err != nil {
 			return replies{}, err
 		}
-		return replies{script, wait}, script.Err()
+		return replies{script, wait, node}, script.Err()
 	})
 	if r.script == nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
 	r.script.SetErr(err) // with the migration's error, if ctx ended the last try
-	return r.script, r.wait, nil
+	return r.script, r.wait, r.node, nil
 }
 
-// evalWaitOnce is evalWait without slotRetry.
-func (d *redisDriver) evalWaitOnce(ctx context.Context, lock string, cmd []any, src string) (*goredis.Cmd, *goredis.Cmd, error) {
+// evalWaitOnce is evalWait without slotRetry; its WAITs end by end.
+func (d *redisDriver) evalWaitOnce(ctx context.Context, lock string, cmd []any, src string, end time.Time,
+	needWait func(*goredis.Cmd) bool) (script, wait *goredis.Cmd, node string, err error) {
+	waitMs := func() int64 { return max(time.Until(end).Milliseconds(), 1) }
 	var movedFrom string // the node that answered MOVED
 	for {
-		var p goredis.Pipeliner
-		var addr string
-		if c, ok := d.c.(masterForKey); ok {
-			node, err := c.MasterForKey(ctx, lock)
+		var c pipeliner
+		node = ""
+		if mc, ok := d.c.(masterForKey); ok {
+			n, err := mc.MasterForKey(ctx, lock)
 			if err != nil {
-				return nil, nil, mapErr(err)
+				return nil, nil, "", mapErr(err)
 			}
-			p, addr = node.Pipeline(), node.Options().Addr
+			c, node = n, n.Options().Addr
 		} else {
-			p = d.c.(pipeliner).Pipeline()
+			c = d.c.(pipeliner)
 		}
-		script := p.Do(ctx, cmd...)
-		wait := p.Do(ctx, "WAIT", d.cfg.WaitReplicas, d.cfg.WaitTimeout.Milliseconds())
-		_, _ = p.Exec(ctx)
-		switch err := script.Err(); {
-		case isNoScript(err) && cmd[0] != "eval":
-			cmd[0], cmd[1] = "eval", src
-			continue
-		case goredis.HasErrorPrefix(err, "MOVED") && movedFrom == "" && addr != "":
-			movedFrom = addr
-			if d.reloadSlots(ctx, lock, addr) {
+		lender, canLend := c.(connLender)
+		if needWait != nil && canLend && d.replicasShort(node) {
+			script, wait = d.evalThenWait(ctx, lender.Conn(), cmd, src, waitMs, needWait)
+		} else {
+			p := c.Pipeline()
+			script = p.Do(ctx, cmd...)
+			wait = p.Do(ctx, "WAIT", d.cfg.WaitReplicas, waitMs())
+			_, _ = p.Exec(ctx)
+			if isNoScript(script.Err()) && cmd[0] != "eval" {
+				cmd[0], cmd[1] = "eval", src
 				continue
 			}
 		}
-		return script, wait, nil
+		if goredis.HasErrorPrefix(script.Err(), "MOVED") && movedFrom == "" && node != "" {
+			movedFrom = node
+			if d.reloadSlots(ctx, lock, node) {
+				continue
+			}
+		}
+		return script, wait, node, nil
 	}
+}
+
+// connLender is a client that lends one connection of its pool: go-redis's
+// *Client (also as a Sentinel client or a cluster's node).
+type connLender interface {
+	Conn() *goredis.Conn
+}
+
+// evalThenWait sends cmd (see evalWait) on conn, again as EVAL after a
+// NOSCRIPT, then WAIT for waitMs() on conn if needWait(script reply)
+// (wait is nil if not), and gives conn back to its pool. conn sends
+// nothing on another connection: a command after one whose connection
+// broke fails, so WAIT never counts another connection's writes.
+func (d *redisDriver) evalThenWait(ctx context.Context, conn *goredis.Conn, cmd []any, src string, waitMs func() int64,
+	needWait func(*goredis.Cmd) bool) (script, wait *goredis.Cmd) {
+	defer conn.Close()
+	script = conn.Do(ctx, cmd...)
+	if isNoScript(script.Err()) && cmd[0] != "eval" {
+		cmd[0], cmd[1] = "eval", src
+		script = conn.Do(ctx, cmd...)
+	}
+	if script.Err() == nil && needWait(script) {
+		wait = conn.Do(ctx, "WAIT", d.cfg.WaitReplicas, waitMs())
+	}
+	return script, wait
 }
 
 // reloadSlots has a cluster client reload its slot map, which it does in
@@ -621,16 +737,17 @@ func (d *redisDriver) reloadSlots(ctx context.Context, lock, from string) bool {
 	return false
 }
 
-// checkAcks reads the reply of the WAIT that followed what (a write): an
-// error unless Config.WaitReplicas replicas acknowledged it.
-func (d *redisDriver) checkAcks(wait *goredis.Cmd, what string) error {
+// checkAcks reads the reply of the WAIT that followed what (a write),
+// within budget: an error unless Config.WaitReplicas replicas acknowledged
+// it.
+func (d *redisDriver) checkAcks(wait *goredis.Cmd, what string, budget time.Duration) error {
 	acks, err := wait.Int64()
 	if err != nil {
 		return fmt.Errorf("redis: WAIT after %s: %w", what, mapErr(err))
 	}
 	if acks < int64(d.cfg.WaitReplicas) {
 		return fmt.Errorf("%w: %w: %d of %d replicas within %v", backend.ErrUnavailable, ErrNotReplicated,
-			acks, d.cfg.WaitReplicas, d.cfg.WaitTimeout)
+			acks, d.cfg.WaitReplicas, budget.Round(time.Millisecond))
 	}
 	return nil
 }

@@ -23,6 +23,18 @@ import (
 // it. After the subscription broke, when messages may have been lost,
 // every waiter is woken to try again.
 //
+// A subscription can also go deaf without breaking: go-redis's Sentinel
+// client moves its pooled connections to the new primary after a
+// failover, not its pub/sub connections, so a subscription on an old
+// primary that is still up (SENTINEL FAILOVER, a partition) hears none of
+// the new primary's publishes until Sentinel makes the old one a replica
+// (8s at least after it sees it: sentinel.c waits SENTINEL_PUBLISH_PERIOD
+// *4 before it reconfigures an instance that says it is a master, and
+// looks every 10s). A waiter that finds a notice missing (see suspect) has
+// the hub check: it publishes a ping on its own channel through the
+// client, and if the subscription does not hear it within pingWait, the
+// hub subscribes anew, on the server the client knows now.
+//
 // If the server refuses the subscription (an ACL user without the channel,
 // &<prefix>:*, or without SUBSCRIBE), the waiters of that subscription fail
 // with the server's error, which matches backend.ErrPermission: a waiter
@@ -71,9 +83,17 @@ type hub struct {
 	refreshed   time.Time
 	refreshing  bool
 	refreshDone chan struct{}
-	// ctx ends the local subscriptions and their refresh at close.
+	// ctx ends when the hub stops (closed, or its client closed): the
+	// local subscriptions, their refresh, a check's ping.
 	ctx    context.Context
 	cancel context.CancelFunc
+	// The check (see suspect): one at a time, checkEvery apart at least.
+	checking  bool
+	lastCheck time.Time
+	pings     int64         // the checks' pings so far
+	ping      string        // the payload of the ping in flight
+	pinged    chan struct{} // closed when it arrives
+	renewals  atomic.Int64  // subscriptions replaced after a check (for tests)
 }
 
 // clusterMasters is a cluster client (go-redis's *ClusterClient): it
@@ -100,11 +120,26 @@ type localSub struct {
 	done   chan struct{} // closed when its receive loop has returned
 }
 
+// pingMark starts the payload of a check's ping; no owner id (hex) does.
+const pingMark = "!"
+
+// pingWait is how long a check waits for its ping; checkEvery is the
+// least time between two checks.
+const (
+	pingWait   = time.Second
+	checkEvery = time.Second
+)
+
+// pingScript publishes ARGV[2] on channel ARGV[1] (PUBLISH from a script:
+// the user needs no ACL rule more than the release script does).
+var pingScript = goredis.NewScript("return redis.call('PUBLISH', ARGV[1], ARGV[2])")
+
 // subscription is one pub/sub connection's attempt to subscribe to the
 // hub's channel, from the first wait to the hub's close or the server's
 // refusal.
 type subscription struct {
 	ps      *goredis.PubSub
+	renewal bool          // it replaced a subscription that went deaf
 	ready   chan struct{} // closed once the server confirmed the subscription
 	refused chan struct{} // closed when the server refused it; err says why
 	err     error
@@ -169,15 +204,7 @@ func (h *hub) register(owner string) (*sub, error) {
 		return nil, h.stopErr()
 	}
 	if h.cur == nil {
-		// No channel yet: Subscribe without channels sends nothing. The
-		// loop sends SUBSCRIBE (dialling first), so that a slow dial
-		// holds up no one; if it fails, the receive loop's reconnection
-		// sends it again (go-redis keeps the channel).
-		ctx, cancel := context.WithCancel(context.Background())
-		s := &subscription{ps: h.c.Subscribe(ctx), ready: make(chan struct{}), refused: make(chan struct{}),
-			cancel: cancel, done: make(chan struct{})}
-		h.cur = s
-		go h.loop(ctx, s)
+		h.cur = h.subscribeLocked()
 	}
 	s := &sub{h: h, s: h.cur, owner: owner, notify: make(chan struct{}, 1)}
 	h.waiters[owner] = s
@@ -279,6 +306,80 @@ func (h *hub) localLoop(ctx context.Context, addr string, l *localSub) {
 	}
 }
 
+// subscribeLocked starts a subscription. Subscribe without channels sends
+// nothing: the loop sends SUBSCRIBE (dialling first), so that a slow dial
+// holds up no one; if it fails, the receive loop's reconnection sends it
+// again (go-redis keeps the channel).
+func (h *hub) subscribeLocked() *subscription {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &subscription{ps: h.c.Subscribe(ctx), ready: make(chan struct{}), refused: make(chan struct{}),
+		cancel: cancel, done: make(chan struct{})}
+	go h.loop(ctx, s)
+	return s
+}
+
+// suspect is called when a waiter found by itself what a message should
+// have told it (its renewal found that a release granted it the lock, or
+// left the lock free with the waiter next): the message may be on its
+// way, or lost for good to a deaf subscription (see hub). Unless a check
+// runs or ran less than checkEvery ago, it checks the subscription in the
+// background: a ping published on the channel through the client that
+// the subscription does not hear within pingWait makes the hub subscribe
+// anew. A ping that cannot be published tells nothing, and changes
+// nothing.
+func (h *hub) suspect() {
+	h.mu.Lock()
+	s := h.cur
+	if h.closed || s == nil || !s.confirmed() || h.checking || time.Since(h.lastCheck) < checkEvery {
+		h.mu.Unlock()
+		return
+	}
+	h.checking, h.lastCheck = true, time.Now()
+	h.pings++
+	h.ping, h.pinged = pingMark+strconv.FormatInt(h.pings, 10), make(chan struct{})
+	ping, pinged := h.ping, h.pinged
+	h.mu.Unlock()
+	go func() {
+		defer func() {
+			h.mu.Lock()
+			h.checking, h.ping = false, ""
+			h.mu.Unlock()
+		}()
+		ctx, cancel := context.WithTimeout(h.ctx, pingWait)
+		defer cancel()
+		if err := pingScript.Run(ctx, h.c, nil, h.channel, ping).Err(); err != nil {
+			return
+		}
+		select {
+		case <-pinged:
+			return // heard, even if after ctx's end (a client that does not heed ctx)
+		default:
+		}
+		select {
+		case <-pinged:
+		case <-ctx.Done():
+			h.renew(s)
+		}
+	}()
+}
+
+// renew replaces subscription old, which did not hear a ping, with a new
+// one (unless the hub closed or old was replaced already); old's loop
+// returns once its connection is closed.
+func (h *hub) renew(old *subscription) {
+	h.mu.Lock()
+	if h.closed || h.cur != old {
+		h.mu.Unlock()
+		return
+	}
+	h.cur = h.subscribeLocked()
+	h.cur.renewal = true
+	h.renewals.Add(1)
+	h.mu.Unlock()
+	old.cancel()
+	_ = old.ps.Close()
+}
+
 func (h *hub) stopErr() error {
 	if h.err != nil {
 		return h.err
@@ -321,10 +422,16 @@ func (h *hub) loop(ctx context.Context, s *subscription) {
 				return
 			}
 			h.mu.Lock()
+			if h.cur != s && !h.closed {
+				// Replaced (see renew): the new subscription goes on.
+				h.mu.Unlock()
+				return
+			}
 			stop := h.closed || errors.Is(err, goredis.ErrClosed)
 			if stop && !h.closed {
 				h.closed, h.err = true, fmt.Errorf("redis: pub/sub: %w", err)
 				close(h.stopped)
+				h.cancel()
 			}
 			// Messages may have been lost: every waiter tries again (and a
 			// waiter whose client is closed finds out).
@@ -344,10 +451,24 @@ func (h *hub) loop(ctx context.Context, s *subscription) {
 				h.mu.Lock()
 				if !s.confirmed() {
 					close(s.ready)
+					if s.renewal {
+						// Messages were lost to the deaf one: every
+						// waiter tries again.
+						h.wakeAllLocked()
+					}
 				}
 				h.mu.Unlock()
 			}
 		case *goredis.Message:
+			if strings.HasPrefix(m.Payload, pingMark) {
+				h.mu.Lock()
+				if m.Payload == h.ping {
+					close(h.pinged)
+					h.ping = ""
+				}
+				h.mu.Unlock()
+				continue
+			}
 			h.deliver(m.Payload)
 		}
 	}
@@ -405,6 +526,7 @@ func (h *hub) close() error {
 	if !h.closed {
 		h.closed = true
 		close(h.stopped)
+		h.cancel()
 	}
 	s := h.cur
 	h.wakeAllLocked()

@@ -355,9 +355,13 @@ func (l *lease) KeepAlive(ctx context.Context) (time.Time, error) {
 			// Granted by a release while waiting, and the message has not
 			// arrived (or was lost): the waiter's next attempt finds it.
 			l.wakeWaiter()
+			l.d.hub.suspect()
 		}
 	case 3:
+		// Next in line and free: a release's wake-up not arrived (or
+		// lost), or a holder whose key expired.
 		l.wakeWaiter()
+		l.d.hub.suspect()
 	}
 	return sent, nil
 }

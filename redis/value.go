@@ -92,13 +92,14 @@ func (l *lease) Proclaim(ctx context.Context, value string) error {
 		if l.d.cfg.WaitReplicas == 0 {
 			return l.d.eval(ctx, tryAgainWithin(l.ttlMs), cmd, proclaimScript, proclaimLua).Int64()
 		}
-		script, wait, err := l.d.evalWait(ctx, tryAgainWithin(l.ttlMs), l.k.lock, cmd, proclaimLua)
+		budget := l.d.waitBudget(ctx, l.ttlMs)
+		script, wait, _, err := l.d.evalWait(ctx, tryAgainWithin(l.ttlMs), l.k.lock, cmd, proclaimLua, budget, nil)
 		if err != nil {
 			return 0, err
 		}
 		n, err := script.Int64()
 		if err == nil && n == 1 {
-			err = l.d.checkAcks(wait, "the proclaim")
+			err = l.d.checkAcks(wait, "the proclaim", budget)
 		}
 		return n, err
 	})

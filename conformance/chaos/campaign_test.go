@@ -441,9 +441,10 @@ func campaignOn(t *testing.T, p servers.Provider, kind servers.Kind, client chao
 	if client == chaos.RedisClientDocs && topo == servers.Cluster {
 		// Failovers of the primary, with the clock floor alone:
 		// with wait_replicas=1 and one replica, grants stop after
-		// each failover until the old primary has resynced as a
-		// replica (up to 12 s, measured here), which the member
-		// faults of the other Redis campaign show already. The
+		// each failover until the old primary is a replica again,
+		// which Sentinel does 8 s at least after it sees it (up to
+		// 12 s measured here; redis.BenchmarkFailoverGap), and the
+		// member faults of the other Redis campaign show already. The
 		// guard must not be on a primary that fails over.
 		c.Guard, c.GuardURL = chaos.GuardSQL, servers.StartWith(t, p, servers.Postgres, servers.Single).URL
 		c.Sentinel = sentinelOf(s)

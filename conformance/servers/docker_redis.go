@@ -205,7 +205,7 @@ func (d *dockerServer) startRedisSentinel() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := redistest.WaitSentinels(ctx, sns); err != nil {
+	if err := redistest.WaitSentinels(ctx, sns, 1); err != nil {
 		return nil, err
 	}
 	members := []*Member{p.c.newMember("primary"), r.c.newMember("replica")}

@@ -25,6 +25,7 @@ const sentinelDownAfter = time.Second
 type Sentinels struct {
 	Primary   *Server // as started: after a failover, Master says which
 	Replica   *Server
+	More      []*Server // the other replicas (StartSentinelsReplicas)
 	Sentinels []*Server
 }
 
@@ -34,8 +35,18 @@ type Sentinels struct {
 // to the primary and the replica, and WithTLS to the Sentinels too.
 func StartSentinels(tb testing.TB, n int, opts ...Option) *Sentinels {
 	tb.Helper()
+	return StartSentinelsReplicas(tb, n, 1, opts...)
+}
+
+// StartSentinelsReplicas is StartSentinels with replicas replicas (1 at
+// least): Replica, and More for the others.
+func StartSentinelsReplicas(tb testing.TB, n, replicas int, opts ...Option) *Sentinels {
+	tb.Helper()
 	s := &Sentinels{Primary: Start(tb, opts...)}
 	s.Replica = StartReplica(tb, s.Primary, opts...)
+	for range replicas - 1 {
+		s.More = append(s.More, StartReplica(tb, s.Primary, opts...))
+	}
 	conf := SentinelConf(s.Primary.Addr(), n)
 	var given config // WithTLS applies to the Sentinels too
 	for _, o := range opts {
@@ -46,12 +57,19 @@ func StartSentinels(tb testing.TB, n int, opts ...Option) *Sentinels {
 	for range n {
 		s.Sentinels = append(s.Sentinels, Start(tb, func(c *config) { c.sentinel, c.tls = conf, given.tls }))
 	}
+	s.waitKnown(tb)
+	return s
+}
+
+// waitKnown waits until every Sentinel knows every replica and reaches its
+// quorum (SENTINEL CKQUORUM).
+func (s *Sentinels) waitKnown(tb testing.TB) {
+	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := WaitSentinels(ctx, s.Sentinels); err != nil {
+	if err := WaitSentinels(ctx, s.Sentinels, 1+len(s.More)); err != nil {
 		tb.Fatalf("redistest: %v", err)
 	}
-	return s
 }
 
 // SentinelConf returns the configuration lines with which each of n
@@ -67,18 +85,18 @@ func SentinelConf(addr string, n int) []string {
 	}
 }
 
-// WaitSentinels waits until every Sentinel of sentinels knows a replica
-// of SentinelMaster and reaches its quorum (SENTINEL CKQUORUM: it sees
-// enough other Sentinels to authorize a failover).
-func WaitSentinels[N Node](ctx context.Context, sentinels []N) error {
+// WaitSentinels waits until every Sentinel of sentinels knows want
+// replicas of SentinelMaster and reaches its quorum (SENTINEL CKQUORUM: it
+// sees enough other Sentinels to authorize a failover).
+func WaitSentinels[N Node](ctx context.Context, sentinels []N, want int) error {
 	for _, sn := range sentinels {
 		err := poll(ctx, func(ctx context.Context) error {
 			replicas, err := sn.Admin().Do(ctx, "SENTINEL", "REPLICAS", SentinelMaster).Slice()
 			switch {
 			case err != nil:
 				return err
-			case len(replicas) == 0:
-				return fmt.Errorf("sentinel %s knows no replica yet", sn.Addr())
+			case len(replicas) < want:
+				return fmt.Errorf("sentinel %s knows %d replicas of %d yet", sn.Addr(), len(replicas), want)
 			}
 			return sn.Admin().Do(ctx, "SENTINEL", "CKQUORUM", SentinelMaster).Err()
 		})
@@ -89,13 +107,18 @@ func WaitSentinels[N Node](ctx context.Context, sentinels []N) error {
 	return nil
 }
 
+// servers are the primary and replicas, as started.
+func (s *Sentinels) servers() []*Server {
+	return append([]*Server{s.Primary, s.Replica}, s.More...)
+}
+
 // Addrs returns the Sentinels' addresses.
 func (s *Sentinels) Addrs() []string { return Addrs(s.Sentinels) }
 
 // Master returns the server the first running Sentinel names as the
 // primary now.
 func (s *Sentinels) Master(ctx context.Context) (*Server, error) {
-	return SentinelsMaster(ctx, s.Sentinels, []*Server{s.Primary, s.Replica})
+	return SentinelsMaster(ctx, s.Sentinels, s.servers())
 }
 
 // SentinelsMaster returns the server of servers that the first running
@@ -122,11 +145,11 @@ func SentinelsMaster[N Node](ctx context.Context, sentinels, servers []N) (N, er
 	return zero, fmt.Errorf("redistest: no running Sentinel names the primary (%v)", last)
 }
 
-// Failover asks a Sentinel to fail over (SENTINEL FAILOVER: the replica is
+// Failover asks a Sentinel to fail over (SENTINEL FAILOVER: a replica is
 // promoted, the old primary made its replica) and waits until the
-// Sentinels name the other server and it says it is a master.
+// Sentinels name another server and it says it is a master.
 func (s *Sentinels) Failover(ctx context.Context) (*Server, error) {
-	return SentinelsFailover(ctx, s.Sentinels, []*Server{s.Primary, s.Replica})
+	return SentinelsFailover(ctx, s.Sentinels, s.servers())
 }
 
 // SentinelsFailover asks the first running Sentinel of sentinels to fail
