@@ -202,13 +202,24 @@ func (c *Cluster) MasterOf(ctx context.Context, key string) (*Server, error) {
 // MasterOf returns the node of nodes (all the cluster's) that serves
 // key's slot now, as the running nodes' CLUSTER SHARDS say.
 func MasterOf[N Node](ctx context.Context, nodes []N, key string) (N, error) {
-	var zero N
 	for _, n := range nodes {
 		if !n.Running() {
 			continue
 		}
-		slot, err := n.Admin().ClusterKeySlot(ctx, key).Result()
-		if err != nil {
+		if slot, err := n.Admin().ClusterKeySlot(ctx, key).Result(); err == nil {
+			return masterOfSlot(ctx, nodes, slot)
+		}
+	}
+	var zero N
+	return zero, errors.New("redistest: no running node knows the key's slot")
+}
+
+// masterOfSlot returns the node of nodes (all the cluster's) that serves
+// slot now, as the running nodes' CLUSTER SHARDS say.
+func masterOfSlot[N Node](ctx context.Context, nodes []N, slot int64) (N, error) {
+	var zero N
+	for _, n := range nodes {
+		if !n.Running() {
 			continue
 		}
 		shards, err := n.Admin().ClusterShards(ctx).Result()
@@ -236,7 +247,7 @@ func MasterOf[N Node](ctx context.Context, nodes []N, key string) (N, error) {
 			}
 		}
 	}
-	return zero, errors.New("redistest: no running node knows the key's slot")
+	return zero, fmt.Errorf("redistest: no running node knows who serves slot %d", slot)
 }
 
 // SlotMasters returns, for each of the 16384 hash slots, the address of

@@ -188,39 +188,10 @@ func (m *Migration) Finish(ctx context.Context) error {
 	return nil
 }
 
-// masterOfSlot returns the node that serves slot now, as the running
-// nodes' CLUSTER SHARDS say.
+// masterOfSlot returns the node that serves slot now (see the generic
+// masterOfSlot).
 func (c *Cluster) masterOfSlot(ctx context.Context, slot int64) (*Server, error) {
-	for _, n := range c.Nodes() {
-		if !n.Running() {
-			continue
-		}
-		shards, err := n.client().ClusterShards(ctx).Result()
-		if err != nil {
-			continue
-		}
-		for _, sh := range shards {
-			if !slices.ContainsFunc(sh.Slots, func(r goredis.SlotRange) bool { return r.Start <= slot && slot <= r.End }) {
-				continue
-			}
-			for _, node := range sh.Nodes {
-				if node.Role != "master" {
-					continue
-				}
-				port := node.Port
-				if node.TLSPort != 0 {
-					port = node.TLSPort
-				}
-				for _, m := range c.Nodes() {
-					if int64(m.port) == port {
-						return m, nil
-					}
-				}
-				return nil, fmt.Errorf("redistest: slot %d is served by port %d, not a node of the cluster", slot, port)
-			}
-		}
-	}
-	return nil, fmt.Errorf("redistest: no running node knows who serves slot %d", slot)
+	return masterOfSlot(ctx, c.Nodes(), slot)
 }
 
 // slotOwner returns the id of the master that serves slot as s sees it
