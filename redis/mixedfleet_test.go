@@ -27,20 +27,21 @@ import (
 // TestForeignGap: a redislock holder is seen by our first waiter; with
 // ForeignInterval 2s, our release soon after hands the lock to the next
 // waiter, and its release 2s later leaves the key free for the gap: a
-// redislock Obtain (one try) gets it, our last waiter takes it only after
-// the gap, and our three waiters were granted in their order, with growing
-// tokens.
+// redislock Obtain (one try) gets it; the waiter woken for the gap gives up
+// during it, and its release does not hand the key to the one behind it
+// either, which takes it only after the gap. Our waiters were granted in
+// their order, with growing tokens.
 func TestForeignGap(t *testing.T) {
 	const (
 		interval = 2 * time.Second
-		gap      = 500 * time.Millisecond
+		gap      = time.Second
 	)
 	prefix := testPrefix(t)
 	k := keysOf(prefix, "n")
 	admin := newClient(t, srv.Addr())
 	rl := redislock.New(newClient(t, srv.Addr()))
 	cfg := Config{Prefix: prefix, ForeignInterval: interval, ForeignGap: gap}
-	la, lb, lc := locker(t, srv.Addr(), cfg), locker(t, srv.Addr(), cfg), locker(t, srv.Addr(), cfg)
+	la, lb, lc, ld := locker(t, srv.Addr(), cfg), locker(t, srv.Addr(), cfg), locker(t, srv.Addr(), cfg), locker(t, srv.Addr(), cfg)
 	ctx := tctx(t, 30*time.Second)
 
 	theirs, err := rl.Obtain(ctx, k.lock, 15*time.Second, nil)
@@ -49,8 +50,12 @@ func TestForeignGap(t *testing.T) {
 	waitQueued(t, la, "n", 1)
 	b := goAcquire(ctx, lb, "n")
 	waitQueued(t, la, "n", 2)
-	c := goAcquire(ctx, lc, "n")
+	cctx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
+	c := goAcquire(cctx, lc, "n")
 	waitQueued(t, la, "n", 3)
+	d := goAcquire(ctx, ld, "n")
+	waitQueued(t, la, "n", 4)
 	require.Equal(t, int64(1), admin.Exists(ctx, k.foreign).Val(), "the foreign holder was seen")
 	require.NoError(t, theirs.Release(ctx))
 	ra := waitAcquired(t, a, 5*time.Second) // by polling
@@ -69,17 +74,23 @@ func TestForeignGap(t *testing.T) {
 	require.NoError(t, err, "a foreign client takes the key in the gap")
 	requireBlocked(t, c, 50*time.Millisecond)
 	require.NoError(t, theirs.Release(ctx))
+	giveUp()
 	rc := waitAcquired(t, c, 5*time.Second)
-	require.NoError(t, rc.Err)
+	require.ErrorIs(t, rc.Err, context.Canceled)
+	if time.Since(releasing) < gap/2 {
+		require.Equal(t, int64(0), admin.Exists(ctx, k.lock).Val(), "the key is still free: the gap lasts")
+	}
+	rd := waitAcquired(t, d, 5*time.Second)
+	require.NoError(t, rd.Err)
 	took := time.Since(releasing)
 	// The gap key expires in the server gap after the release script ran,
 	// which was after releasing: the waiter cannot have been granted sooner
 	// (a little less, for the server's and our clocks' rounding).
 	assert.GreaterOrEqual(t, took, gap-10*time.Millisecond, "granted during the gap")
 	require.Less(t, ra.Lease.Token(), rb.Lease.Token())
-	require.Less(t, rb.Lease.Token(), rc.Lease.Token())
+	require.Less(t, rb.Lease.Token(), rd.Lease.Token())
 	t.Logf("granted %v after the release that left the gap", took)
-	release(t, rc.Lease)
+	release(t, rd.Lease)
 }
 
 // TestNoGapWithoutForeign: a fencelock-only fleet (three Lockers taking the

@@ -120,7 +120,8 @@ end
 -- seen_foreign (with always == '1', one not marked is marked now) comes
 -- at least every ms (digits; '0': never) after the key was last free:
 -- then the gap key lives for gap_ms, the mark says the key is free until
--- the gap ends, and the key must be left free.
+-- the gap ends, and the key must be left free. During a gap (a waiter
+-- that was woken for it released meanwhile) the key is left free too.
 local function gap_due(mark, gap, every, gap_ms, always, now)
   if every == '0' then
     return false
@@ -132,7 +133,11 @@ local function gap_due(mark, gap, every, gap_ms, always, now)
     end
     return false
   end
-  if now - tonumber(free) < tonumber(every) then
+  local since = now - tonumber(free)
+  if since < 0 then
+    return true
+  end
+  if since < tonumber(every) then
     return false
   end
   redis.call('SET', mark, now + tonumber(gap_ms), 'KEEPTTL')
