@@ -413,11 +413,12 @@
 //     (TestForeignGap). Measured (TestMixedFleetFair: two Lockers of ours
 //     taking the lock back to back and two redislock or redsync child
 //     processes, 10 rounds each, every hold 20ms, under -race on a busy
-//     2-core machine): the longest foreign wait 0.71-1.77s, 0.4-0.7ms
-//     median (the test's bound is 3s). The cost: a gap that no foreign
+//     2-core machine, two runs): the longest foreign wait 0.71-1.95s,
+//     medians 0.4-60ms (the test's bound is 4s: two foreign clients
+//     waiting at once may need two gaps). The cost: a gap that no foreign
 //     client uses leaves the lock idle, at most ForeignGap in every
 //     ForeignInterval + ForeignGap: two Lockers of ours alone on a marked
-//     lock with 20ms holds got 67-73% of the grants per second of an
+//     lock with 20ms holds got 62-73% of the grants per second of an
 //     unmarked lock. A lock where no foreign holder was seen (a
 //     fencelock-only fleet) leaves no gap (TestNoGapWithoutForeign); its
 //     handoff reads the mark, one GET more. A foreign client that never
@@ -431,8 +432,9 @@
 //
 // A value misread as fencelock's (only an operator's SET could look like
 // one) makes our waiter wait for its fallback timer (the key's PTTL) as
-// before; a fencelock value misread as foreign would only make it poll.
-// Neither affects exclusion.
+// before; a fencelock value misread as foreign would only make it poll,
+// and mark the lock for gaps. Neither affects exclusion, nor the order in
+// which our waiters are granted.
 //
 // # Failover and lost counters
 //
