@@ -413,12 +413,12 @@
 //     (TestForeignGap). Measured (TestMixedFleetFair: two Lockers of ours
 //     taking the lock back to back and two redislock or redsync child
 //     processes, 10 rounds each, every hold 20ms, under -race on a busy
-//     2-core machine, two runs): the longest foreign wait 0.71-1.95s,
+//     2-core machine, three runs): the longest foreign wait 0.71-1.95s,
 //     medians 0.4-60ms (the test's bound is 4s: two foreign clients
 //     waiting at once may need two gaps). The cost: a gap that no foreign
 //     client uses leaves the lock idle, at most ForeignGap in every
 //     ForeignInterval + ForeignGap: two Lockers of ours alone on a marked
-//     lock with 20ms holds got 62-73% of the grants per second of an
+//     lock with 20ms holds got 62-74% of the grants per second of an
 //     unmarked lock. A lock where no foreign holder was seen (a
 //     fencelock-only fleet) leaves no gap (TestNoGapWithoutForeign); its
 //     handoff reads the mark, one GET more. A foreign client that never

@@ -129,7 +129,7 @@ func (l *redsyncLock) release(ctx context.Context) error {
 //	         hold, release, pause: "took <ns>" (how long the obtain
 //	         waited) after each release, "done" at the end
 //
-// It exits at the end of stdin.
+// It exits at the end of stdin, also in the middle of a command.
 func foreignChild(impl string) int {
 	c := goredis.NewClient(&goredis.Options{Addr: os.Getenv("FENCELOCK_FOREIGN_ADDR")})
 	defer c.Close()
@@ -150,7 +150,10 @@ func foreignChild(impl string) int {
 		fmt.Fprintln(os.Stderr, "foreign child: unknown library", impl)
 		return 2
 	}
-	ctx := context.Background()
+	// ctx ends with stdin: a child whose parent died (a test that
+	// panicked) stops waiting for the lock and exits.
+	ctx, eof := context.WithCancel(context.Background())
+	defer eof()
 	fail := func(err error) int {
 		fmt.Fprintln(os.Stderr, "foreign child:", err)
 		return 1
@@ -162,6 +165,7 @@ func foreignChild(impl string) int {
 			cmds <- sc.Text()
 		}
 		close(cmds)
+		eof()
 	}()
 	for cmd := range cmds {
 		switch cmd {
