@@ -32,6 +32,16 @@ const MinTTL = 100 * time.Millisecond
 // Config.WaitReplicas is set and Config.WaitTimeout is not.
 const DefaultWaitTimeout = 500 * time.Millisecond
 
+// DefaultForeignInterval and DefaultForeignGap are Config.ForeignInterval
+// and Config.ForeignGap when left zero: a foreign client that waits gets
+// the key within about a second (the interval, the holder's hold, and the
+// gap, which is longer than redsync's longest default retry delay, 50-250ms
+// at random, so that it tries at least once while the key is free).
+const (
+	DefaultForeignInterval = 700 * time.Millisecond
+	DefaultForeignGap      = 300 * time.Millisecond
+)
+
 // ErrNotReplicated is returned (wrapped, together with
 // backend.ErrUnavailable) by an acquisition that got the lock but whose grant
 // was not acknowledged by Config.WaitReplicas replicas within its WAIT's
@@ -93,6 +103,39 @@ type Config struct {
 	// what is left of its context too. It must be positive: WAIT with 0
 	// would block forever.
 	WaitTimeout time.Duration
+	// ForeignInterval keeps a mixed fleet fair to the other side: once a
+	// holder that is not fencelock's (redsync, bsm/redislock: clients
+	// that never queue and retry SET NX) was seen on a lock within the
+	// last 10 minutes, a release hands the lock straight to the next
+	// waiter of ours only while the key has gone from waiter to waiter of
+	// ours for less than ForeignInterval (default DefaultForeignInterval)
+	// since it was last free; the first release after that leaves the key
+	// free for ForeignGap instead, during which no acquisition of ours
+	// takes it, so that a foreign client's retry finds it free. A foreign
+	// client thus waits at most about ForeignInterval, one hold of ours
+	// and ForeignGap. Our waiters keep their order, and tokens keep
+	// growing. On a lock where no foreign holder was seen nothing changes
+	// (a handoff reads one key more). Negative turns the gaps off: a
+	// release always hands the lock to our next waiter, and foreign
+	// clients get the key only when our queue is empty. It must be whole
+	// milliseconds. URL parameter foreign_interval (off: no gaps). See the
+	// package documentation, "Interoperability".
+	ForeignInterval time.Duration
+	// ForeignGap is how long a gap leaves the key free (default
+	// DefaultForeignGap): make it longer than the longest retry interval
+	// of the foreign clients, and each gap gives one of them the key if
+	// any waits; if none does, our next waiter waits out the gap. Whole
+	// milliseconds, at least 1ms. URL parameter foreign_gap.
+	ForeignGap time.Duration
+	// MixedFleet leaves the gaps on every lock from the start, as if a
+	// foreign holder had been seen on it. Set it during a migration
+	// whose fencelock clients may keep the queue busy from before a
+	// foreign client holds the key: a foreign client that never gets the
+	// key is never seen, and would wait until our queue empties. It costs
+	// a fencelock-only fleet a gap every ForeignInterval of handoffs.
+	// Default false; URL parameter mixed_fleet=true. Without effect when
+	// ForeignInterval is negative.
+	MixedFleet bool
 }
 
 func (c Config) check() (Config, error) {
@@ -111,7 +154,27 @@ func (c Config) check() (Config, error) {
 	if c.WaitReplicas > 0 && c.WaitTimeout == 0 {
 		c.WaitTimeout = DefaultWaitTimeout
 	}
+	if c.ForeignInterval > 0 && c.ForeignInterval%time.Millisecond != 0 {
+		return c, fmt.Errorf("%w: redis: ForeignInterval must be whole milliseconds (or negative: no gaps), got %v", backend.ErrInvalidOption, c.ForeignInterval)
+	}
+	if c.ForeignGap < 0 || c.ForeignGap%time.Millisecond != 0 {
+		return c, fmt.Errorf("%w: redis: ForeignGap must be whole milliseconds, at least 1ms, got %v", backend.ErrInvalidOption, c.ForeignGap)
+	}
 	return c, nil
+}
+
+// fairArgs are the release script's arguments for c.ForeignInterval,
+// c.ForeignGap and c.MixedFleet, the defaults filled in: the interval in
+// ms ("0": no gaps), the gap in ms, and "1" for gaps on every lock.
+func (c Config) fairArgs() [3]any {
+	every, gap := c.ForeignInterval, c.ForeignGap
+	if every == 0 {
+		every = DefaultForeignInterval
+	}
+	if gap == 0 {
+		gap = DefaultForeignGap
+	}
+	return [3]any{strconv.FormatInt(max(every.Milliseconds(), 0), 10), strconv.FormatInt(gap.Milliseconds(), 10), flag(c.MixedFleet)}
 }
 
 // New returns a Locker that keeps its locks in Redis through client, with
@@ -185,6 +248,9 @@ type redisDriver struct {
 	hub *hub
 	// wakePrefix is the scripts' argument for the wake channels' prefix.
 	wakePrefix any
+	// fair are the release script's last arguments, boxed once (see
+	// fairArgs).
+	fair [3]any
 	// lastLock is the lock the last acquisition named, with its keys
 	// boxed for the scripts' argument lists: a process that takes one
 	// lock again and again builds them once.
@@ -223,6 +289,7 @@ func newDriver(client Client, cfg Config, owned io.Closer) (*redisDriver, error)
 	d := &redisDriver{c: client, owned: owned, cfg: cfg, id: hex.EncodeToString(b[:]), heedsCtx: heedsContext(client),
 		wakePrefix: wakeChannel(cfg.Prefix, "")}
 	d.do, _ = client.(doer)
+	d.fair = cfg.fairArgs()
 	d.hub = newHub(client, wakeChannel(cfg.Prefix, d.id), &d.wakeups)
 	return d, nil
 }
@@ -271,8 +338,8 @@ func (d *redisDriver) NewLease(ctx context.Context, req driver.Request) (driver.
 	endMark := string(b)
 	owner := endMark[len(lk.ended):]
 	l := &lease{d: d, k: &lk.keys, owner: owner, ttlMs: ttlMs}
-	copy(l.args[:4], lk.boxed[:])
-	l.args[4], l.args[5], l.args[6] = endMark, owner, ttlMs
+	copy(l.args[:6], lk.boxed[:])
+	l.args[6], l.args[7], l.args[8] = endMark, owner, ttlMs
 	if req.Value != nil {
 		l.cand = newCandidate(lk.lock, owner, *req.Value, ttlMs)
 	}
@@ -286,7 +353,7 @@ func (d *redisDriver) lockKeys(name string) *lockKeys {
 		return lk
 	}
 	k := keysOf(d.cfg.Prefix, name)
-	lk := &lockKeys{name: name, keys: k, boxed: [4]any{k.lock, k.counter, k.queue, k.expiry}}
+	lk := &lockKeys{name: name, keys: k, boxed: [6]any{k.lock, k.counter, k.queue, k.expiry, k.foreign, k.gap}}
 	d.lastLock.Store(lk)
 	return lk
 }
@@ -337,21 +404,25 @@ func (d *redisDriver) Shutdown(ctx context.Context) error {
 // name>}, so a Cluster keeps them in one slot.
 type keys struct {
 	lock, counter, queue, expiry string
-	ended                        string // + owner: an acquisition's end mark
+	// foreign marks a lock on which another tool's holder was seen, gap
+	// lives while a release leaves the lock free for other tools (see
+	// Config.ForeignInterval).
+	foreign, gap string
+	ended        string // + owner: an acquisition's end mark
 }
 
-// lockKeys are the keys of the lock called name, and the first four
-// (lock, counter, queue, expiry) boxed as script arguments.
+// lockKeys are the keys of the lock called name, and the first six
+// (lock, counter, queue, expiry, foreign, gap) boxed as script arguments.
 type lockKeys struct {
 	name string
 	keys
-	boxed [4]any
+	boxed [6]any
 }
 
 func keysOf(prefix, name string) keys {
 	base := prefix + ":{" + escapeName(name) + "}"
 	return keys{lock: base, counter: base + ":token", queue: base + ":queue", expiry: base + ":queue:expiry",
-		ended: base + ":ended:"}
+		foreign: base + ":foreign", gap: base + ":gap", ended: base + ":ended:"}
 }
 
 // direct reports whether a release grants the lock to the next waiter
@@ -465,15 +536,15 @@ func (d *redisDriver) acquireOnce(ctx context.Context, l *lease, mode queueMode)
 	d.attempts.Add(1)
 	var cmd []any
 	if l.cand == nil {
-		cmd = make([]any, 0, 14)
-		cmd = append(cmd, "evalsha", acquireHash, 5)
+		cmd = make([]any, 0, 16)
+		cmd = append(cmd, "evalsha", acquireHash, 7)
 		cmd = append(cmd, l.args[:]...)
 	} else {
-		cmd = make([]any, 0, 17)
-		cmd = append(cmd, "evalsha", acquireHash, 6)
-		cmd = append(cmd, l.args[:5]...)
+		cmd = make([]any, 0, 19)
+		cmd = append(cmd, "evalsha", acquireHash, 8)
+		cmd = append(cmd, l.args[:7]...)
 		cmd = append(cmd, l.cand.key)
-		cmd = append(cmd, l.args[5:]...)
+		cmd = append(cmd, l.args[7:]...)
 	}
 	cmd = append(cmd, mode.arg(), flag(!d.cfg.NoClockFloor), d.wakePrefix, flag(d.direct()))
 	if l.cand != nil {

@@ -51,8 +51,16 @@ const foreignWork = 2 * time.Millisecond
 type foreignLock interface {
 	// obtain tries once, without waiting.
 	obtain(ctx context.Context) (bool, error)
+	// wait obtains with the library's own retries, at its usual interval
+	// (see foreignRetry).
+	wait(ctx context.Context) error
 	release(ctx context.Context) error
 }
+
+// foreignRetry is the retry interval of a foreign child's wait: redislock's
+// README example (LinearBackoff(100ms)); redsync waits its default retry
+// delay, drawn at random from 50-250ms.
+const foreignRetry = 100 * time.Millisecond
 
 type redislockLock struct {
 	c    *redislock.Client
@@ -68,6 +76,11 @@ func (l *redislockLock) obtain(ctx context.Context) (bool, error) {
 	}
 	l.held = lk
 	return err == nil, err
+}
+
+func (l *redislockLock) wait(ctx context.Context) (err error) {
+	l.held, err = l.c.Obtain(ctx, l.key, l.ttl, &redislock.Options{RetryStrategy: redislock.LinearBackoff(foreignRetry)})
+	return err
 }
 
 func (l *redislockLock) release(ctx context.Context) error { return l.held.Release(ctx) }
@@ -89,6 +102,11 @@ func (l *redsyncLock) obtain(ctx context.Context) (bool, error) {
 	return err == nil, err
 }
 
+func (l *redsyncLock) wait(ctx context.Context) error {
+	l.m = l.rs.NewMutex(l.key, redsync.WithExpiry(l.ttl), redsync.WithTries(1<<30)) // the default retry delay
+	return l.m.LockContext(ctx)
+}
+
 func (l *redsyncLock) release(ctx context.Context) error {
 	ok, err := l.m.UnlockContext(ctx)
 	if err == nil && !ok {
@@ -106,8 +124,12 @@ func (l *redsyncLock) release(ctx context.Context) error {
 //	hammer   obtain, hold for foreignWork, release, and again at once (a
 //	         failed obtain is retried at once too), until "stop":
 //	         "hammering" after the first obtain, "stopped <obtains> <misses>"
+//	rounds <n> <hold ms> <pause ms>
+//	         n times: obtain with the library's own retries (foreignRetry),
+//	         hold, release, pause: "took <ns>" (how long the obtain
+//	         waited) after each release, "done" at the end
 //
-// It exits at the end of stdin.
+// It exits at the end of stdin, also in the middle of a command.
 func foreignChild(impl string) int {
 	c := goredis.NewClient(&goredis.Options{Addr: os.Getenv("FENCELOCK_FOREIGN_ADDR")})
 	defer c.Close()
@@ -128,7 +150,10 @@ func foreignChild(impl string) int {
 		fmt.Fprintln(os.Stderr, "foreign child: unknown library", impl)
 		return 2
 	}
-	ctx := context.Background()
+	// ctx ends with stdin: a child whose parent died (a test that
+	// panicked) stops waiting for the lock and exits.
+	ctx, eof := context.WithCancel(context.Background())
+	defer eof()
 	fail := func(err error) int {
 		fmt.Fprintln(os.Stderr, "foreign child:", err)
 		return 1
@@ -140,6 +165,7 @@ func foreignChild(impl string) int {
 			cmds <- sc.Text()
 		}
 		close(cmds)
+		eof()
 	}()
 	for cmd := range cmds {
 		switch cmd {
@@ -187,7 +213,24 @@ func foreignChild(impl string) int {
 			}
 			fmt.Println("stopped", obtains, misses)
 		default:
-			return fail(fmt.Errorf("unknown command %q", cmd))
+			var n, hold, pause int
+			if _, err := fmt.Sscanf(cmd, "rounds %d %d %d", &n, &hold, &pause); err != nil {
+				return fail(fmt.Errorf("unknown command %q", cmd))
+			}
+			for range n {
+				start := time.Now()
+				if err := lk.wait(ctx); err != nil {
+					return fail(err)
+				}
+				took := time.Since(start)
+				time.Sleep(time.Duration(hold) * time.Millisecond)
+				if err := lk.release(ctx); err != nil {
+					return fail(err)
+				}
+				fmt.Println("took", took.Nanoseconds())
+				time.Sleep(time.Duration(pause) * time.Millisecond)
+			}
+			fmt.Println("done")
 		}
 	}
 	return 0

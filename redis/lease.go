@@ -63,9 +63,9 @@ type lease struct {
 	ttlMs int64
 	cand  *candidate // an election candidate's value key and value; nil for a lock
 	// args are what the acquire and release scripts take of this
-	// acquisition, boxed once: the five keys (lock, counter, queue,
-	// expiry, end mark), then owner and ttlMs.
-	args [7]any
+	// acquisition, boxed once: the seven keys (lock, counter, queue,
+	// expiry, foreign, gap, end mark), then owner and ttlMs.
+	args [9]any
 
 	mu      sync.Mutex
 	st      state
@@ -408,15 +408,16 @@ func (l *lease) Release(ctx context.Context) error {
 func (l *lease) release(ctx context.Context, endMark int64) (int64, error) {
 	var cmd []any
 	if l.cand == nil {
-		cmd = make([]any, 0, 13)
-		cmd = append(cmd, "evalsha", releaseHash, 5)
-		cmd = append(cmd, l.args[:6]...) // the keys and owner
+		cmd = make([]any, 0, 17)
+		cmd = append(cmd, "evalsha", releaseHash, 7)
+		cmd = append(cmd, l.args[:8]...) // the keys and owner
 	} else {
-		cmd = make([]any, 0, 14)
-		cmd = append(cmd, "evalsha", releaseHash, 6)
-		cmd = append(cmd, l.args[:5]...) // the keys
-		cmd = append(cmd, l.cand.key, l.args[5])
+		cmd = make([]any, 0, 18)
+		cmd = append(cmd, "evalsha", releaseHash, 8)
+		cmd = append(cmd, l.args[:7]...) // the keys
+		cmd = append(cmd, l.cand.key, l.args[7])
 	}
 	cmd = append(cmd, l.d.wakePrefix, flag(!l.d.cfg.NoClockFloor), flag(l.d.direct()), endMark)
+	cmd = append(cmd, l.d.fair[:]...)
 	return l.d.eval(ctx, tryAgainWithin(l.ttlMs), cmd, releaseScript, releaseSrc).Int64()
 }

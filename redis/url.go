@@ -25,10 +25,12 @@ import (
 
 // Params are the query parameters of redis and rediss URLs besides the
 // common ones of backend.Open: the adapter's own (prefix, clock_floor,
-// wait_replicas, wait_timeout), the TLS files (cacert, cert, key; rediss
+// wait_replicas, wait_timeout, foreign_interval, foreign_gap,
+// mixed_fleet), the TLS files (cacert, cert, key; rediss
 // only) and the go-redis client settings that
 // redis.ParseURL reads. See the package documentation.
-var Params = slices.Concat([]string{"prefix", "clock_floor", "wait_replicas", "wait_timeout"}, urlkit.TLSParams, clientParams)
+var Params = slices.Concat([]string{"prefix", "clock_floor", "wait_replicas", "wait_timeout", "foreign_interval", "foreign_gap", "mixed_fleet"},
+	urlkit.TLSParams, clientParams)
 
 // clientParams are handed to go-redis's ParseURL unchanged.
 var clientParams = []string{
@@ -487,6 +489,31 @@ func parseURL(u *url.URL) (*goredis.Options, Config, error) {
 	}
 	if q.Has("wait_timeout") && cfg.WaitReplicas == 0 {
 		return nil, Config{}, fmt.Errorf("%w: wait_timeout without wait_replicas: it bounds the wait for replicas", backend.ErrInvalidURL)
+	}
+	if q.Get("foreign_interval") == "off" {
+		cfg.ForeignInterval = -1
+	} else if d, ok, err := urlkit.Duration(q, "foreign_interval"); err != nil {
+		return nil, Config{}, err
+	} else if ok {
+		if d < time.Millisecond || d%time.Millisecond != 0 {
+			return nil, Config{}, urlkit.ValueError("foreign_interval", q.Get("foreign_interval"), "must be whole milliseconds, at least 1ms, or off")
+		}
+		cfg.ForeignInterval = d
+	}
+	if d, ok, err := urlkit.Duration(q, "foreign_gap"); err != nil {
+		return nil, Config{}, err
+	} else if ok {
+		if d < time.Millisecond || d%time.Millisecond != 0 {
+			return nil, Config{}, urlkit.ValueError("foreign_gap", q.Get("foreign_gap"), "must be whole milliseconds, at least 1ms")
+		}
+		cfg.ForeignGap = d
+	}
+	if q.Has("mixed_fleet") {
+		on, err := strconv.ParseBool(q.Get("mixed_fleet"))
+		if err != nil {
+			return nil, Config{}, fmt.Errorf("%w: mixed_fleet=%q is not true or false", backend.ErrInvalidURL, q.Get("mixed_fleet"))
+		}
+		cfg.MixedFleet = on
 	}
 	cfg, err = cfg.check()
 	if err != nil {

@@ -36,6 +36,10 @@ func TestParseURL(t *testing.T) {
 			Config{Prefix: DefaultPrefix, WaitReplicas: 1, WaitTimeout: DefaultWaitTimeout}},
 		{"redis://h?wait_replicas=2&wait_timeout=50ms&dial_timeout=2s&pool_size=4", "h:6379", "", 0, false,
 			Config{Prefix: DefaultPrefix, WaitReplicas: 2, WaitTimeout: 50 * time.Millisecond}},
+		{"redis://h?foreign_interval=2s&foreign_gap=400ms", "h:6379", "", 0, false,
+			Config{Prefix: DefaultPrefix, ForeignInterval: 2 * time.Second, ForeignGap: 400 * time.Millisecond}},
+		{"redis://h?foreign_interval=off", "h:6379", "", 0, false, Config{Prefix: DefaultPrefix, ForeignInterval: -1}},
+		{"redis://h?mixed_fleet=true", "h:6379", "", 0, false, Config{Prefix: DefaultPrefix, MixedFleet: true}},
 	}
 	for _, g := range good {
 		u, err := url.Parse(g.raw)

@@ -95,14 +95,71 @@ local function wake(wake_prefix, owner, msg)
   redis.call('PUBLISH', wake_prefix .. string.match(owner, '^[^.]*'), msg)
 end
 
+-- Mixed fleets. Another tool's clients (redsync, bsm/redislock) take the
+-- lock key with SET NX whenever they find it free, and never queue; a
+-- release of ours hands the key straight to our next waiter, so while our
+-- queue is never empty they would never find it free. So once a foreign
+-- holder was seen on a lock (seen_foreign: its mark key exists, for
+-- foreign_memory ms after the last sighting), the first handoff at least
+-- an interval after the key was last free instead leaves the key free for
+-- a gap (gap_due): our waiters take nothing while the gap key lives,
+-- theirs can. Without a mark, a handoff costs one GET more.
+
+-- foreign_memory is how long (ms) a lock stays marked after a foreign
+-- holder was last seen on it.
+local foreign_memory = '600000'
+
+-- seen_foreign marks the lock whose foreign-holder mark is mark with the
+-- time the key was last free, now (server ms): a foreign holder has the
+-- key, so it was free when it took it.
+local function seen_foreign(mark, now)
+  redis.call('SET', mark, now, 'PX', foreign_memory)
+end
+
+-- gap_due reports whether a handoff at now on a lock marked by
+-- seen_foreign (with always == '1', one not marked is marked now) comes
+-- at least every ms (digits; '0': never) after the key was last free:
+-- then the gap key lives for gap_ms, the mark says the key is free until
+-- the gap ends, and the key must be left free. During a gap (a waiter
+-- that was woken for it released meanwhile) the key is left free too.
+local function gap_due(mark, gap, every, gap_ms, always, now)
+  if every == '0' then
+    return false
+  end
+  local free = redis.call('GET', mark)
+  if not free then
+    if always == '1' then
+      seen_foreign(mark, now)
+    end
+    return false
+  end
+  local since = now - tonumber(free)
+  if since < 0 then
+    return true
+  end
+  if since < tonumber(every) then
+    return false
+  end
+  redis.call('SET', mark, now + tonumber(gap_ms), 'KEEPTTL')
+  redis.call('SET', gap, '1', 'PX', gap_ms)
+  return true
+end
+
 -- hand_over gives the free lock to the next waiter, if any: with direct ==
 -- '1' it grants it (the TTL is the one in the owner id,
 -- "<locker>.<seq>.<ttl ms>") and sends "<owner>:<token>"; otherwise (or
 -- for an owner id without a TTL) it only sends "<owner>", and the waiter
--- takes the lock with its own script.
-local function hand_over(lock, counter, q, e, wake_prefix, floor, direct)
+-- takes the lock with its own script. With fair ({mark, gap, every,
+-- gap_ms, always, now}: see gap_due), a handoff that is due for a gap only
+-- sends "<owner>": the waiter's script then tells it how long the gap
+-- lasts.
+local function hand_over(lock, counter, q, e, wake_prefix, floor, direct, fair)
   local h = head(q)
   if not h then
+    return
+  end
+  if fair and gap_due(fair[1], fair[2], fair[3], fair[4], fair[5], fair[6]) then
+    wake(wake_prefix, h, h)
     return
   end
   local ms = string.match(h, '%.(%d+)$')
