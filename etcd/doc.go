@@ -182,8 +182,9 @@
 // backend.ErrExpired without renewals). Our key found deleted is
 // ErrRevoked if a read of the lease's TTL (1 round trip, 1s at most, before
 // the loss is reported) finds the lease gone too (revoking a lease deletes
-// its keys), else backend.ErrDeleted (etcdctl del, Locker.Revoke and
-// RevokeID, which delete the key); overwritten by another client, it is
+// its keys: etcdctl lease revoke, Locker.Revoke), else backend.ErrDeleted
+// (etcdctl del, Locker.RevokeID, which deletes the key); overwritten by
+// another client, it is
 // ErrDeleted too. If that read gets no answer the loss is ErrDeleted. etcd
 // has no session beyond the lease: ErrSessionLost is never reported.
 //
