@@ -91,7 +91,8 @@ func (l *lease) Suspended() (bool, <-chan struct{}) { return l.s.suspension() }
 func (l *lease) markLost() { _ = l.markLostWhy("") }
 
 // markLostWhy is markLost with the cause as the caller saw it: the
-// session's end, with its cause, if it has ended (backend.ErrSessionLost);
+// session's end, with its cause, if it has ended or the Conn runs another
+// one (backend.ErrSessionLost);
 // else our node deleted (backend.ErrDeleted), why, or "deleted" if why is
 // empty. It returns the loss error for the caller to return.
 func (l *lease) markLostWhy(why string) error {
@@ -99,6 +100,12 @@ func (l *lease) markLostWhy(why string) error {
 	switch {
 	case l.g.ended():
 		cause, why = backend.ErrSessionLost, "its session ended: "+context.Cause(l.g.ctx).Error()
+	case l.s.conn.SessionID() != l.g.id:
+		// The Conn runs another session already, which the adapter has
+		// not noticed yet (over a caller's Conn it polls): the node's
+		// deletion is the old session's expiry, whose watch go-zookeeper
+		// set again in the new one.
+		cause, why = backend.ErrSessionLost, fmt.Sprintf("its session %#x ended (the connection runs session %#x now)", l.g.id, l.s.conn.SessionID())
 	case why == "":
 		why = "deleted"
 	}
