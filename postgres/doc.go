@@ -250,8 +250,10 @@
 // that is gone, until its TTL ends: nobody renews it.
 //
 // Loss causes: a revocation (Locker.Revoke and RevokeID, fencelock revoke)
-// is backend.ErrRevoked when its notification reaches the Locker, which is
-// at once while the Locker's listening connection is up. A renewal, a
+// is backend.ErrRevoked when its notification reaches the Locker: one that
+// listens, which it does from the first wait of one of its acquisitions
+// on; a Locker that never waited finds the revocation at the next renewal,
+// as below (TestLossCauses). A renewal, a
 // Proclaim or a Release that finds the lock row gone or no longer this
 // acquisition's (its owner or token changed), or a waiter's queue row gone,
 // is backend.ErrDeleted: the statement does not tell a row deleted by
