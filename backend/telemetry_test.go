@@ -391,13 +391,16 @@ func TestTelemetryRenewals(t *testing.T) {
 		o  *observed
 		ls *backend.Lease
 	)
-	// A lease of 300ms renews every 100ms. A machine busy enough to stall
-	// the process for longer loses it before its second renewal: then the
-	// test tries again with a fresh Locker, whose counts start at 0.
+	// A lease of 900ms renews every 300ms, and once cut off retries every
+	// 90ms for at least 600ms before its deadline, with a retry logged for
+	// each failure before the loss (none after). A machine busy enough to
+	// stall the process for longer loses it before its second renewal:
+	// then the test tries again with a fresh Locker, whose counts start at
+	// 0.
 	for attempt := 1; ; attempt++ {
 		o = newObserved(t)
 		var err error
-		ls, err = o.l.Acquire(ctx, "t", backend.WithTTL(300*time.Millisecond))
+		ls, err = o.l.Acquire(ctx, "t", backend.WithTTL(900*time.Millisecond))
 		require.NoError(t, err)
 		for deadline := time.Now().Add(10 * time.Second); ls.Err() == nil && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 			if o.sum(t, "fencelock.renewals", memBackend, ok) >= 2 {
