@@ -1,13 +1,16 @@
 package etcd
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/internal/faultproxy"
 )
 
 // A loss names what etcd showed (issue 33): the lease revoked (etcdctl
@@ -67,5 +70,34 @@ func TestLossCauses(t *testing.T) {
 			}
 			t.Logf("%v", ls.Err())
 		})
+	}
+}
+
+// A holder cut off by a partition (a proxy that holds every byte) loses
+// its lease at its local deadline, with ErrDeadline: no renewal answered,
+// and whether etcd still keeps the lease is unknown.
+func TestLossCausePartitioned(t *testing.T) {
+	px, err := faultproxy.Start(strings.TrimPrefix(srv.Endpoints()[0], "http://"))
+	require.NoError(t, err)
+	defer px.Close()
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + px.Addr()}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	require.NoError(t, err)
+	defer c.Close()
+	l, err := New(c, testPrefix(t))
+	require.NoError(t, err)
+	defer l.Close()
+	ls, err := l.TryAcquire(tctx(t, 10*time.Second), "p", backend.WithTTL(2*time.Second))
+	require.NoError(t, err)
+	px.Partition()
+	defer px.Heal()
+	select {
+	case <-ls.Done():
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "no loss signal")
+	}
+	require.ErrorIs(t, ls.Err(), backend.ErrLeaseLost)
+	require.ErrorIs(t, ls.Err(), backend.ErrDeadline)
+	for _, other := range []error{backend.ErrRevoked, backend.ErrDeleted, backend.ErrExpired, backend.ErrSessionLost} {
+		require.NotErrorIs(t, ls.Err(), other)
 	}
 }
