@@ -35,7 +35,12 @@ var (
 	// overwritten by someone else while the lease lived on.
 	ErrDeleted = driver.ErrDeleted
 	// ErrSessionLost (session_lost): the backend's session the lease lived
-	// in ended (ZooKeeper's session expired).
+	// in ended: ZooKeeper's session expired, was closed or replaced, which
+	// takes every lease of the session with it. etcd has no session beyond
+	// the lease: a lease not found there is ErrRevoked (it cannot have
+	// expired before its local deadline, which would have ended it first,
+	// with ErrDeadline, also when the client only learns of it after
+	// reconnecting).
 	ErrSessionLost = driver.ErrSessionLost
 	// ErrDeadline (deadline): the local deadline passed before a renewal
 	// answered: the backend was unreachable or too slow (a partition, a

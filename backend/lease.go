@@ -217,6 +217,13 @@ func (ls *Lease) Refresh(ctx context.Context) error {
 		if errors.Is(err, ErrLeaseLost) {
 			ls.lose(err)
 		}
+		ls.mu.Lock()
+		if ls.ctx.Err() == nil {
+			// A renewal was asked for and failed: a loss at the deadline
+			// is ErrDeadline, not ErrExpired, with auto-renew off too.
+			ls.lastErr = err
+		}
+		ls.mu.Unlock()
 		if ls.ctx.Err() != nil {
 			return fmt.Errorf("fencelock: refresh %q: %w", ls.name, context.Cause(ls.ctx))
 		}

@@ -372,3 +372,26 @@ func TestNoRetryLoggedAfterLoss(t *testing.T) {
 	assert.NotContains(t, msgs[lost+1:], "fencelock: renewal failed, retrying", "log lines: %q", msgs)
 	assert.Contains(t, msgs[:lost], "fencelock: renewal failed, retrying")
 }
+
+// With auto-renew off, a lease whose Refresh failed (no answer) and that
+// reaches its deadline is lost with ErrDeadline: a renewal was asked for.
+// One never refreshed is ErrExpired (TestTelemetryLosses).
+func TestFailedRefreshThenDeadline(t *testing.T) {
+	d := newStuckDriver()
+	close(d.unstuck) // a hung KeepAlive fails at once
+	l, err := backend.New(d)
+	require.NoError(t, err)
+	defer l.Close()
+	ls, err := l.TryAcquire(context.Background(), "r", backend.WithTTL(500*time.Millisecond), backend.WithAutoRenew(false))
+	require.NoError(t, err)
+	d.set(func(d *stuckDriver) { d.hangKA = true })
+	require.ErrorIs(t, ls.Refresh(context.Background()), backend.ErrUnavailable)
+	select {
+	case <-ls.Done():
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "no loss signal")
+	}
+	require.ErrorIs(t, ls.Err(), backend.ErrDeadline)
+	require.ErrorIs(t, ls.Err(), errStuckNet, "the Refresh's error is kept")
+	require.NotErrorIs(t, ls.Err(), backend.ErrExpired)
+}
