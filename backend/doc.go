@@ -20,8 +20,9 @@
 // zookeeper, redis, postgres and backend/mem packages.
 //
 // Every error about the lock itself wraps one of the package's sentinel
-// errors (ErrNotAcquired, ErrLeaseLost, with ErrMaxHold when the max hold
-// ended the lease, ErrReleased, ErrClosed, ErrInvalidName,
+// errors (ErrNotAcquired, ErrLeaseLost with its cause: ErrExpired,
+// ErrRevoked, ErrDeleted, ErrSessionLost, ErrDeadline or ErrMaxHold,
+// ErrReleased, ErrClosed, ErrInvalidName,
 // ErrInvalidOption, ErrInvalidURL); test with errors.Is. An
 // unreachable or unresponsive backend gives ErrUnavailable, never
 // ErrNotAcquired (which means the lock is held), and a refused request
@@ -49,11 +50,12 @@
 //     fencelock.renewal.result (ok, failed, lost)
 //   - fencelock.renewal.headroom (histogram, s): time left before the local
 //     deadline when a renewal succeeded
-//   - fencelock.losses (counter): held leases lost, by fencelock.loss.cause:
-//     backend (the backend said the lease or key is gone: revoked, expired,
-//     deleted), deadline (no renewal succeeded by the local deadline),
-//     max_hold (WithMaxHold stopped the renewals), closed (Locker.Close
-//     released it)
+//   - fencelock.losses (counter): held leases lost, by fencelock.loss.cause,
+//     each the cause of the lease's error: expired (ErrExpired), revoked
+//     (ErrRevoked), deleted (ErrDeleted), session_lost (ErrSessionLost),
+//     deadline (ErrDeadline: no renewal answered by the local deadline),
+//     max_hold (ErrMaxHold), backend (a driver that named no cause; never
+//     the built-in ones), closed (Locker.Close released it)
 //   - fencelock.leases.held and fencelock.waiters (up-down counters): leases
 //     held now, and Acquire calls in the backend's wait now
 //
@@ -62,7 +64,8 @@
 // and "fencelock.release", children of the span in the caller's context;
 // an error is recorded on the span, whose status is Error unless the lock
 // was merely held or the wait given up. The log lines are a lost lease
-// (Warn), a failed renewal that will be retried (Info) and a suspended or
+// (Warn, with its cause as fencelock.loss.cause), a failed renewal that
+// will be retried (Info; never once the loss was logged) and a suspended or
 // resumed connection (Info, where the backend reports it: ZooKeeper), with
 // the lock name and token.
 //

@@ -18,11 +18,37 @@ var (
 	ErrNotAcquired = driver.ErrNotAcquired
 	// ErrLeaseLost: the lease expired, was revoked, could not be renewed
 	// before its local deadline, or its lock key was removed. The holder must
-	// stop writing.
+	// stop writing. A lost lease's error matches one of the causes below
+	// too, each of which matches ErrLeaseLost; the metric
+	// fencelock.losses and the "lease lost" log line name the same cause
+	// (in parentheses below). What each backend can tell apart is in its
+	// package documentation.
 	ErrLeaseLost = driver.ErrLeaseLost
-	// ErrMaxHold: the lease ran out because its max hold (WithMaxHold)
-	// stopped the renewals. An error matching it also matches ErrLeaseLost.
-	ErrMaxHold = errors.New("fencelock: max hold reached")
+	// ErrExpired (expired): the lease's TTL ran out with no renewal asked
+	// for (auto-renew off and no Refresh in time), or the backend said it
+	// had expired.
+	ErrExpired = driver.ErrExpired
+	// ErrRevoked (revoked): someone ended the lease (Locker.Revoke,
+	// fencelock revoke, an operator revoking the backend's lease).
+	ErrRevoked = driver.ErrRevoked
+	// ErrDeleted (deleted): the lock key, row or znode was removed or
+	// overwritten by someone else while the lease lived on.
+	ErrDeleted = driver.ErrDeleted
+	// ErrSessionLost (session_lost): the backend's session the lease lived
+	// in ended: ZooKeeper's session expired, was closed or replaced, which
+	// takes every lease of the session with it. etcd has no session beyond
+	// the lease: a lease not found there is ErrRevoked (it cannot have
+	// expired before its local deadline, which would have ended it first,
+	// with ErrDeadline, also when the client only learns of it after
+	// reconnecting).
+	ErrSessionLost = driver.ErrSessionLost
+	// ErrDeadline (deadline): the local deadline passed before a renewal
+	// answered: the backend was unreachable or too slow (a partition, a
+	// paused server); whether the server still kept the lease is unknown.
+	ErrDeadline error = &driver.LossCause{Msg: "fencelock: lease lost: no renewal answered before the local deadline"}
+	// ErrMaxHold (max_hold): the lease ran out because its max hold
+	// (WithMaxHold) stopped the renewals.
+	ErrMaxHold error = &driver.LossCause{Msg: "fencelock: lease lost: max hold reached"}
 	// ErrReleased: the lease was released by its holder.
 	ErrReleased = driver.ErrReleased
 	// ErrClosed: the Locker was closed.

@@ -10,9 +10,8 @@ import (
 
 // HoldTimes are the hold times of one lock name seen by a Locker: how long
 // its leases were held, from grant to release or loss (Locker.HoldTimes).
-// Percentiles are estimated from a histogram whose buckets grow by 2^(1/4):
-// within 10% of the true value (above 1ms; below, within 1ms), and never
-// above Max.
+// Percentiles are estimated by a HoldHistogram: never below the true value,
+// at most 19% above it (above 1ms; below, within 1ms), and never above Max.
 type HoldTimes struct {
 	Count uint64        // holds measured
 	Max   time.Duration // the longest, exact
@@ -33,12 +32,39 @@ const (
 	holdBucketMin   = time.Millisecond
 )
 
-// holdHist is the hold times of one name: about 450 bytes.
-type holdHist struct {
-	name   string
+// HoldHistogram accumulates hold times in bounded memory (about 450
+// bytes) and estimates their percentiles: the computation behind
+// Locker.HoldTimes, which fencelock advise and status --watch use too for
+// the holds they measure from outside, so that both report the same
+// figures for the same holds. The zero value is empty and ready to use. It
+// is not safe for concurrent use.
+type HoldHistogram struct {
 	count  uint64
 	max    time.Duration
 	counts [holdBuckets]uint32
+}
+
+// Add adds a hold of d.
+func (h *HoldHistogram) Add(d time.Duration) {
+	h.count++
+	h.max = max(h.max, d)
+	h.counts[bucketOf(d)]++
+}
+
+// Times returns the count, the exact maximum and the estimated
+// percentiles of the holds added (see HoldTimes); the zero HoldTimes if
+// none were.
+func (h *HoldHistogram) Times() HoldTimes {
+	if h.count == 0 {
+		return HoldTimes{}
+	}
+	return HoldTimes{Count: h.count, Max: h.max, P50: h.quantile(0.5), P99: h.quantile(0.99), P999: h.quantile(0.999)}
+}
+
+// holdHist is the hold times of one name.
+type holdHist struct {
+	name string
+	HoldHistogram
 }
 
 // holdStats is a Locker's hold times per name, for at most limit names:
@@ -59,8 +85,16 @@ func bucketOf(d time.Duration) int {
 	if d < holdBucketMin {
 		return 0
 	}
-	b := 1 + int(math.Floor(holdBucketsPer2*math.Log2(float64(d)/float64(holdBucketMin))))
-	return min(b, holdBuckets-1)
+	b := min(1+int(math.Floor(holdBucketsPer2*math.Log2(float64(d)/float64(holdBucketMin)))), holdBuckets-1)
+	// Log2 and Exp2 may round apart at a bound: the bucket is the one
+	// whose bounds, as bucketBounds computes them, hold d.
+	switch lo, hi := bucketBounds(b); {
+	case float64(d) < lo:
+		b--
+	case float64(d) >= hi:
+		b++
+	}
+	return b
 }
 
 // bucketBounds returns the bounds of bucket b: [lo, hi), hi infinite (the
@@ -97,10 +131,7 @@ func (s *holdStats) record(name string, d time.Duration) {
 		e = s.lru.PushFront(&holdHist{name: name})
 		s.names[name] = e
 	}
-	h := e.Value.(*holdHist)
-	h.count++
-	h.max = max(h.max, d)
-	h.counts[bucketOf(d)]++
+	e.Value.(*holdHist).Add(d)
 }
 
 // get returns name's hold times, and false if none are kept.
@@ -111,14 +142,14 @@ func (s *holdStats) get(name string) (HoldTimes, bool) {
 	if !ok {
 		return HoldTimes{}, false
 	}
-	h := e.Value.(*holdHist)
-	return HoldTimes{Count: h.count, Max: h.max, P50: h.quantile(0.5), P99: h.quantile(0.99), P999: h.quantile(0.999)}, true
+	return e.Value.(*holdHist).Times(), true
 }
 
-// quantile estimates the q-quantile: the bucket of the hold of rank
-// ceil(q*count), as its geometric middle (its upper bound for bucket 0),
-// at most max.
-func (h *holdHist) quantile(q float64) time.Duration {
+// quantile estimates the q-quantile: the upper bound of the bucket of the
+// hold of rank ceil(q*count), at most max, so that it is never below the
+// true value (a TTL advised from it covers the holds it counts) and is the
+// exact max when that hold lies in the max's bucket.
+func (h *HoldHistogram) quantile(q float64) time.Duration {
 	rank := uint64(math.Ceil(q * float64(h.count)))
 	var seen uint64
 	for b, n := range h.counts {
@@ -126,14 +157,11 @@ func (h *holdHist) quantile(q float64) time.Duration {
 		if seen < rank || n == 0 {
 			continue
 		}
-		lo, hi := bucketBounds(b)
-		switch {
-		case b == 0:
-			return min(time.Duration(hi), h.max)
-		case b == holdBuckets-1:
+		if b == holdBuckets-1 {
 			return h.max
 		}
-		return min(time.Duration(math.Sqrt(lo*hi)), h.max)
+		_, hi := bucketBounds(b)
+		return min(time.Duration(math.Ceil(hi)), h.max)
 	}
 	return h.max
 }

@@ -13,8 +13,9 @@ import (
 	"github.com/fencelock/fencelock/backend/driver"
 )
 
-// Percentiles are within the bucket error (2^(1/8)-1, about 9%) of the
-// exact ones, for a spread of hold times, and Max is exact.
+// Percentiles are never below the exact ones and within the bucket width
+// (2^(1/4)-1, about 19%) above, for a spread of hold times, and Max is
+// exact.
 func TestHoldTimesPercentiles(t *testing.T) {
 	s := newHoldStats(holdStatsNames)
 	r := rand.New(rand.NewPCG(1, 2))
@@ -39,7 +40,7 @@ func TestHoldTimesPercentiles(t *testing.T) {
 		got time.Duration
 	}{{0.5, h.P50}, {0.99, h.P99}, {0.999, h.P999}} {
 		want := exact(c.q)
-		if rel := float64(c.got-want) / float64(want); rel > 0.0906 || rel < -0.0906 {
+		if rel := float64(c.got-want) / float64(want); rel > 0.1893 || rel < 0 {
 			t.Errorf("p%v = %v, exact %v: off by %.1f%%", c.q*100, c.got, want, 100*rel)
 		}
 	}
@@ -191,5 +192,38 @@ func TestLockerAdviseTTL(t *testing.T) {
 		if none := l.AdviseTTL(HoldTimes{}, time.Second); none.TTL != 0 {
 			t.Errorf("no holds: %+v", none)
 		}
+	}
+}
+
+// A Locker's HoldTimes are a HoldHistogram's figures for the holds it
+// recorded (the computation fencelock advise uses for the holds it
+// measures from outside): equal percentiles, max exact, and the p99.9 of
+// holds up to 600ms is 600ms, not below.
+func TestLockerHoldTimesAreHoldHistogram(t *testing.T) {
+	l, err := New(&syncDriver{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var h HoldHistogram
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, i := range r.Perm(1000) {
+		d := time.Duration(i+1) * 600 * time.Microsecond
+		l.holds.record("n", d)
+		h.Add(d)
+	}
+	got, ok := l.HoldTimes("n")
+	if !ok {
+		t.Fatal("no hold times")
+	}
+	if want := h.Times(); got != want {
+		t.Errorf("Locker %+v, HoldHistogram %+v", got, want)
+	}
+	if got.Max != 600*time.Millisecond || got.P999 != 600*time.Millisecond || got.Count != 1000 {
+		t.Errorf("holds of 0.6ms to 600ms: %+v", got)
+	}
+	var empty HoldHistogram
+	if empty.Times() != (HoldTimes{}) {
+		t.Error("an empty HoldHistogram has figures")
 	}
 }

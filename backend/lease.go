@@ -217,6 +217,13 @@ func (ls *Lease) Refresh(ctx context.Context) error {
 		if errors.Is(err, ErrLeaseLost) {
 			ls.lose(err)
 		}
+		ls.mu.Lock()
+		if ls.ctx.Err() == nil {
+			// A renewal was asked for and failed: a loss at the deadline
+			// is ErrDeadline, not ErrExpired, with auto-renew off too.
+			ls.lastErr = err
+		}
+		ls.mu.Unlock()
 		if ls.ctx.Err() != nil {
 			return fmt.Errorf("fencelock: refresh %q: %w", ls.name, context.Cause(ls.ctx))
 		}
@@ -523,16 +530,14 @@ func (ls *Lease) lose(cause error) {
 	first := ls.ctx.Err() == nil
 	var h hold
 	if first {
-		how := endLostBackend
 		if ls.maxHoldStoppedLocked() {
 			// Renewals stopped at the max hold, so the lease was in its
 			// last TTL: the backend's word that it ended (its expiry,
 			// seen before the local deadline's timer fired on a busy
 			// machine) is the max hold's doing too.
 			cause = fmt.Errorf("%w (%v), renewals stopped: %w", ErrMaxHold, ls.s.maxHold, cause)
-			how = endLostMaxHold
 		}
-		h = ls.endLocked(cause, how)
+		h = ls.endLocked(cause, lossEnding(cause))
 	}
 	ls.mu.Unlock()
 	ls.endHold(h)
@@ -591,22 +596,21 @@ func (ls *Lease) tick() {
 	deadline := ls.deadline
 	token := ls.token
 	if !now.Before(deadline) {
-		how := endLostDeadline
-		cause := fmt.Errorf("%w: %q: no renewal succeeded before the local deadline", ErrLeaseLost, ls.name)
+		cause := fmt.Errorf("%w: %q: no renewal succeeded", ErrDeadline, ls.name)
 		switch {
 		case ls.renewing != nil:
 			// The renewal's context ends at this same instant: its error
 			// may not be in yet, but no answer came in time.
-			cause = fmt.Errorf("%w: %q: the renewal in flight got no answer before the local deadline: %w", ErrLeaseLost, ls.name, ErrUnavailable)
+			cause = fmt.Errorf("%w: %q: the renewal in flight got no answer: %w", ErrDeadline, ls.name, ErrUnavailable)
 		case ls.lastErr != nil:
-			cause = fmt.Errorf("%w: %q: no renewal succeeded before the local deadline (last error: %w)", ErrLeaseLost, ls.name, ls.lastErr)
+			cause = fmt.Errorf("%w: %q: no renewal succeeded (last error: %w)", ErrDeadline, ls.name, ls.lastErr)
 		case ls.maxHoldStoppedLocked():
-			cause = fmt.Errorf("%w: %q: %w (%v): renewals stopped", ErrLeaseLost, ls.name, ErrMaxHold, ls.s.maxHold)
-			how = endLostMaxHold
+			cause = fmt.Errorf("%w (%v): %q: renewals stopped", ErrMaxHold, ls.s.maxHold, ls.name)
 		case !ls.acquired.IsZero() && !ls.s.autoRenew:
-			cause = fmt.Errorf("%w: %q: not refreshed before the local deadline (auto-renew is off)", ErrLeaseLost, ls.name)
+			// No renewal was asked for: the TTL ran out.
+			cause = fmt.Errorf("%w: %q: not refreshed before the local deadline (auto-renew is off)", ErrExpired, ls.name)
 		}
-		h := ls.endLocked(cause, how)
+		h := ls.endLocked(cause, lossEnding(cause))
 		ls.mu.Unlock()
 		ls.endHold(h)
 		ls.cleanUpLost()
@@ -623,7 +627,7 @@ func (ls *Lease) tick() {
 	ls.mu.Unlock()
 
 	err := ls.renew(deadline)
-	ls.locker.tel.renewed(ls, int64(token), err, deadline)
+	ls.locker.tel.renewed(ls, err, deadline)
 
 	ls.mu.Lock()
 	ls.renewing = nil
@@ -632,6 +636,13 @@ func (ls *Lease) tick() {
 		ls.mu.Unlock()
 		ls.lose(fmt.Errorf("%w: %q: renewal: %w", ErrLeaseLost, ls.name, err))
 		return
+	}
+	if err != nil && ls.ctx.Err() == nil {
+		// Logged under ls.mu while the lease is held: a loss ends it
+		// under ls.mu too, so its line comes after this one, and no
+		// retry is logged once the loss was (the deadline often ends the
+		// lease while a renewal is in flight, which then fails).
+		ls.locker.tel.retrying(ls, int64(token), err, deadline)
 	}
 	ls.scheduleLocked()
 	ls.mu.Unlock()

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -332,3 +334,64 @@ func TestShutdownWhileRefreshUnanswered(t *testing.T) {
 }
 
 func (l *stuckLease) Proclaim(context.Context, string) error { return nil }
+
+// No "renewal failed, retrying" line is logged once the loss was: a
+// renewal in flight at the local deadline (no answer, as through a
+// partition) fails after the loss was reported, and is not retried.
+// Failures before the loss are logged as retries, before the loss line.
+func TestNoRetryLoggedAfterLoss(t *testing.T) {
+	d := newStuckDriver()
+	close(d.unstuck) // a hung KeepAlive fails at once
+	logs := &recordingHandler{}
+	l, err := backend.New(d, backend.WithLogger(slog.New(logs)))
+	require.NoError(t, err)
+	defer l.Close()
+	ls, err := l.TryAcquire(context.Background(), "cut", backend.WithTTL(900*time.Millisecond))
+	require.NoError(t, err)
+	d.set(func(d *stuckDriver) { d.hangKA = true }) // renewals fail at once
+	require.Eventually(t, func() bool { return len(logs.find("fencelock: renewal failed, retrying")) > 0 },
+		10*time.Second, time.Millisecond, "no failed renewal logged")
+	d.set(func(d *stuckDriver) { d.silentKA = true }) // the next one gets no answer until the deadline
+	select {
+	case <-ls.Done():
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "no loss signal")
+	}
+	// Release waits for the renewal in flight: its failure is in by now.
+	_ = ls.Release(context.Background())
+	require.ErrorIs(t, ls.Err(), backend.ErrDeadline)
+
+	logs.mu.Lock()
+	var msgs []string
+	for _, r := range logs.records {
+		msgs = append(msgs, r.Message)
+	}
+	logs.mu.Unlock()
+	lost := slices.Index(msgs, "fencelock: lease lost")
+	require.GreaterOrEqual(t, lost, 1, "log lines: %q", msgs)
+	assert.NotContains(t, msgs[lost+1:], "fencelock: renewal failed, retrying", "log lines: %q", msgs)
+	assert.Contains(t, msgs[:lost], "fencelock: renewal failed, retrying")
+}
+
+// With auto-renew off, a lease whose Refresh failed (no answer) and that
+// reaches its deadline is lost with ErrDeadline: a renewal was asked for.
+// One never refreshed is ErrExpired (TestTelemetryLosses).
+func TestFailedRefreshThenDeadline(t *testing.T) {
+	d := newStuckDriver()
+	close(d.unstuck) // a hung KeepAlive fails at once
+	l, err := backend.New(d)
+	require.NoError(t, err)
+	defer l.Close()
+	ls, err := l.TryAcquire(context.Background(), "r", backend.WithTTL(500*time.Millisecond), backend.WithAutoRenew(false))
+	require.NoError(t, err)
+	d.set(func(d *stuckDriver) { d.hangKA = true })
+	require.ErrorIs(t, ls.Refresh(context.Background()), backend.ErrUnavailable)
+	select {
+	case <-ls.Done():
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "no loss signal")
+	}
+	require.ErrorIs(t, ls.Err(), backend.ErrDeadline)
+	require.ErrorIs(t, ls.Err(), errStuckNet, "the Refresh's error is kept")
+	require.NotErrorIs(t, ls.Err(), backend.ErrExpired)
+}

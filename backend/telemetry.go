@@ -62,8 +62,9 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(s *settings) { s.observe("WithTracerProvider").tracers = tp }
 }
 
-// WithLogger makes the Locker log to logger: a lost lease (Warn; Info when
-// Close ended it), a failed renewal that will be retried (Info), and, on
+// WithLogger makes the Locker log to logger: a lost lease (Warn, with its
+// cause; Info when Close ended it), a failed renewal that will be retried
+// (Info; none once the lease was lost), and, on
 // backends that report it (ZooKeeper), a held lease's connection suspended
 // and resumed (Info), each with the lock name and token. Default nil: the
 // Locker logs nothing. It configures the Locker: given to Acquire or
@@ -137,15 +138,37 @@ var renewalResults = [...]string{"ok", "failed", "lost"}
 type ending int
 
 const (
-	endReleased     ending = iota // by Release, or a failed acquisition
-	endLostBackend                // the backend said the lease or key is gone
-	endLostDeadline               // no renewal succeeded by the local deadline
-	endLostMaxHold                // the max hold stopped the renewals
-	endClosed                     // released by Locker.Close
+	endReleased    ending = iota // by Release, or a failed acquisition
+	endClosed                    // released by Locker.Close
+	endExpired                   // lost: ErrExpired
+	endRevoked                   // lost: ErrRevoked
+	endDeleted                   // lost: ErrDeleted
+	endSessionLost               // lost: ErrSessionLost
+	endDeadline                  // lost: ErrDeadline
+	endMaxHold                   // lost: ErrMaxHold
+	endLostBackend               // lost, the driver gave no cause
 )
 
 // lossCauses are the fencelock.loss.cause of each ending but endReleased.
-var lossCauses = [...]string{endLostBackend: "backend", endLostDeadline: "deadline", endLostMaxHold: "max_hold", endClosed: "closed"}
+var lossCauses = [...]string{endClosed: "closed", endExpired: "expired", endRevoked: "revoked", endDeleted: "deleted",
+	endSessionLost: "session_lost", endDeadline: "deadline", endMaxHold: "max_hold", endLostBackend: "backend"}
+
+// lossEnding is the ending of a lease lost with cause: the first of the
+// causes it matches, in the order of their precedence (the max hold ended
+// the renewals that would have prevented any other; the deadline's error
+// may carry the last renewal's).
+func lossEnding(cause error) ending {
+	for _, c := range [...]struct {
+		err error
+		how ending
+	}{{ErrMaxHold, endMaxHold}, {ErrDeadline, endDeadline}, {ErrSessionLost, endSessionLost},
+		{ErrRevoked, endRevoked}, {ErrDeleted, endDeleted}, {ErrExpired, endExpired}} {
+		if errors.Is(cause, c.err) {
+			return c.how
+		}
+	}
+	return endLostBackend
+}
 
 // telemetry is a Locker's instruments, tracer and logger. Its zero parts are
 // off: metrics and traces are false unless a provider other than otel's
@@ -434,11 +457,10 @@ func (t *telemetry) ended(ls *Lease, token int64, d time.Duration, how ending, c
 	}
 }
 
-// renewed records a background renewal of ls that returned err, made
-// while the local deadline was deadline; token is the lease's (0 while it
-// waits).
-func (t *telemetry) renewed(ls *Lease, token int64, err error, deadline time.Time) {
-	if !t.metrics && t.log == nil {
+// renewed counts a background renewal of ls that returned err, made
+// while the local deadline was deadline.
+func (t *telemetry) renewed(ls *Lease, err error, deadline time.Time) {
+	if !t.metrics {
 		return
 	}
 	result := renewalOK
@@ -448,18 +470,23 @@ func (t *telemetry) renewed(ls *Lease, token int64, err error, deadline time.Tim
 	case err != nil:
 		result = renewalFailed
 	}
-	if t.metrics {
-		ctx := context.Background()
-		t.renewals.Add(ctx, 1, t.add(t.renewal[result], ls.name)...)
-		if result == renewalOK {
-			t.headroom.Record(ctx, time.Until(deadline).Seconds(), t.rec(t.common, ls.name)...)
-		}
+	ctx := context.Background()
+	t.renewals.Add(ctx, 1, t.add(t.renewal[result], ls.name)...)
+	if result == renewalOK {
+		t.headroom.Record(ctx, time.Until(deadline).Seconds(), t.rec(t.common, ls.name)...)
 	}
-	// A failure that will be retried is Info, not Warn: the lease is still
-	// held, and most are followed by a successful retry; a loss that may
-	// follow is the Warn. Not Debug: a run of them is what explains that
-	// loss, and is worth seeing at the default level.
-	if result == renewalFailed && t.logging(slog.LevelInfo) {
+}
+
+// retrying logs a failed background renewal of the lease ls, still held,
+// that will be retried before the local deadline; token is the lease's (0
+// while it waits).
+//
+// It is Info, not Warn: the lease is still held, and most are followed by
+// a successful retry; a loss that may follow is the Warn. Not Debug: a run
+// of them is what explains that loss, and is worth seeing at the default
+// level.
+func (t *telemetry) retrying(ls *Lease, token int64, err error, deadline time.Time) {
+	if t.logging(slog.LevelInfo) {
 		t.log.LogAttrs(context.Background(), slog.LevelInfo, "fencelock: renewal failed, retrying", t.backendAttr(),
 			slog.String(attrLockName, ls.name), slog.Int64(attrToken, token),
 			slog.Duration("fencelock.deadline_in", time.Until(deadline)), slog.Any("error", err))

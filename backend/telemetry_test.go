@@ -298,24 +298,34 @@ func TestTelemetryCancelledWait(t *testing.T) {
 	assert.EqualValues(t, 0, o.sum(t, "fencelock.leases.held"))
 }
 
-// Losses by cause, one each, with the held count back to 0 and the loss
-// logged at Warn with the name, token and cause.
+// Losses by cause, one each, with the held count back to 0, the loss
+// logged at Warn with the name, token and cause, and the lease's error
+// matching the cause's sentinel (and ErrLeaseLost).
 func TestTelemetryLosses(t *testing.T) {
 	ctx := context.Background()
+	sentinels := map[string]error{"revoked": backend.ErrRevoked, "expired": backend.ErrExpired,
+		"deadline": backend.ErrDeadline, "max_hold": backend.ErrMaxHold, "closed": backend.ErrReleased}
 	lose := map[string]func(t *testing.T, o *observed) *backend.Lease{
-		"backend": func(t *testing.T, o *observed) *backend.Lease {
+		"revoked": func(t *testing.T, o *observed) *backend.Lease {
 			ls, err := o.l.Acquire(ctx, "t")
 			require.NoError(t, err)
 			require.True(t, o.srv.Revoke("t", ls.Token()))
 			return ls
 		},
-		"deadline": func(t *testing.T, o *observed) *backend.Lease {
-			// The local deadline half a TTL before the server's expiry:
-			// with the default drift (5ms at this TTL) a loaded machine
-			// could let the server's expiry be seen first.
+		"expired": func(t *testing.T, o *observed) *backend.Lease {
+			// Never renewed. The local deadline half a TTL before the
+			// server's expiry: with the default drift (5ms at this TTL)
+			// a loaded machine could let the server's expiry be seen
+			// first (expired too, but found by the backend).
 			ls, err := o.l.Acquire(ctx, "t", backend.WithTTL(400*time.Millisecond), backend.WithAutoRenew(false),
 				backend.WithDriftMargin(200*time.Millisecond))
 			require.NoError(t, err)
+			return ls
+		},
+		"deadline": func(t *testing.T, o *observed) *backend.Lease {
+			ls, err := o.l.Acquire(ctx, "t", backend.WithTTL(400*time.Millisecond))
+			require.NoError(t, err)
+			o.conn.Cut() // renewals get no answer from now on
 			return ls
 		},
 		"max_hold": func(t *testing.T, o *observed) *backend.Lease {
@@ -359,6 +369,15 @@ func TestTelemetryLosses(t *testing.T) {
 			assert.Equal(t, int64(ls.Token()), lines[0]["fencelock.token"].Int64())
 			assert.Equal(t, c, lines[0]["fencelock.loss.cause"].String())
 			assert.Equal(t, "mem", lines[0]["fencelock.backend"].String())
+			require.ErrorIs(t, ls.Err(), sentinels[c])
+			if c != "closed" {
+				require.ErrorIs(t, ls.Err(), backend.ErrLeaseLost)
+			}
+			for other, err := range sentinels {
+				if other != c && other != "closed" {
+					assert.NotErrorIs(t, ls.Err(), err, "a loss by %s matches the cause %s too", c, other)
+				}
+			}
 		})
 	}
 }
@@ -372,13 +391,16 @@ func TestTelemetryRenewals(t *testing.T) {
 		o  *observed
 		ls *backend.Lease
 	)
-	// A lease of 300ms renews every 100ms. A machine busy enough to stall
-	// the process for longer loses it before its second renewal: then the
-	// test tries again with a fresh Locker, whose counts start at 0.
+	// A lease of 900ms renews every 300ms, and once cut off retries every
+	// 90ms for at least 600ms before its deadline, with a retry logged for
+	// each failure before the loss (none after). A machine busy enough to
+	// stall the process for longer loses it before its second renewal:
+	// then the test tries again with a fresh Locker, whose counts start at
+	// 0.
 	for attempt := 1; ; attempt++ {
 		o = newObserved(t)
 		var err error
-		ls, err = o.l.Acquire(ctx, "t", backend.WithTTL(300*time.Millisecond))
+		ls, err = o.l.Acquire(ctx, "t", backend.WithTTL(900*time.Millisecond))
 		require.NoError(t, err)
 		for deadline := time.Now().Add(10 * time.Second); ls.Err() == nil && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 			if o.sum(t, "fencelock.renewals", memBackend, ok) >= 2 {

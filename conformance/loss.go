@@ -261,6 +261,7 @@ func (s *suite) testMaxHold(t *testing.T) {
 	requireClosed(t, la.Done(), time.Until(start.Add(maxHold+s.expiry)), "Done of a lease past its max hold")
 	require.ErrorIs(t, la.Err(), backend.ErrLeaseLost)
 	require.ErrorIs(t, la.Err(), backend.ErrMaxHold, "the loss names its cause")
+	require.Equal(t, "max_hold", lossCause(la.Err()))
 	lb := s.acquire(t, b, name, s.expiry)
 	assert.Greater(t, lb.Token(), la.Token())
 	requireNotBefore(t, time.Now(), la)

@@ -131,6 +131,7 @@ func (s *suite) testLossWhilePartitioned(t *testing.T, p Partitioner) {
 	late := lostAt.Sub(deadline)
 	t.Logf("loss signal %v after the local deadline: %v", late, la.Err())
 	require.ErrorIs(t, la.Err(), backend.ErrLeaseLost)
+	require.ErrorIs(t, la.Err(), backend.ErrDeadline, "the loss names its cause")
 	assert.False(t, lostAt.Before(deadline), "the loss signal fired %v before the deadline", -late)
 	assert.Less(t, late, drift, "the loss signal fired %v after the local deadline, past the drift margin", late)
 

@@ -173,8 +173,22 @@
 // fires) as soon as the key is deleted or overwritten by another client,
 // for example when an operator revokes the lease or deletes the key with
 // Locker.RevokeID (the puts of the acquisition's own Proclaims, with its
-// lease and a value it proclaimed, are not a loss). The
-// watches of a Locker (of its own keys and its waiters' predecessors) share
+// lease and a value it proclaimed, are not a loss).
+//
+// Loss causes: a lease etcd no longer has (a renewal, an acquisition or a
+// Proclaim answered "lease not found") is backend.ErrRevoked; etcd answers
+// alike for an expired lease, but a lease renewed in time cannot expire
+// before its local deadline, which ends it first (backend.ErrDeadline;
+// backend.ErrExpired without renewals). Our key found deleted is
+// ErrRevoked if a read of the lease's TTL (1 round trip, 1s at most, before
+// the loss is reported) finds the lease gone too (revoking a lease deletes
+// its keys: etcdctl lease revoke, Locker.Revoke), else backend.ErrDeleted
+// (etcdctl del, Locker.RevokeID, which deletes the key); overwritten by
+// another client, it is
+// ErrDeleted too. If that read gets no answer the loss is ErrDeleted. etcd
+// has no session beyond the lease: ErrSessionLost is never reported.
+//
+// The watches of a Locker (of its own keys and its waiters' predecessors) share
 // one gRPC stream and two goroutines (none while no key is watched): a held
 // lock costs no goroutine of its own, and a waiter none but its caller's.
 // Each watch is of one key, so a client receives the events of its own keys

@@ -353,6 +353,7 @@ func TestForeignPutOnKeyFiresLoss(t *testing.T) {
 			t.Fatalf("loss signal did not fire within 5s of a foreign put %v after the grant (renewal is 10s away)", after)
 		}
 		require.ErrorIs(t, ls.Err(), backend.ErrLeaseLost)
+		require.ErrorIs(t, ls.Err(), backend.ErrDeleted, "an overwritten key is the key removed")
 		assert.Contains(t, ls.Err().Error(), "overwritten by another client", "the cause says why")
 		require.Eventually(t, func() bool {
 			resp, err := c.Get(tctx(t, 10*time.Second), key)

@@ -132,7 +132,7 @@ func (l *lease) Lock(ctx context.Context, wait bool) (driver.Grant, error) {
 					continue
 				}
 				l.setDoubtful()
-				return driver.Grant{}, fmt.Errorf("%w: etcd lease %x not found", backend.ErrLeaseLost, int64(id))
+				return driver.Grant{}, fmt.Errorf("%w: etcd lease %x not found", backend.ErrRevoked, int64(id))
 			}
 			return driver.Grant{}, fmt.Errorf("etcd: lock txn: %w", mapErr(err))
 		}
@@ -428,7 +428,7 @@ func (l *lease) predecessorAt(ctx context.Context, key string, rev, at int64) (n
 	}
 	kvs := resp.Kvs
 	if len(kvs) == 0 || string(kvs[0].Key) != key || kvs[0].CreateRevision != rev {
-		err := l.lostError(key)
+		err := l.keyGone(ctx, key, "")
 		l.lost(err)
 		return nil, false, err
 	}
@@ -451,7 +451,7 @@ func (l *lease) predecessor(ctx context.Context, key string, rev int64) (*mvccpb
 		return nil, fmt.Errorf("etcd: wait: read predecessor: %w", mapErr(err))
 	}
 	if !resp.Succeeded {
-		err := l.lostError(key)
+		err := l.keyGone(ctx, key, "")
 		l.lost(err)
 		return nil, err
 	}
@@ -461,17 +461,56 @@ func (l *lease) predecessor(ctx context.Context, key string, rev int64) (*mvccpb
 	return nil, nil
 }
 
-// ownKeyEvent describes an event on our own lock key: a delete (the lease
-// expired or was revoked, or the key was removed) or another client's put.
-func ownKeyEvent(key string, ev *clientv3.Event) error {
-	if ev.Type == mvccpb.DELETE {
-		return fmt.Errorf("etcd: lock key %q was deleted at revision %d (lease expired or revoked, or the key removed)", key, ev.Kv.ModRevision)
-	}
-	return fmt.Errorf("etcd: lock key %q was overwritten by another client at revision %d", key, ev.Kv.ModRevision)
+// leaseGone is the loss of a lease etcd no longer has. etcd answers alike
+// for an expired and a revoked lease, but a lease renewed in time cannot
+// expire before its local deadline, which ends it first (ErrDeadline, or
+// ErrExpired without renewals): the lease was revoked.
+func leaseGone(id clientv3.LeaseID) error {
+	return fmt.Errorf("%w: etcd lease %x not found", backend.ErrRevoked, int64(id))
 }
 
-func (l *lease) lostError(key string) error {
-	return fmt.Errorf("%w: etcd: lock key %q is gone (lease expired or revoked)", backend.ErrLeaseLost, key)
+// keyGoneTimeout bounds the read of keyGone.
+const keyGoneTimeout = time.Second
+
+// keyGone is the loss of our lock key, found gone (what says how: a
+// deletion event, or "" for a read): backend.ErrRevoked if our lease is
+// gone too (revoking a lease deletes its keys), else backend.ErrDeleted
+// (someone deleted the key). It asks etcd for the lease's TTL, for
+// keyGoneTimeout at most under ctx; without an answer the key is taken as
+// deleted.
+func (l *lease) keyGone(ctx context.Context, key, how string) error {
+	l.mu.Lock()
+	id := l.id
+	l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, keyGoneTimeout)
+	defer cancel()
+	if how == "" {
+		how = "is gone"
+	}
+	if ttl, err := l.d.client.TimeToLive(ctx, id); err == nil && ttl.TTL == -1 || isLeaseNotFound(err) {
+		return fmt.Errorf("%w: etcd lease %x not found, and lock key %q %s", backend.ErrRevoked, int64(id), key, how)
+	}
+	return fmt.Errorf("%w: etcd: lock key %q %s (its lease lives on)", backend.ErrDeleted, key, how)
+}
+
+// reportOwnKeyEvent reports the loss for an event on our own lock key: a
+// delete (the lease revoked, or the key removed: keyGone tells which) or
+// another client's put. It runs on a goroutine of its own: keyGone asks
+// etcd, and the hub's goroutine, which delivered the event, must not wait.
+func (l *lease) reportOwnKeyEvent(key string, ev *clientv3.Event) {
+	if ev.Type != mvccpb.DELETE {
+		l.lost(fmt.Errorf("%w: etcd: lock key %q was overwritten by another client at revision %d", backend.ErrDeleted, key, ev.Kv.ModRevision))
+		return
+	}
+	if !l.d.track() {
+		// The driver is closing: no read.
+		l.lost(fmt.Errorf("%w: etcd: lock key %q was deleted at revision %d", backend.ErrDeleted, key, ev.Kv.ModRevision))
+		return
+	}
+	go func() {
+		defer l.d.bg.Done()
+		l.lost(l.keyGone(l.d.hub.ctx, key, fmt.Sprintf("was deleted at revision %d", ev.Kv.ModRevision)))
+	}()
 }
 
 // ownWatchDelay is how long a key must have existed before watchOwnKey
@@ -529,7 +568,7 @@ func (l *lease) watchResponse(w *keyWatch, resp *pb.WatchResponse) {
 		if foreign != nil {
 			// A delete, or someone else's put.
 			l.d.hub.remove(w)
-			l.lost(ownKeyEvent(w.key, foreign))
+			l.reportOwnKeyEvent(w.key, foreign)
 		}
 		return
 	}
@@ -567,9 +606,9 @@ func (l *lease) checkOwnKey() {
 	switch {
 	case err != nil:
 	case len(resp.Kvs) == 0:
-		lost = l.lostError(key)
+		lost = l.keyGone(ctx, key, "")
 	case !l.ownState(resp.Kvs[0]):
-		lost = fmt.Errorf("etcd: lock key %q was overwritten by another client (now at revision %d)", key, resp.Kvs[0].ModRevision)
+		lost = fmt.Errorf("%w: etcd: lock key %q was overwritten by another client (now at revision %d)", backend.ErrDeleted, key, resp.Kvs[0].ModRevision)
 	}
 	if lost != nil {
 		l.lost(lost)
@@ -642,7 +681,7 @@ func (l *lease) KeepAlive(ctx context.Context) (time.Time, error) {
 			return sent, nil
 		}
 		l.setDoubtful()
-		return time.Time{}, fmt.Errorf("%w: etcd lease %x not found (expired or revoked)", backend.ErrLeaseLost, int64(id))
+		return time.Time{}, leaseGone(id)
 	}
 	return time.Time{}, fmt.Errorf("etcd: keepalive lease %x: %w", int64(id), mapErr(err))
 }
@@ -704,7 +743,7 @@ func (l *lease) Release(ctx context.Context) error {
 		return nil
 	}
 	l.finish()
-	return fmt.Errorf("%w: etcd: lock key %q (token %d) was already gone at release", backend.ErrLeaseLost, key, rev)
+	return fmt.Errorf("%w: etcd: lock key %q (token %d) was already gone at release", backend.ErrDeleted, key, rev)
 }
 
 // revoke revokes id now; a lease already gone is fine.

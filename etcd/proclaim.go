@@ -46,7 +46,7 @@ func (l *lease) Proclaim(ctx context.Context, value string) error {
 		if isLeaseNotFound(err) {
 			// Refused: our lease, and with it our key, is gone.
 			l.unproclaim()
-			return fmt.Errorf("%w: etcd: proclaim: lease %x not found (expired or revoked)", backend.ErrLeaseLost, int64(id))
+			return fmt.Errorf("etcd: proclaim: %w", leaseGone(id))
 		}
 		// The put may or may not have been applied: its value stays in
 		// proclaimed, so that its event is not taken for someone else's.
@@ -58,7 +58,10 @@ func (l *lease) Proclaim(ctx context.Context, value string) error {
 		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
 			now = kvs[0]
 		}
-		return fmt.Errorf("%w: etcd: proclaim: %s; nothing written", backend.ErrLeaseLost, keyFate(key, rev, now))
+		if now == nil {
+			return fmt.Errorf("etcd: proclaim: nothing written: %w", l.keyGone(ctx, key, ""))
+		}
+		return fmt.Errorf("%w: etcd: proclaim: %s; nothing written", backend.ErrDeleted, keyFate(key, rev, now))
 	}
 	l.mu.Lock()
 	l.value = value
@@ -77,16 +80,12 @@ func (l *lease) unproclaim() {
 }
 
 // keyFate says what became of our key, created at revision rev, given now,
-// its current state (nil: none).
+// its current state (not nil: keyGone says why none is left).
 func keyFate(key string, rev int64, now *mvccpb.KeyValue) string {
-	switch {
-	case now == nil:
-		return fmt.Sprintf("lock key %q is gone (lease expired or revoked, or the key deleted)", key)
-	case now.CreateRevision != rev:
+	if now.CreateRevision != rev {
 		return fmt.Sprintf("lock key %q (token %d) was deleted and written again at revision %d", key, rev, now.CreateRevision)
-	default:
-		return fmt.Sprintf("lock key %q was overwritten by another client at revision %d (detached from its lease)", key, now.ModRevision)
 	}
+	return fmt.Sprintf("lock key %q was overwritten by another client at revision %d (detached from its lease)", key, now.ModRevision)
 }
 
 // ownKV reports whether kv, our key as a put event (stored false) or a

@@ -175,21 +175,22 @@ func TestDriverProclaimBoundToKey(t *testing.T) {
 		change func(l *lease) // what happens to the key
 		left   string         // the key's value then ("": none)
 		says   string
+		cause  error
 	}{
 		{"lease revoked", func(l *lease) {
 			_, err := c.Revoke(ctx, l.id)
 			require.NoError(t, err)
-		}, "", "is gone"},
+		}, "", "is gone", backend.ErrRevoked},
 		{"key written again", func(l *lease) {
 			_, err := c.Delete(ctx, l.key)
 			require.NoError(t, err)
 			_, err = c.Put(ctx, l.key, "newer")
 			require.NoError(t, err)
-		}, "newer", "deleted and written again"},
+		}, "newer", "deleted and written again", backend.ErrDeleted},
 		{"key overwritten", func(l *lease) {
 			_, err := c.Put(ctx, l.key, "theirs")
 			require.NoError(t, err)
-		}, "theirs", "overwritten by another client"},
+		}, "theirs", "overwritten by another client", backend.ErrDeleted},
 	} {
 		t.Run(tc.what, func(t *testing.T) {
 			dl, _, err := d.NewLease(ctx, driver.Request{Name: "s", TTL: long, Value: &v, Lost: func(error) {}})
@@ -201,6 +202,7 @@ func TestDriverProclaimBoundToKey(t *testing.T) {
 			tc.change(l)
 			err = dl.Proclaim(ctx, "too late")
 			require.ErrorIs(t, err, backend.ErrLeaseLost)
+			require.ErrorIs(t, err, tc.cause)
 			assert.Contains(t, err.Error(), tc.says)
 			kvs := keys(t, c, pfx, "s")
 			if tc.left == "" {

@@ -87,8 +87,8 @@
 // It replaces the value only while the row is still the acquisition's
 // grant (its owner id and token) and live by the server's clock, keeping
 // the token and the expiry; no row updated (the lease was released,
-// revoked, expired or granted to another) is backend.ErrLeaseLost, with
-// nothing stored. Like a renewal, it waits for a fenced write's FOR SHARE
+// revoked, expired or granted to another) is backend.ErrLeaseLost
+// (backend.ErrDeleted), with nothing stored. Like a renewal, it waits for a fenced write's FOR SHARE
 // of the row. A Locker of a fencelock release from before values fails
 // Status on a name a candidate holds or waits for (it reads metadata as
 // an object); its locks are not affected.
@@ -248,6 +248,19 @@
 // (its rows removed, if the statement had landed); should that statement
 // reach the server only after the release, it takes the lock for a holder
 // that is gone, until its TTL ends: nobody renews it.
+//
+// Loss causes: a revocation (Locker.Revoke and RevokeID, fencelock revoke)
+// is backend.ErrRevoked when its notification reaches the Locker: one that
+// listens, which it does from the first wait of one of its acquisitions
+// on; a Locker that never waited finds the revocation at the next renewal,
+// as below (TestLossCauses). A renewal, a
+// Proclaim or a Release that finds the lock row gone or no longer this
+// acquisition's (its owner or token changed), or a waiter's queue row gone,
+// is backend.ErrDeleted: the statement does not tell a row deleted by
+// hand, a revocation whose notification was missed and a row that lapsed
+// by the server's clock apart (a row renewed in time does not lapse before
+// its local deadline, which ends the lease first: backend.ErrDeadline, or
+// backend.ErrExpired without renewals). ErrSessionLost is never reported.
 //
 // # Same-database fencing
 //

@@ -257,7 +257,7 @@ func (l *lease) attempt(ctx context.Context, m mode) (time.Time, acquireResult, 
 	case res.status == "lost":
 		l.st, l.failing = stIdle, nil
 		l.queued = false
-		err = fmt.Errorf("%w: postgres: the acquisition's queue row lapsed or was revoked", backend.ErrLeaseLost)
+		err = fmt.Errorf("%w: postgres: the acquisition's queue row lapsed or was revoked", backend.ErrDeleted)
 	case res.status != "granted":
 		l.st, l.failing = stIdle, nil
 		l.queued = l.queued || res.status == "queued"
@@ -327,9 +327,9 @@ func (l *lease) KeepAlive(ctx context.Context) (time.Time, error) {
 	switch status {
 	case "lost":
 		if st == stHeld {
-			return time.Time{}, fmt.Errorf("%w: postgres: lock %q is no longer this acquisition's, or its lease had ended", backend.ErrLeaseLost, l.name)
+			return time.Time{}, fmt.Errorf("%w: postgres: lock %q is no longer this acquisition's, or its lease had ended", backend.ErrDeleted, l.name)
 		}
-		return time.Time{}, fmt.Errorf("%w: postgres: the queue row for %q lapsed or was revoked", backend.ErrLeaseLost, l.name)
+		return time.Time{}, fmt.Errorf("%w: postgres: the queue row for %q lapsed or was revoked", backend.ErrDeleted, l.name)
 	case "held", "free":
 		if st != stHeld {
 			// Granted while waiting, and the notification has not come
@@ -362,7 +362,7 @@ func (l *lease) Release(ctx context.Context) error {
 		h.remove(l)
 	}
 	if held && status != "released" {
-		return fmt.Errorf("%w: postgres: lock %q was no longer this acquisition's, or its lease had ended", backend.ErrLeaseLost, l.name)
+		return fmt.Errorf("%w: postgres: lock %q was no longer this acquisition's, or its lease had ended", backend.ErrDeleted, l.name)
 	}
 	return nil
 }
@@ -385,7 +385,7 @@ func (l *lease) notified(grant bool, token int64) {
 	}
 	l.mu.Unlock()
 	if held {
-		l.lost(fmt.Errorf("%w: postgres: lock %q was revoked", backend.ErrLeaseLost, l.name))
+		l.lost(fmt.Errorf("%w: postgres: lock %q was revoked", backend.ErrRevoked, l.name))
 		return
 	}
 	l.wake()
@@ -400,7 +400,7 @@ func (l *lease) wasRevoked() bool {
 // errRevoked is Lock's error for an acquisition revoked while it waited,
 // or after a grant Lock had not returned yet.
 func errRevoked(name string) error {
-	return fmt.Errorf("%w: postgres: the acquisition of lock %q was revoked while it waited", backend.ErrLeaseLost, name)
+	return fmt.Errorf("%w: postgres: the acquisition of lock %q was revoked while it waited", backend.ErrRevoked, name)
 }
 
 // Proclaim implements driver.Lease with one UPDATE of the lock row
@@ -419,7 +419,7 @@ func (l *lease) Proclaim(ctx context.Context, value string) error {
 		return fmt.Errorf("postgres: proclaim: %w", mapErr(err))
 	}
 	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("%w: postgres: lock %q is no longer this acquisition's, or its lease had ended: value not stored", backend.ErrLeaseLost, l.name)
+		return fmt.Errorf("%w: postgres: lock %q is no longer this acquisition's, or its lease had ended: value not stored", backend.ErrDeleted, l.name)
 	}
 	return nil
 }

@@ -62,3 +62,68 @@ func TestRevokedPromotionIsNotAGrant(t *testing.T) {
 		_ = h.Release(ctx)
 	}
 }
+
+// A loss names what the database showed (issue 33): a revocation through
+// Locker.Revoke is ErrRevoked where its notification reaches the holder (a
+// Locker that listens: one of its acquisitions has waited), long before
+// its next renewal; otherwise, and for the lock row deleted by hand, the
+// next renewal finds the row gone: ErrDeleted. Each matches ErrLeaseLost
+// and no other cause.
+func TestLossCauses(t *testing.T) {
+	dsn, prefix := srv.NewDatabase(t), testPrefix(t)
+	admin := locker(t, dsn, Config{Prefix: prefix})
+	pool := newPool(t, dsn)
+	for _, c := range []struct {
+		name string
+		ttl  time.Duration
+		want error
+		end  func(t *testing.T, ls *backend.Lease)
+	}{
+		{"RevokeListening", 30 * time.Second, backend.ErrRevoked, func(t *testing.T, ls *backend.Lease) {
+			found, err := admin.Revoke(tctx(t, 10*time.Second), ls.Name(), ls.Token())
+			require.NoError(t, err)
+			require.True(t, found)
+		}},
+		{"RevokeNotListening", 3 * time.Second, backend.ErrDeleted, func(t *testing.T, ls *backend.Lease) {
+			found, err := admin.Revoke(tctx(t, 10*time.Second), ls.Name(), ls.Token())
+			require.NoError(t, err)
+			require.True(t, found)
+		}},
+		{"RowDeleted", 3 * time.Second, backend.ErrDeleted, func(t *testing.T, ls *backend.Lease) {
+			tag, err := pool.Exec(tctx(t, 10*time.Second), fmt.Sprintf("DELETE FROM %s_locks WHERE name = $1", prefix), ls.Name())
+			require.NoError(t, err)
+			require.EqualValues(t, 1, tag.RowsAffected())
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := locker(t, dsn, Config{Prefix: prefix}, backend.WithTTL(c.ttl))
+			if c.name == "RevokeListening" {
+				// A wait starts the Locker's listener.
+				held, err := admin.TryAcquire(tctx(t, 10*time.Second), "listen")
+				require.NoError(t, err)
+				ch := goAcquire(tctx(t, 30*time.Second), l, "listen")
+				requireBlocked(t, ch, 100*time.Millisecond)
+				release(t, held)
+				r := waitAcquired(t, ch, 10*time.Second)
+				require.NoError(t, r.Err)
+				release(t, r.Lease)
+			}
+			ls, err := l.TryAcquire(tctx(t, 10*time.Second), c.name)
+			require.NoError(t, err)
+			c.end(t, ls)
+			select {
+			case <-ls.Done():
+			case <-time.After(c.ttl):
+				require.FailNow(t, "no loss signal")
+			}
+			require.ErrorIs(t, ls.Err(), c.want)
+			require.ErrorIs(t, ls.Err(), backend.ErrLeaseLost)
+			for _, other := range []error{backend.ErrRevoked, backend.ErrDeleted, backend.ErrExpired, backend.ErrSessionLost, backend.ErrDeadline} {
+				if other != c.want {
+					require.NotErrorIs(t, ls.Err(), other)
+				}
+			}
+			t.Logf("%v", ls.Err())
+		})
+	}
+}

@@ -362,6 +362,15 @@
 // never reports a loss itself: a holder learns that its key is gone from its next
 // renewal (every TTL/3) or from its local deadline.
 //
+// Loss causes: a lock key found gone or someone else's (a holder), or a
+// queue entry gone (a waiter), is backend.ErrDeleted whoever removed it:
+// Redis keeps no trace of why, so a DEL, Locker.Revoke and RevokeID (which
+// delete the key or the entry), an eviction and an early expiry (a server
+// clock jump, a failover that lost the last renewal) cannot be told apart.
+// A key renewed in time does not expire before its local deadline, which
+// ends the lease first (backend.ErrDeadline; backend.ErrExpired without
+// renewals). ErrRevoked and ErrSessionLost are never reported.
+//
 // # Interoperability
 //
 // The lock key is the plain SET key value NX PX shape of redsync and

@@ -852,7 +852,7 @@ func parseAcquire(reply any, err error) (acquireResult, error) {
 	case len(res) == 4 && res[0] == 0:
 		return acquireResult{next: res[2] == 1, wait: res[1], foreign: res[3] == 1}, nil
 	case len(res) == 1 && res[0] == -1:
-		return acquireResult{}, fmt.Errorf("%w: redis: queue entry lapsed or was removed, or the acquisition had ended", backend.ErrLeaseLost)
+		return acquireResult{}, fmt.Errorf("%w: redis: queue entry lapsed or was removed, or the acquisition had ended", backend.ErrDeleted)
 	}
 	return acquireResult{}, fmt.Errorf("redis: acquire script returned %v", reply)
 }

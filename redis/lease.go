@@ -347,9 +347,9 @@ func (l *lease) KeepAlive(ctx context.Context) (time.Time, error) {
 	switch n {
 	case 0:
 		if st == stHeld {
-			return time.Time{}, fmt.Errorf("%w: redis: lock key %q is gone or no longer this acquisition's", backend.ErrLeaseLost, l.k.lock)
+			return time.Time{}, fmt.Errorf("%w: redis: lock key %q is gone or no longer this acquisition's", backend.ErrDeleted, l.k.lock)
 		}
-		return time.Time{}, fmt.Errorf("%w: redis: queue entry for %q lapsed or was removed", backend.ErrLeaseLost, l.k.lock)
+		return time.Time{}, fmt.Errorf("%w: redis: queue entry for %q lapsed or was removed", backend.ErrDeleted, l.k.lock)
 	case 1:
 		if st != stHeld {
 			// Granted by a release while waiting, and the message has not
@@ -398,7 +398,7 @@ func (l *lease) Release(ctx context.Context) error {
 	held := l.st == stHeld
 	l.st = stReleased
 	if n != 1 && held {
-		return fmt.Errorf("%w: redis: lock key %q was already gone or someone else's", backend.ErrLeaseLost, l.k.lock)
+		return fmt.Errorf("%w: redis: lock key %q was already gone or someone else's", backend.ErrDeleted, l.k.lock)
 	}
 	return nil
 }

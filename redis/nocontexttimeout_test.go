@@ -75,6 +75,7 @@ func TestNoContextTimeoutPartitioned(t *testing.T) {
 	late := lostAt.Sub(la.Deadline())
 	t.Logf("loss signal %v after the local deadline: %v", late, la.Err())
 	require.ErrorIs(t, la.Err(), backend.ErrLeaseLost)
+	require.ErrorIs(t, la.Err(), backend.ErrDeadline, "the loss names its cause")
 	assert.GreaterOrEqual(t, late, time.Duration(0))
 	assert.Less(t, late, noCtxLossLate, "the loss signal waited for the hung renewal")
 	var g granted

@@ -191,8 +191,8 @@ func TestUncontendedServerCalls(t *testing.T) {
 }
 
 // TestLossSignalled: a lock key deleted or expired under its holder fires the
-// holder's loss signal at its next renewal, and the refresh never re-creates
-// the key (redsync's WithSetNXOnExtend).
+// holder's loss signal at its next renewal, with ErrDeleted, and the
+// refresh never re-creates the key (redsync's WithSetNXOnExtend).
 func TestLossSignalled(t *testing.T) {
 	prefix := testPrefix(t)
 	admin := newClient(t, srv.Addr())
@@ -216,6 +216,9 @@ func TestLossSignalled(t *testing.T) {
 				t.Fatal("no loss signal")
 			}
 			require.ErrorIs(t, ls.Err(), backend.ErrLeaseLost)
+			// Redis keeps no trace of why a key is gone: both are
+			// ErrDeleted (see the package documentation).
+			require.ErrorIs(t, ls.Err(), backend.ErrDeleted, "the loss names its cause")
 			t.Logf("loss signalled after %v", time.Since(start))
 			n, err := admin.Exists(tctx(t, 5*time.Second), key).Result()
 			require.NoError(t, err)

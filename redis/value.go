@@ -108,7 +108,7 @@ func (l *lease) Proclaim(ctx context.Context, value string) error {
 	}
 	if n != 1 {
 		return fmt.Errorf("%w: redis: lock key %q is gone or no longer this acquisition's: the value was not stored",
-			backend.ErrLeaseLost, l.k.lock)
+			backend.ErrDeleted, l.k.lock)
 	}
 	return nil
 }

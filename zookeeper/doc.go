@@ -226,7 +226,19 @@
 //
 // When the session ends (the server expired it, or the Conn was closed),
 // every lease of that session is lost: its loss signal fires and Release
-// reports backend.ErrLeaseLost. go-zookeeper replaces an expired session by
+// reports backend.ErrLeaseLost.
+//
+// Loss causes: a session that ended (expired on the ensemble, closed,
+// replaced by a new one: also when the deletion of our node, which the
+// expiry did, is what the adapter sees first) is backend.ErrSessionLost;
+// our node found deleted while the session lives is backend.ErrDeleted
+// (TestOwnNodeDeletedIsLoss, TestSessionExpiry*), which is also what the
+// adapter's Revoke does (it deletes the node): a revoke and someone else's
+// delete cannot be told apart. A client cut off learns of its session's
+// expiry only once it reconnects, after its local deadline: such a loss
+// is reported as backend.ErrDeadline first, and ErrSessionLost is seen
+// when the session ended while the client was connected (closed with its
+// credentials, as the tests do) or expired within the drift margin. go-zookeeper replaces an expired session by
 // a new one on the same Conn without telling its callers; the adapter sees
 // the session id change (from the Conn's events when it dialed the Conn,
 // by polling its state every 25ms over a caller's Conn) and never carries a

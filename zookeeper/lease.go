@@ -90,29 +90,52 @@ func (l *lease) Suspended() (bool, <-chan struct{}) { return l.s.suspension() }
 // loss state of its own.
 func (l *lease) markLost() { _ = l.markLostWhy("") }
 
-// markLostWhy is markLost with the cause as the caller saw it (the
-// session's end, with its cause, if it has ended; else why, or "deleted"
-// if why is empty), and returns the loss error for the caller to return.
+// markLostWhy is markLost with the cause as the caller saw it: the
+// session's end, with its cause, if it has ended or the Conn runs another
+// one (backend.ErrSessionLost);
+// else our node deleted (backend.ErrDeleted), why, or "deleted" if why is
+// empty. It returns the loss error for the caller to return.
 func (l *lease) markLostWhy(why string) error {
+	cause := backend.ErrDeleted
 	switch {
 	case l.g.ended():
-		why = "its session ended: " + context.Cause(l.g.ctx).Error()
+		cause, why = backend.ErrSessionLost, "its session ended: "+context.Cause(l.g.ctx).Error()
+	case l.s.conn.SessionID() != l.g.id:
+		// The Conn runs another session already, which the adapter has
+		// not noticed yet (over a caller's Conn it polls): the node's
+		// deletion is the old session's expiry, whose watch go-zookeeper
+		// set again in the new one.
+		cause, why = backend.ErrSessionLost, fmt.Sprintf("its session %#x ended (the connection runs session %#x now)", l.g.id, l.s.conn.SessionID())
 	case why == "":
 		why = "deleted"
 	}
-	err := l.lostError(why)
+	err := l.lostError(cause, why)
 	l.report(err)
 	return err
 }
 
-func (l *lease) lostError(why string) error {
+// markSessionLost reports the loss of the lease to the Locker, as
+// markLost does, because its session ended or was replaced (why), and
+// returns the loss error.
+func (l *lease) markSessionLost(why string) error {
+	if l.g.ended() {
+		why += ": " + context.Cause(l.g.ctx).Error()
+	}
+	err := l.lostError(backend.ErrSessionLost, why)
+	l.report(err)
+	return err
+}
+
+// lostError is the loss of our node, for cause (backend.ErrDeleted or
+// ErrSessionLost), as why says.
+func (l *lease) lostError(cause error, why string) error {
 	l.mu.Lock()
 	path := l.path
 	l.mu.Unlock()
 	if path == "" {
 		path = l.dir + "/" + protectedPrefix + l.guid + "-" + lockMarker + "*"
 	}
-	return fmt.Errorf("%w: zookeeper: lock node %s: %s", backend.ErrLeaseLost, path, why)
+	return fmt.Errorf("%w: zookeeper: lock node %s: %s", cause, path, why)
 }
 
 // alive checks, after a reply, that it came from our session.
@@ -348,7 +371,7 @@ func (l *lease) waitGone(ctx context.Context, watches map[string]<-chan zk.Event
 			switch {
 			case errors.Is(err, zk.ErrNoNode):
 				if !l.alive(sent) {
-					return "", l.lostError("the session ended")
+					return "", l.lostError(backend.ErrSessionLost, "the session ended")
 				}
 				if n == self {
 					return "", l.markLostWhy("deleted while waiting")
@@ -358,7 +381,7 @@ func (l *lease) waitGone(ctx context.Context, watches map[string]<-chan zk.Event
 				return "", l.opError("watch "+n, err)
 			}
 			if !l.alive(sent) {
-				return "", l.lostError("the session ended")
+				return "", l.lostError(backend.ErrSessionLost, "the session ended")
 			}
 			if n == self {
 				l.noteCzxid(st)
@@ -391,7 +414,7 @@ func (l *lease) waitGone(ctx context.Context, watches map[string]<-chan zk.Event
 			return gone, nil
 		case ev.Type == zk.EventNotWatching:
 			if l.g.ended() || sessionGone(ev.Err) {
-				return "", l.markLostWhy("the session ended while waiting")
+				return "", l.markSessionLost("the session ended while waiting")
 			}
 			return "", fmt.Errorf("%w: zookeeper: watch on %s ended: %w", backend.ErrUnavailable, gone, ev.Err)
 		}
@@ -425,7 +448,7 @@ func (l *lease) readCzxid(ctx context.Context, path string) (int64, error) {
 	case err != nil:
 		return 0, l.opError("read czxid of "+path, err)
 	case !l.alive(sent):
-		return 0, l.lostError("the session ended")
+		return 0, l.lostError(backend.ErrSessionLost, "the session ended")
 	case !ok:
 		return 0, l.markLostWhy("deleted before the grant")
 	}
@@ -454,7 +477,7 @@ func (l *lease) ownEvent(ev zk.Event) error {
 	case zk.EventNodeDeleted:
 		return l.markLostWhy("deleted while waiting")
 	case zk.EventNotWatching:
-		return l.markLostWhy("the session ended while waiting")
+		return l.markSessionLost("the session ended while waiting")
 	}
 	return nil
 }
@@ -480,7 +503,7 @@ func (l *lease) retryLater(ctx context.Context, err error) bool {
 // opError maps a request's error: a gone session is a lost lease.
 func (l *lease) opError(what string, err error) error {
 	if sessionGone(err) || l.g.ended() {
-		return l.markLostWhy("the session ended")
+		return l.markSessionLost("the session ended")
 	}
 	if errors.Is(err, zk.ErrClosing) {
 		return fmt.Errorf("zookeeper: %s: %w", what, errConnClosed)
@@ -506,7 +529,7 @@ func (l *lease) children(ctx context.Context) ([]string, error) {
 		return nil, l.opError("get children of "+l.dir, err)
 	}
 	if !l.alive(sent) {
-		return nil, l.markLostWhy("the session ended")
+		return nil, l.markSessionLost("the session ended")
 	}
 	return kids, nil
 }
@@ -584,7 +607,7 @@ func (l *lease) doCreate(plain bool) (path string, czxid int64, alone bool, err 
 	var last error
 	for attempt := 0; attempt < createAttempts; attempt++ {
 		if l.g.ended() {
-			return "", 0, false, l.markLostWhy("the session ended before the create")
+			return "", 0, false, l.markSessionLost("the session ended before the create")
 		}
 		sent := time.Now()
 		var res []zk.MultiResponse
@@ -625,13 +648,13 @@ func (l *lease) doCreate(plain bool) (path string, czxid int64, alone bool, err 
 			}
 			continue
 		case sessionGone(err):
-			return "", 0, false, l.markLostWhy("the session ended during the create")
+			return "", 0, false, l.markSessionLost("the session ended during the create")
 		default:
 			return "", 0, false, l.opError("create lock node in "+l.dir, err)
 		}
 		if !l.alive(sent) {
 			l.dropStray(path)
-			return "", 0, false, l.lostError("the session changed during the create")
+			return "", 0, false, l.lostError(backend.ErrSessionLost, "the session changed during the create")
 		}
 		return path, czxid, alone, nil
 	}
@@ -646,7 +669,7 @@ func (l *lease) doCreate(plain bool) (path string, czxid int64, alone bool, err 
 // the connection is down (a bounded number of times; if the new session
 // expires too, so does the node).
 func (l *lease) dropStray(path string) {
-	_ = l.markLostWhy("the session changed during the create")
+	_ = l.markSessionLost("the session changed during the create")
 	for attempt := 0; attempt < createAttempts; attempt++ {
 		if err := l.s.conn.Delete(path, -1); !connDown(err) {
 			return
@@ -672,7 +695,7 @@ func (l *lease) recordUnread(path string, err error) error {
 func (l *lease) findOwn() (path string, czxid int64, found bool, err error) {
 	for attempt := 0; ; attempt++ {
 		if l.g.ended() {
-			return "", 0, false, l.markLostWhy("the session ended during the create")
+			return "", 0, false, l.markSessionLost("the session ended during the create")
 		}
 		sent := time.Now()
 		kids, _, err := l.s.conn.Children(l.dir)
@@ -692,7 +715,7 @@ func (l *lease) findOwn() (path string, czxid int64, found bool, err error) {
 					l.dropStray(l.dir + "/" + k)
 				}
 			}
-			return "", 0, false, l.markLostWhy("the session changed during the create")
+			return "", 0, false, l.markSessionLost("the session changed during the create")
 		}
 		for _, k := range kids {
 			if strings.HasPrefix(k, mark) {
@@ -891,7 +914,7 @@ func (l *lease) KeepAlive(ctx context.Context) (time.Time, error) {
 		return time.Time{}, l.opError("keepalive", err)
 	}
 	if !l.alive(sent) {
-		return time.Time{}, l.markLostWhy("the session ended")
+		return time.Time{}, l.markSessionLost("the session ended")
 	}
 	if path != "" && !exists {
 		return time.Time{}, l.markLostWhy("deleted")
@@ -964,7 +987,7 @@ func (l *lease) cleanupNode() error {
 	held := st == stHeld
 	gone := func() error {
 		if held {
-			return l.lostError("already gone at release")
+			return l.lostError(backend.ErrDeleted, "already gone at release")
 		}
 		return nil
 	}
@@ -1054,7 +1077,7 @@ func (l *lease) Proclaim(ctx context.Context, value string) error {
 		switch {
 		case err == nil:
 			if !l.alive(sent) {
-				return l.markLostWhy("the session ended")
+				return l.markSessionLost("the session ended")
 			}
 			return nil
 		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
@@ -1074,7 +1097,7 @@ func (l *lease) Proclaim(ctx context.Context, value string) error {
 		case err != nil:
 			return l.opError("proclaim: read version", err)
 		case !l.alive(sent):
-			return l.markLostWhy("the session ended")
+			return l.markSessionLost("the session ended")
 		case !ok:
 			return l.markLostWhy("deleted")
 		}

@@ -70,6 +70,8 @@ func TestOwnNodeDeletedIsLoss(t *testing.T) {
 					t.Fatalf("no loss signal within %v of our node's deletion", ownWatchNotice)
 				}
 				require.ErrorIs(t, ls.Err(), backend.ErrLeaseLost)
+				require.ErrorIs(t, ls.Err(), backend.ErrDeleted, "the loss names its cause")
+				require.NotErrorIs(t, ls.Err(), backend.ErrSessionLost)
 				require.ErrorIs(t, ls.Release(tctx(t, 5*time.Second)), backend.ErrLeaseLost)
 			})
 		}

@@ -120,6 +120,8 @@ func TestSessionExpiryWhileHolding(t *testing.T) {
 		t.Fatal("no loss signal within 10s of the session expiry (TTL 30s)")
 	}
 	require.ErrorIs(t, ls.Err(), backend.ErrLeaseLost)
+	require.ErrorIs(t, ls.Err(), backend.ErrSessionLost, "the loss names its cause")
+	require.NotErrorIs(t, ls.Err(), backend.ErrDeleted)
 	assert.Regexp(t, `its session ended: session 0x[0-9a-f]+ expired`, ls.Err().Error(), "the cause says why")
 	waitNodes(t, admin, pfx, "e", 0)
 	require.ErrorIs(t, ls.Release(tctx(t, 10*time.Second)), backend.ErrLeaseLost)
@@ -159,8 +161,10 @@ func TestSessionExpiryGivenConn(t *testing.T) {
 		t.Fatal("no loss signal within 10s of the session expiry")
 	}
 	require.ErrorIs(t, held.Err(), backend.ErrLeaseLost)
+	require.ErrorIs(t, held.Err(), backend.ErrSessionLost, "the loss names its cause")
 	r := waitAcquired(t, waiting, 10*time.Second)
 	require.ErrorIs(t, r.Err, backend.ErrLeaseLost, "a waiter of an expired session")
+	require.ErrorIs(t, r.Err, backend.ErrSessionLost, "a waiter of an expired session")
 	release(t, holder)
 
 	_, err = l.TryAcquire(tctx(t, 10*time.Second), "g", backend.WithTTL(5*time.Second))

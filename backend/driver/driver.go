@@ -97,7 +97,10 @@ type Request struct {
 	Value *string
 	// Lost is how the driver reports that the backend observed the lease
 	// or the lock key gone (revoked, expired, deleted, the session ended),
-	// with the cause; backend fires the loss signal with an error matching
+	// with the cause: an error wrapping the sentinel of what it saw
+	// (ErrRevoked, ErrExpired, ErrDeleted, ErrSessionLost), as every loss
+	// error of a driver does, for the Locker's error, metric label and log
+	// line; backend fires the loss signal with an error matching
 	// ErrLeaseLost and the cause, and cancels a Lock in flight. It is never
 	// nil, may be called from any goroutine, any number of times (the first
 	// call counts), and returns at once.

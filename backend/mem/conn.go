@@ -1,6 +1,7 @@
 package mem
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -120,7 +121,8 @@ type driverLease struct {
 // it lives.
 func (dl *driverLease) reportEnd(lost func(error)) {
 	if dl.conn.check() == nil {
-		lost(errors.New("mem: the server ended the lease (expired, revoked or released)"))
+		// endedBy is set before gone is done; nil: released.
+		lost(fmt.Errorf("mem: the server ended the lease: %w", cmp.Or(dl.l.endedBy, backend.ErrReleased)))
 	}
 }
 

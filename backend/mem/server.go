@@ -1,6 +1,7 @@
 package mem
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -43,6 +44,7 @@ type lease struct {
 	gone    context.Context // done when it expires, is revoked or released
 	end     context.CancelFunc
 	ended   bool
+	endedBy error // why it ended: backend.ErrExpired or ErrRevoked; nil if released
 }
 
 // NewServer returns an empty server.
@@ -58,7 +60,7 @@ func (s *Server) Revoke(name string, token fencing.Token) bool {
 	defer s.mu.Unlock()
 	for _, l := range s.queues[name] {
 		if l.token == token {
-			s.endLocked(l)
+			s.endLocked(l, backend.ErrRevoked)
 			return true
 		}
 	}
@@ -72,7 +74,7 @@ func (s *Server) RevokeID(name, id string) bool {
 	defer s.mu.Unlock()
 	for _, l := range s.queues[name] {
 		if l.idString() == id {
-			s.endLocked(l)
+			s.endLocked(l, backend.ErrRevoked)
 			return true
 		}
 	}
@@ -113,7 +115,7 @@ func (s *Server) grant(req driver.Request) *lease {
 	l.expiry = time.AfterFunc(req.TTL, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		s.endLocked(l)
+		s.endLocked(l, backend.ErrExpired)
 	})
 	return l
 }
@@ -122,7 +124,7 @@ func (s *Server) keepAlive(l *lease) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if l.ended {
-		return fmt.Errorf("%w: mem lease %d expired or revoked", backend.ErrLeaseLost, l.id)
+		return l.endError("")
 	}
 	l.expiry.Reset(l.ttl)
 	l.renewed = time.Now()
@@ -133,7 +135,10 @@ func (s *Server) keepAlive(l *lease) error {
 func (s *Server) proclaim(l *lease, value string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if q := s.queues[l.name]; l.ended || len(q) == 0 || q[0] != l {
+	if l.ended {
+		return l.endError("")
+	}
+	if q := s.queues[l.name]; len(q) == 0 || q[0] != l {
 		return fmt.Errorf("%w: mem lease %d no longer holds %q", backend.ErrLeaseLost, l.id, l.name)
 	}
 	l.value = value
@@ -159,7 +164,7 @@ func (s *Server) enqueue(l *lease, wait bool) error {
 	defer s.mu.Unlock()
 	switch {
 	case l.ended:
-		return fmt.Errorf("%w: mem lease %d expired or revoked", backend.ErrLeaseLost, l.id)
+		return l.endError("")
 	case l.queued:
 		return errors.New("mem: lease already queued")
 	case !wait && len(s.queues[l.name]) > 0:
@@ -181,19 +186,21 @@ func (s *Server) release(l *lease, wasGranted bool) error {
 	defer s.mu.Unlock()
 	if l.ended {
 		if wasGranted {
-			return fmt.Errorf("%w: mem lease %d expired or revoked before release", backend.ErrLeaseLost, l.id)
+			return l.endError(" before release")
 		}
 		return nil
 	}
-	s.endLocked(l)
+	s.endLocked(l, nil)
 	return nil
 }
 
-func (s *Server) endLocked(l *lease) {
+// endLocked ends l, why: backend.ErrExpired or ErrRevoked, nil for a
+// release.
+func (s *Server) endLocked(l *lease, why error) {
 	if l.ended {
 		return
 	}
-	l.ended = true
+	l.ended, l.endedBy = true, why
 	l.expiry.Stop()
 	l.end()
 	q := s.queues[l.name]
@@ -223,14 +230,20 @@ func (s *Server) wait(ctx context.Context, l *lease, cut <-chan struct{}) error 
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if l.ended {
-			return fmt.Errorf("%w: mem lease %d expired or revoked", backend.ErrLeaseLost, l.id)
+			return l.endError("")
 		}
 		return nil
 	case <-l.gone.Done():
-		return fmt.Errorf("%w: mem lease %d expired or revoked while waiting", backend.ErrLeaseLost, l.id)
+		return l.endError(" while waiting")
 	case <-cut:
 		return errConnCut
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// endError is the error of a call on l once it ended (s.mu held): its
+// cause, matching backend.ErrLeaseLost; when says when it was found.
+func (l *lease) endError(when string) error {
+	return fmt.Errorf("%w: mem lease %d%s", cmp.Or(l.endedBy, backend.ErrLeaseLost), l.id, when)
 }

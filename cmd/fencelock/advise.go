@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"os"
-	"slices"
 	"time"
 
 	"github.com/fencelock/fencelock/backend"
@@ -28,6 +26,9 @@ and end were both seen count, each at its longest possible length: from
 the last poll before it was seen to the poll that saw it end, so a hold is
 never counted shorter than it was (at most one --interval longer). Holds
 shorter than --interval may be missed: keep --interval well below them.
+The percentiles are computed as Locker.HoldTimes computes its own (never
+below the true value, at most 19% above it, never above the max, which is
+exact), so both give the same figures for the same holds.
 
 --json prints one object; durations are seconds (float64, keys ending in
 _seconds); "ttl_seconds" is null when there is no advice:
@@ -173,10 +174,10 @@ func measureHolds(ctx context.Context, l *backend.Locker, name string, d, interv
 // (at most one poll interval longer). A failed read (failed) is a gap: a
 // holder that is gone across it, and the next one, are not counted.
 type holdWatcher struct {
-	holder string          // the acquisition holding at the last read; "" if none
-	from   time.Time       // the read before holder was first seen; zero if its start was not seen
-	last   time.Time       // the last read; zero before the first and after a failed one
-	holds  []time.Duration // sorted: 8 bytes a hold
+	holder string    // the acquisition holding at the last read; "" if none
+	from   time.Time // the read before holder was first seen; zero if its start was not seen
+	last   time.Time // the last read; zero before the first and after a failed one
+	holds  backend.HoldHistogram
 }
 
 // observe feeds w the status st, read at polled.
@@ -187,9 +188,7 @@ func (w *holdWatcher) observe(polled time.Time, st backend.Status) {
 	}
 	if now != w.holder {
 		if w.holder != "" && !w.from.IsZero() && !w.last.IsZero() {
-			d := polled.Sub(w.from)
-			i, _ := slices.BinarySearch(w.holds, d)
-			w.holds = slices.Insert(w.holds, i, d)
+			w.holds.Add(polled.Sub(w.from))
 		}
 		w.holder, w.from = now, time.Time{}
 		if now != "" {
@@ -202,17 +201,10 @@ func (w *holdWatcher) observe(polled time.Time, st backend.Status) {
 // failed tells w that a read failed.
 func (w *holdWatcher) failed() { w.last = time.Time{} }
 
-// times returns the statistics of the holds seen as backend.HoldTimes, with
-// exact percentiles (the hold of rank ceil(q*count), as the Locker's
-// estimates take).
-func (w *holdWatcher) times() backend.HoldTimes {
-	s := w.holds
-	if len(s) == 0 {
-		return backend.HoldTimes{}
-	}
-	at := func(q float64) time.Duration { return s[max(int(math.Ceil(q*float64(len(s))))-1, 0)] }
-	return backend.HoldTimes{Count: uint64(len(s)), Max: s[len(s)-1], P50: at(0.5), P99: at(0.99), P999: at(0.999)}
-}
+// times returns the statistics of the holds seen, computed as
+// Locker.HoldTimes computes its own (backend.HoldHistogram), so that the
+// advice from outside and the Locker's agree on the same holds.
+func (w *holdWatcher) times() backend.HoldTimes { return w.holds.Times() }
 
 // holdTimesText formats the percentiles of h for the text output, in
 // milliseconds: "p50 150ms, p99 300ms, p99.9 300ms, max 300ms".

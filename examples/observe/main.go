@@ -6,7 +6,7 @@
 // for a random while (long enough, now and then, for the lease to be
 // renewed) and write through an in-memory fencing guard. A straggler now
 // and then takes "reports" with a short TTL and no renewal, stalls past it
-// (the lease is lost: cause deadline) and then writes with its old token:
+// (the lease is lost: cause expired) and then writes with its old token:
 // the guard rejects it as stale once a worker has written with a newer one.
 // So every instrument of the README's dashboards has something to show.
 //
@@ -198,7 +198,7 @@ func (s *Service) straggler(ctx context.Context, guard *fencing.Memory, ttl, eve
 			return
 		}
 		select {
-		case <-lease.Done(): // lost: its local deadline passed
+		case <-lease.Done(): // lost: its local deadline passed unrenewed (expired)
 		case <-ctx.Done():
 			_ = lease.Release(context.WithoutCancel(ctx))
 			return

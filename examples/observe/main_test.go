@@ -18,7 +18,7 @@ import (
 // check runs the service on url and scrapes /metrics until every
 // instrument the README's dashboards use has a series with the attributes
 // its queries group by: waits and holds per lock name, renewals and their
-// headroom, a loss with cause deadline, stale and accepted guard decisions
+// headroom, a loss with cause expired, stale and accepted guard decisions
 // of kind memory, held leases and waiters.
 func check(t *testing.T, url, backendName string) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -33,7 +33,7 @@ func check(t *testing.T, url, backendName string) {
 		`fencelock_hold_duration_seconds_bucket\{` + b + `,fencelock_lock_name="billing",`,
 		`fencelock_renewals_total\{` + b + `,fencelock_lock_name="[a-z]+",fencelock_renewal_result="ok",`,
 		`fencelock_renewal_headroom_seconds_bucket\{` + b + `,`,
-		`fencelock_losses_total\{` + b + `,fencelock_lock_name="reports",fencelock_loss_cause="deadline",`,
+		`fencelock_losses_total\{` + b + `,fencelock_lock_name="reports",fencelock_loss_cause="expired",`,
 		`fencelock_guard_decisions_total\{fencelock_guard_decision="accepted",fencelock_guard_kind="memory",`,
 		`fencelock_guard_decisions_total\{fencelock_guard_decision="stale",fencelock_guard_kind="memory",`,
 		`fencelock_guard_duration_seconds_bucket\{fencelock_guard_decision="stale",fencelock_guard_kind="memory",`,
