@@ -150,8 +150,8 @@ func (ls *Lease) Proclaim(ctx context.Context, value string) error {
 	stop := context.AfterFunc(ls.ctx, cancel)
 	defer stop()
 	if err := ls.drv.Proclaim(callCtx, value); err != nil {
-		if errors.Is(err, ErrLeaseLost) {
-			ls.lose(err)
+		if ends(err) {
+			ls.lose(lossCause(err))
 		}
 		if ls.ctx.Err() != nil {
 			return fmt.Errorf("fencelock: proclaim %q: %w", ls.name, context.Cause(ls.ctx))
@@ -214,8 +214,8 @@ func (ls *Lease) Refresh(ctx context.Context) error {
 	defer stop()
 	sent, err := ls.drv.KeepAlive(callCtx)
 	if err != nil {
-		if errors.Is(err, ErrLeaseLost) {
-			ls.lose(err)
+		if ends(err) {
+			ls.lose(lossCause(err))
 		}
 		if ls.ctx.Err() != nil {
 			return fmt.Errorf("fencelock: refresh %q: %w", ls.name, context.Cause(ls.ctx))
@@ -314,7 +314,8 @@ const (
 // releaseDriver calls the driver's Release until it succeeds once; a call
 // that finds the backend unavailable is retried releaseRetries times, while
 // ctx lasts and the lease's local deadline has not passed (past it the
-// lock expires anyway). A retry that finds the lock already gone succeeds.
+// lock expires anyway), unless the caller's client was closed, which no
+// retry reopens. A retry that finds the lock already gone succeeds.
 func (ls *Lease) releaseDriver(ctx context.Context) error {
 	ls.releaseMu.Lock()
 	defer ls.releaseMu.Unlock()
@@ -323,7 +324,7 @@ func (ls *Lease) releaseDriver(ctx context.Context) error {
 	}
 	err := ls.drv.Release(ctx)
 	retried := false
-	for try, pause := 0, releaseBackoff; try < releaseRetries && errors.Is(err, ErrUnavailable) && ls.beforeDeadline(pause); try, pause = try+1, 2*pause {
+	for try, pause := 0, releaseBackoff; try < releaseRetries && errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrClientClosed) && ls.beforeDeadline(pause); try, pause = try+1, 2*pause {
 		t := time.NewTimer(pause)
 		select {
 		case <-t.C:
@@ -628,13 +629,31 @@ func (ls *Lease) tick() {
 	ls.mu.Lock()
 	ls.renewing = nil
 	close(done)
-	if errors.Is(err, ErrLeaseLost) {
+	if ends(err) {
 		ls.mu.Unlock()
 		ls.lose(fmt.Errorf("%w: %q: renewal: %w", ErrLeaseLost, ls.name, err))
 		return
 	}
 	ls.scheduleLocked()
 	ls.mu.Unlock()
+}
+
+// ends reports whether err, from a renewal or a Proclaim, ends the lease:
+// the lease is gone (ErrLeaseLost), or the caller's client was closed
+// (ErrClientClosed), after which no renewal can succeed, so waiting for
+// the local deadline would only keep the holder writing on a lease it
+// cannot keep.
+func ends(err error) bool {
+	return errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrClientClosed)
+}
+
+// lossCause is err, which ends the lease (see ends), as a loss cause: it
+// matches ErrLeaseLost.
+func lossCause(err error) error {
+	if errors.Is(err, ErrLeaseLost) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrLeaseLost, err)
 }
 
 // renew makes one renewal attempt bounded by the deadline. On a failure other
