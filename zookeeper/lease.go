@@ -100,7 +100,7 @@ func (l *lease) markLostWhy(why string) error {
 	case why == "":
 		why = "deleted"
 	}
-	err := l.lostError(why)
+	err := l.s.closedErr(l.lostError(why))
 	l.report(err)
 	return err
 }
@@ -139,6 +139,9 @@ func (l *lease) alive(sent time.Time) bool {
 // or from one exists if it does not wait.
 func (l *lease) Lock(ctx context.Context, wait bool) (driver.Grant, error) {
 	token, sent, err := l.lock(ctx, wait)
+	if err != nil && l.s.ownerClosed() {
+		return driver.Grant{}, l.s.closedErr(err)
+	}
 	if err != nil && ctx.Err() != nil && !errors.Is(err, backend.ErrLeaseLost) && !errors.Is(err, backend.ErrNotAcquired) {
 		l.mu.Lock()
 		queued := l.st == stWaiting
@@ -867,6 +870,9 @@ func (l *lease) KeepAlive(ctx context.Context) (time.Time, error) {
 	if released {
 		return time.Time{}, fmt.Errorf("%w: zookeeper: keepalive after release", backend.ErrReleased)
 	}
+	if l.s.ownerClosed() {
+		return time.Time{}, errClientClosed
+	}
 	if l.g.ended() {
 		return time.Time{}, l.markLostWhy("")
 	}
@@ -932,7 +938,7 @@ func (l *lease) Release(ctx context.Context) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.relErr
+	return l.s.closedErr(l.relErr)
 }
 
 func (l *lease) runCleanup() {
