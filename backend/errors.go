@@ -42,11 +42,11 @@ var (
 	ErrUnavailable = driver.ErrUnavailable
 	// ErrClientClosed: the client the Locker was built over (etcd.New's
 	// clientv3.Client, zookeeper.New's zk.Conn, redis.New's client,
-	// postgres.New's pool) was closed by its owner under the Locker. Every
-	// call then fails with it at once (Acquire, TryAcquire, Release,
-	// Refresh, Status, a waiting Acquire), and a held Lease is lost at its
-	// next renewal, within a third of its TTL, or sooner where the backend
-	// tells (a cause matching ErrLeaseLost and ErrClientClosed). It matches
+	// postgres.New's pool) was closed by its owner under the Locker.
+	// Acquire, TryAcquire, Release, Refresh and Status then fail with it at
+	// once; a waiting Acquire and a held Lease end at their next renewal,
+	// within a third of their TTL, or sooner where the backend tells (the
+	// Lease with a cause matching ErrLeaseLost and ErrClientClosed). It matches
 	// ErrUnavailable too: whether the lock is held is unknown to the
 	// Locker, which can no longer ask, so code that tells "held by someone
 	// else" (ErrNotAcquired) from "could not tell" keeps doing the right

@@ -23,7 +23,7 @@ import (
 // Once the client is closed: the Lease the Locker held is lost within
 // ttl/3 and a margin (its next renewal), well before its local deadline,
 // with a cause that matches ErrLeaseLost and ErrClientClosed; the Acquire
-// that was waiting, Release, a new TryAcquire and Acquire, and Status
+// that was waiting, Refresh, Release, a new TryAcquire and Acquire, and Status
 // return errors matching ErrClientClosed (and ErrUnavailable) without
 // waiting for their contexts; Close returns; and no goroutine is left.
 func ClientClosed(t *testing.T, other *backend.Locker, ttl time.Duration,
@@ -90,6 +90,7 @@ func ClientClosed(t *testing.T, other *backend.Locker, ttl time.Duration,
 	case <-time.After(ttl + margin):
 		require.Fail(t, "the waiting Acquire did not return")
 	}
+	closedErr("Refresh", h.Refresh(ctx))
 	closedErr("Release", h.Release(ctx))
 	quick := func(what string, f func(ctx context.Context) error) {
 		t.Helper()
