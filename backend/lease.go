@@ -43,6 +43,7 @@ type Lease struct {
 	timer      *time.Timer   // fires tick at armed; nil until first armed
 	armed      time.Time     // when timer fires; zero while it is not armed
 	renewing   chan struct{} // closed when the renewal in flight returns; nil if none is
+	renewSent  time.Time     // when the renewal in flight was started
 	lastErr    error         // the last failed renewal's error, for the loss cause
 	token      fencing.Token
 	deadline   time.Time // zero while no expiry clock runs
@@ -619,7 +620,7 @@ func (ls *Lease) tick() {
 		return
 	}
 	done := make(chan struct{})
-	ls.renewing = done
+	ls.renewing, ls.renewSent = done, now
 	ls.scheduleLocked() // for the deadline
 	ls.mu.Unlock()
 
@@ -636,6 +637,31 @@ func (ls *Lease) tick() {
 	}
 	ls.scheduleLocked()
 	ls.mu.Unlock()
+}
+
+// waitPatience is the share of the TTL for which a waiter's renewal may go
+// unanswered before a wait that ends is taken to have lost the backend
+// (see silence): well above a renewal's round trip on a loaded machine,
+// well below the TTL/3 between renewals.
+const waitPatience = 6
+
+// silence returns why the backend is taken to have stopped answering this
+// lease, or nil: its renewal in flight has gone unanswered for more than
+// TTL/waitPatience, or its last renewal failed without an answer (an error
+// matching ErrUnavailable). A wait that ends then is no evidence that
+// someone else holds the lock.
+func (ls *Lease) silence(now time.Time) error {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.renewing != nil {
+		if d := now.Sub(ls.renewSent); d > ls.s.ttl/waitPatience {
+			return fmt.Errorf("%w: the waiter's renewal got no answer for %v", ErrUnavailable, d.Round(time.Millisecond))
+		}
+	}
+	if ls.lastErr != nil && errors.Is(ls.lastErr, ErrUnavailable) {
+		return fmt.Errorf("the waiter's last renewal failed: %w", ls.lastErr)
+	}
+	return nil
 }
 
 // ends reports whether err, from a renewal or a Proclaim, ends the lease:
