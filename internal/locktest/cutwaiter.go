@@ -75,9 +75,13 @@ func CutWaiter(t *testing.T, other *backend.Locker, ttl time.Duration,
 		}
 	}
 	t.Run("UntilDeadline", func(t *testing.T) { wait(t, "cut-waiter-deadline", 0) })
-	// The caller gives up before the deadline (2*TTL/3 - drift after the
-	// cut at the earliest), once the first renewal since the cut (due
-	// TTL/3 after it at the latest) has gone unanswered for longer than
-	// the wait's patience (TTL/6).
-	t.Run("ContextEnds", func(t *testing.T) { wait(t, "cut-waiter-ctx", ttl*7/12) })
+	// The caller gives up before the deadline, once the first renewal
+	// since the cut has gone unanswered for longer than the wait's
+	// patience (TTL/6). The waiter queued just before the cut, so its
+	// last answered request was sent then: its renewal goes out TTL/3
+	// after the cut, is taken as unanswered from TTL/2, and its deadline
+	// is TTL - drift after the cut, with TTL/4 of room on either side of
+	// the context's end. (Had the deadline come first, the answer would
+	// still have to be ErrUnavailable.)
+	t.Run("ContextEnds", func(t *testing.T) { wait(t, "cut-waiter-ctx", ttl*3/4) })
 }
