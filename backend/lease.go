@@ -642,19 +642,25 @@ func (ls *Lease) tick() {
 // waitPatience is the share of the TTL for which a waiter's renewal may go
 // unanswered before a wait that ends is taken to have lost the backend
 // (see silence): well above a renewal's round trip on a loaded machine,
-// well below the TTL/3 between renewals.
-const waitPatience = 6
+// well below the TTL/3 between renewals; minWaitPatience is its floor, for
+// short TTLs (a scheduling delay on a loaded two-core machine with the race
+// detector on can reach tens of milliseconds).
+const (
+	waitPatience    = 6
+	minWaitPatience = 200 * time.Millisecond
+)
 
 // silence returns why the backend is taken to have stopped answering this
 // lease, or nil: its renewal in flight has gone unanswered for more than
-// TTL/waitPatience, or its last renewal failed without an answer (an error
+// TTL/waitPatience (minWaitPatience at least), or its last renewal failed
+// without an answer (an error
 // matching ErrUnavailable). A wait that ends then is no evidence that
 // someone else holds the lock.
 func (ls *Lease) silence(now time.Time) error {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if ls.renewing != nil {
-		if d := now.Sub(ls.renewSent); d > ls.s.ttl/waitPatience {
+		if d := now.Sub(ls.renewSent); d > max(ls.s.ttl/waitPatience, minWaitPatience) {
 			return fmt.Errorf("%w: the waiter's renewal got no answer for %v", ErrUnavailable, d.Round(time.Millisecond))
 		}
 	}

@@ -94,10 +94,11 @@ func shutdownNow(drv driver.Driver) error {
 // backend did not answer before ctx ended (it is down or cut off: whether
 // the lock is free is unknown), or stopped answering while the acquisition
 // was queued: the waiter's lease, renewed every TTL/3, had a renewal
-// unanswered for more than TTL/6, or its last renewal failed. A waiter cut
-// off from the backend without ctx ending returns at its local deadline,
-// within about its TTL of the cut, with an error matching ErrLeaseLost and
-// ErrUnavailable. The client's own error stays in the chain.
+// unanswered for more than TTL/6 (200ms at least), or its last renewal
+// failed. A waiter cut off from the backend without ctx ending returns at
+// its local deadline, within about its TTL of the cut, with an error
+// matching ErrLeaseLost and ErrUnavailable. The client's own error stays
+// in the chain.
 // Either way it leaves nothing behind in the backend: Acquire returns once
 // what it queued there is removed, or 100ms after the failure at most (when
 // the backend cannot be reached), with the removal going on in the
