@@ -66,6 +66,20 @@ var (
 	// skips its work when the lock is held must not skip it silently when
 	// the backend is down. The client's own error stays in the chain.
 	ErrUnavailable = driver.ErrUnavailable
+	// ErrClientClosed: the client the Locker was built over (etcd.New's
+	// clientv3.Client, zookeeper.New's zk.Conn, redis.New's client,
+	// postgres.New's pool) was closed by its owner under the Locker.
+	// Acquire, TryAcquire, Release, Refresh and Status then fail with it at
+	// once; a waiting Acquire and a held Lease end at their next renewal,
+	// within a third of their TTL, or sooner where the backend tells (the
+	// Lease with a cause matching ErrLeaseLost and ErrClientClosed). It matches
+	// ErrUnavailable too: whether the lock is held is unknown to the
+	// Locker, which can no longer ask, so code that tells "held by someone
+	// else" (ErrNotAcquired) from "could not tell" keeps doing the right
+	// thing; unlike a backend that is down it never comes back, so code
+	// that retries on ErrUnavailable should stop on ErrClientClosed. The
+	// client's own error stays in the chain.
+	ErrClientClosed = driver.ErrClientClosed
 	// ErrPermission: the backend refused the request for lack of
 	// permission (an ACL, a role, a digest). The server's message stays in
 	// the chain.

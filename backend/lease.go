@@ -43,6 +43,7 @@ type Lease struct {
 	timer      *time.Timer   // fires tick at armed; nil until first armed
 	armed      time.Time     // when timer fires; zero while it is not armed
 	renewing   chan struct{} // closed when the renewal in flight returns; nil if none is
+	renewSent  time.Time     // when the renewal in flight was started
 	lastErr    error         // the last failed renewal's error, for the loss cause
 	token      fencing.Token
 	deadline   time.Time // zero while no expiry clock runs
@@ -150,8 +151,8 @@ func (ls *Lease) Proclaim(ctx context.Context, value string) error {
 	stop := context.AfterFunc(ls.ctx, cancel)
 	defer stop()
 	if err := ls.drv.Proclaim(callCtx, value); err != nil {
-		if errors.Is(err, ErrLeaseLost) {
-			ls.lose(err)
+		if ends(err) {
+			ls.lose(lossCause(err))
 		}
 		if ls.ctx.Err() != nil {
 			return fmt.Errorf("fencelock: proclaim %q: %w", ls.name, context.Cause(ls.ctx))
@@ -214,8 +215,8 @@ func (ls *Lease) Refresh(ctx context.Context) error {
 	defer stop()
 	sent, err := ls.drv.KeepAlive(callCtx)
 	if err != nil {
-		if errors.Is(err, ErrLeaseLost) {
-			ls.lose(err)
+		if ends(err) {
+			ls.lose(lossCause(err))
 		}
 		ls.mu.Lock()
 		if ls.ctx.Err() == nil {
@@ -321,7 +322,8 @@ const (
 // releaseDriver calls the driver's Release until it succeeds once; a call
 // that finds the backend unavailable is retried releaseRetries times, while
 // ctx lasts and the lease's local deadline has not passed (past it the
-// lock expires anyway). A retry that finds the lock already gone succeeds.
+// lock expires anyway), unless the caller's client was closed, which no
+// retry reopens. A retry that finds the lock already gone succeeds.
 func (ls *Lease) releaseDriver(ctx context.Context) error {
 	ls.releaseMu.Lock()
 	defer ls.releaseMu.Unlock()
@@ -330,7 +332,7 @@ func (ls *Lease) releaseDriver(ctx context.Context) error {
 	}
 	err := ls.drv.Release(ctx)
 	retried := false
-	for try, pause := 0, releaseBackoff; try < releaseRetries && errors.Is(err, ErrUnavailable) && ls.beforeDeadline(pause); try, pause = try+1, 2*pause {
+	for try, pause := 0, releaseBackoff; try < releaseRetries && errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrClientClosed) && ls.beforeDeadline(pause); try, pause = try+1, 2*pause {
 		t := time.NewTimer(pause)
 		select {
 		case <-t.C:
@@ -622,7 +624,7 @@ func (ls *Lease) tick() {
 		return
 	}
 	done := make(chan struct{})
-	ls.renewing = done
+	ls.renewing, ls.renewSent = done, now
 	ls.scheduleLocked() // for the deadline
 	ls.mu.Unlock()
 
@@ -632,7 +634,7 @@ func (ls *Lease) tick() {
 	ls.mu.Lock()
 	ls.renewing = nil
 	close(done)
-	if errors.Is(err, ErrLeaseLost) {
+	if ends(err) {
 		ls.mu.Unlock()
 		ls.lose(fmt.Errorf("%w: %q: renewal: %w", ErrLeaseLost, ls.name, err))
 		return
@@ -646,6 +648,55 @@ func (ls *Lease) tick() {
 	}
 	ls.scheduleLocked()
 	ls.mu.Unlock()
+}
+
+// waitPatience is the share of the TTL for which a waiter's renewal may go
+// unanswered before a wait that ends is taken to have lost the backend
+// (see silence): well above a renewal's round trip on a loaded machine,
+// well below the TTL/3 between renewals; minWaitPatience is its floor, for
+// short TTLs (a scheduling delay on a loaded two-core machine with the race
+// detector on can reach tens of milliseconds).
+const (
+	waitPatience    = 6
+	minWaitPatience = 200 * time.Millisecond
+)
+
+// silence returns why the backend is taken to have stopped answering this
+// lease, or nil: its renewal in flight has gone unanswered for more than
+// TTL/waitPatience (minWaitPatience at least), or its last renewal failed
+// without an answer (an error
+// matching ErrUnavailable). A wait that ends then is no evidence that
+// someone else holds the lock.
+func (ls *Lease) silence(now time.Time) error {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.renewing != nil {
+		if d := now.Sub(ls.renewSent); d > max(ls.s.ttl/waitPatience, minWaitPatience) {
+			return fmt.Errorf("%w: the waiter's renewal got no answer for %v", ErrUnavailable, d.Round(time.Millisecond))
+		}
+	}
+	if ls.lastErr != nil && errors.Is(ls.lastErr, ErrUnavailable) {
+		return fmt.Errorf("the waiter's last renewal failed: %w", ls.lastErr)
+	}
+	return nil
+}
+
+// ends reports whether err, from a renewal or a Proclaim, ends the lease:
+// the lease is gone (ErrLeaseLost), or the caller's client was closed
+// (ErrClientClosed), after which no renewal can succeed, so waiting for
+// the local deadline would only keep the holder writing on a lease it
+// cannot keep.
+func ends(err error) bool {
+	return errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrClientClosed)
+}
+
+// lossCause is err, which ends the lease (see ends), as a loss cause: it
+// matches ErrLeaseLost.
+func lossCause(err error) error {
+	if errors.Is(err, ErrLeaseLost) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrLeaseLost, err)
 }
 
 // renew makes one renewal attempt bounded by the deadline. On a failure other

@@ -92,7 +92,13 @@ func shutdownNow(drv driver.Driver) error {
 // backend answered and the lock stayed held) or ctx had ended before
 // Acquire was called, or ErrUnavailable, if the
 // backend did not answer before ctx ended (it is down or cut off: whether
-// the lock is free is unknown); the client's own error stays in the chain.
+// the lock is free is unknown), or stopped answering while the acquisition
+// was queued: the waiter's lease, renewed every TTL/3, had a renewal
+// unanswered for more than TTL/6 (200ms at least), or its last renewal
+// failed. A waiter cut off from the backend without ctx ending returns at
+// its local deadline, within about its TTL of the cut, with an error
+// matching ErrLeaseLost and ErrUnavailable. The client's own error stays
+// in the chain.
 // Either way it leaves nothing behind in the backend: Acquire returns once
 // what it queued there is removed, or 100ms after the failure at most (when
 // the backend cannot be reached), with the removal going on in the
@@ -144,7 +150,7 @@ func (l *Locker) acquireLease(ctx context.Context, name string, wait bool, opts 
 	if ctx.Err() != nil {
 		// Given up before anything was asked: nothing is unknown about
 		// the backend, the caller gave up.
-		return nil, acquireError(ctx, name, fmt.Errorf("%w: context ended before the acquisition started", ErrNotAcquired))
+		return nil, acquireError(ctx, name, fmt.Errorf("%w: context ended before the acquisition started", ErrNotAcquired), nil)
 	}
 	// From here, an error that does not say the lock is held (a driver's
 	// ErrNotAcquired) is a backend that did not answer before ctx ended.
@@ -157,7 +163,7 @@ func (l *Locker) acquireLease(ctx context.Context, name string, wait bool, opts 
 	dl, started, err := l.drv.NewLease(ctx, req)
 	if err != nil {
 		ls.end(fmt.Errorf("%w: acquisition failed", ErrReleased), endReleased)
-		return nil, acquireError(ctx, name, err)
+		return nil, acquireError(ctx, name, err, nil)
 	}
 	ls.attach(dl, started, cancel) // a loss ends ctx
 	l.tel.locking(ctx, name, wait)
@@ -168,8 +174,9 @@ func (l *Locker) acquireLease(ctx context.Context, name string, wait bool, opts 
 		err = ls.granted(g)
 	}
 	if err != nil {
+		silent := ls.silence(time.Now())
 		ls.abandon()
-		return nil, acquireError(ctx, name, err)
+		return nil, acquireError(ctx, name, err, silent)
 	}
 
 	l.mu.Lock()
@@ -189,10 +196,13 @@ func (l *Locker) acquireLease(ctx context.Context, name string, wait bool, opts 
 // acquireError maps a failed acquisition to the package's errors: a closed
 // Locker to ErrClosed, a lost lease to ErrLeaseLost, a held lock (the
 // driver's ErrNotAcquired: TryAcquire found it held, or a queued wait was
-// given up) to ErrNotAcquired, and any other failure after ctx ended to
-// ErrUnavailable: the backend did not answer in time. Both of the latter
-// match ctx.Err() too if ctx ended. err stays in the chain.
-func acquireError(ctx context.Context, name string, err error) error {
+// given up) to ErrNotAcquired unless silent says why the backend is taken
+// to have stopped answering the waiter since (see Lease.silence), and any
+// other failure after ctx ended to ErrUnavailable: the backend did not
+// answer in time. Both of the latter match ctx.Err() too if ctx ended. err
+// stays in the chain, but for a driver's ErrNotAcquired that silent
+// overrides: its text stays, not its chain.
+func acquireError(ctx context.Context, name string, err, silent error) error {
 	if ctx.Err() == nil {
 		return fmt.Errorf("fencelock: acquire %q: %w", name, err)
 	}
@@ -207,6 +217,15 @@ func acquireError(ctx context.Context, name string, err error) error {
 	var kind error = ErrUnavailable
 	what := "no answer from the backend before the context ended"
 	if errors.Is(err, ErrNotAcquired) {
+		if silent != nil {
+			// Queued, then the backend stopped answering: who holds the
+			// lock now is unknown.
+			msg := fmt.Errorf("fencelock: acquire %q: %w: queued, then the backend stopped answering: %w", name, silent, ctxErr)
+			if cause != nil && cause != ctxErr {
+				msg = fmt.Errorf("%w (%w)", msg, cause)
+			}
+			return fmt.Errorf("%w (the wait: %v)", msg, err)
+		}
 		kind, what = ErrNotAcquired, "gave up waiting"
 	}
 	msg := fmt.Errorf("fencelock: acquire %q: %w: %s: %w", name, kind, what, ctxErr)

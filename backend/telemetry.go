@@ -138,30 +138,33 @@ var renewalResults = [...]string{"ok", "failed", "lost"}
 type ending int
 
 const (
-	endReleased    ending = iota // by Release, or a failed acquisition
-	endClosed                    // released by Locker.Close
-	endExpired                   // lost: ErrExpired
-	endRevoked                   // lost: ErrRevoked
-	endDeleted                   // lost: ErrDeleted
-	endSessionLost               // lost: ErrSessionLost
-	endDeadline                  // lost: ErrDeadline
-	endMaxHold                   // lost: ErrMaxHold
-	endLostBackend               // lost, the driver gave no cause
+	endReleased     ending = iota // by Release, or a failed acquisition
+	endClosed                     // released by Locker.Close
+	endExpired                    // lost: ErrExpired
+	endRevoked                    // lost: ErrRevoked
+	endDeleted                    // lost: ErrDeleted
+	endSessionLost                // lost: ErrSessionLost
+	endDeadline                   // lost: ErrDeadline
+	endMaxHold                    // lost: ErrMaxHold
+	endClientClosed               // lost: ErrClientClosed
+	endLostBackend                // lost, the driver gave no cause
 )
 
 // lossCauses are the fencelock.loss.cause of each ending but endReleased.
 var lossCauses = [...]string{endClosed: "closed", endExpired: "expired", endRevoked: "revoked", endDeleted: "deleted",
-	endSessionLost: "session_lost", endDeadline: "deadline", endMaxHold: "max_hold", endLostBackend: "backend"}
+	endSessionLost: "session_lost", endDeadline: "deadline", endMaxHold: "max_hold",
+	endClientClosed: "client_closed", endLostBackend: "backend"}
 
 // lossEnding is the ending of a lease lost with cause: the first of the
 // causes it matches, in the order of their precedence (the max hold ended
-// the renewals that would have prevented any other; the deadline's error
-// may carry the last renewal's).
+// the renewals that would have prevented any other; a client closed under
+// the Locker ends its sessions and fails its renewals; the deadline's
+// error may carry the last renewal's).
 func lossEnding(cause error) ending {
 	for _, c := range [...]struct {
 		err error
 		how ending
-	}{{ErrMaxHold, endMaxHold}, {ErrDeadline, endDeadline}, {ErrSessionLost, endSessionLost},
+	}{{ErrMaxHold, endMaxHold}, {ErrClientClosed, endClientClosed}, {ErrDeadline, endDeadline}, {ErrSessionLost, endSessionLost},
 		{ErrRevoked, endRevoked}, {ErrDeleted, endDeleted}, {ErrExpired, endExpired}} {
 		if errors.Is(cause, c.err) {
 			return c.how

@@ -64,7 +64,9 @@
 //     RevokeWaitersByID. URLHarness has it for every scheme.
 //   - Optionally, Partitioner adds the Partitioned case (an Acquire cut
 //     off by a network partition returns when its context ends, and leaves
-//     nothing once it heals, and more), and ElectionObserve partitions a
+//     nothing once it heals, and more), the CutWaiter case (a queued waiter
+//     cut off is ErrUnavailable, never ErrNotAcquired, within its TTL),
+//     and ElectionObserve partitions a
 //     leader too. URLHarness has it, through its proxies.
 //
 // Lock names are unique per run (test name plus a random suffix, under

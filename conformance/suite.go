@@ -67,7 +67,8 @@ func Run(t *testing.T, h Harness, opts ...RunOption) {
 			suiteCase{"ClosePartitioned", func(t *testing.T) { s.testClosePartitioned(t, p) }},
 			suiteCase{"Unavailable", func(t *testing.T) { s.testUnavailable(t, p) }},
 			suiteCase{"LossWhilePartitioned", func(t *testing.T) { s.testLossWhilePartitioned(t, p) }},
-			suiteCase{"Partitioned", func(t *testing.T) { s.testPartitioned(t, p) }})
+			suiteCase{"Partitioned", func(t *testing.T) { s.testPartitioned(t, p) }},
+			suiteCase{"CutWaiter", func(t *testing.T) { s.testCutWaiter(t, p) }})
 	}
 	if o.only != nil {
 		cases = onlyCases(t, cases, o.only)

@@ -13,9 +13,11 @@ import (
 )
 
 // harness runs the shared suite over the embedded server: one client per
-// Locker, Crash closes that client (nothing is released or revoked, so its
-// locks expire with their TTL), Revoke revokes the lease behind a grant
-// through a separate client.
+// Locker, through a fault proxy of its own; Crash cuts that proxy for good
+// (nothing is released or revoked, so its locks expire with their TTL; a
+// closed client would be told, backend.ErrClientClosed, which a crashed
+// process is not); Revoke revokes the lease behind a grant through a
+// separate client.
 type harness struct {
 	prefix string
 	admin  *clientv3.Client
@@ -25,14 +27,12 @@ type harness struct {
 
 func (h *harness) NewLocker(t testing.TB, opts ...backend.Option) *backend.Locker {
 	t.Helper()
-	c, err := srv.Client()
-	require.NoError(t, err)
+	c, px := proxiedClient(t)
 	l, err := New(c, h.prefix, opts...)
 	require.NoError(t, err)
-	h.crashers.Add(t, l, c.Close)
+	h.crashers.Add(t, l, func() error { px.Cut(); return nil })
 	t.Cleanup(func() {
 		_ = l.Close() // fails for a crashed Locker; its locks expire
-		_ = c.Close()
 	})
 	return l
 }

@@ -101,8 +101,10 @@ func newDriver(client *clientv3.Client, prefix string, owned bool) *etcdDriver {
 }
 
 // errClientClosed is returned at once for calls on a closed client, which
-// clientv3's retry interceptor would otherwise retry until the context ends.
-var errClientClosed = errors.New("etcd: client closed")
+// clientv3's retry interceptor would otherwise retry for seconds (or until
+// the context ends). A client the driver owns is closed only once the
+// Locker is.
+var errClientClosed = fmt.Errorf("etcd: %w", backend.ErrClientClosed)
 
 // clientClosed returns errClientClosed if the client was closed.
 func (d *etcdDriver) clientClosed() error {
@@ -129,6 +131,9 @@ func (d *etcdDriver) CheckTTL(ttl time.Duration) error {
 // whose expiry is comfortably far (renewed or granted less than TTL/3 ago),
 // or grants a new one.
 func (d *etcdDriver) NewLease(ctx context.Context, req driver.Request) (driver.Lease, time.Time, error) {
+	if err := d.clientClosed(); err != nil {
+		return nil, time.Time{}, err
+	}
 	ttl := int64(req.TTL / time.Second)
 	value, err := keyValueOf(req)
 	if err != nil {
@@ -161,7 +166,7 @@ func (d *etcdDriver) grant(ctx context.Context, ttl int64) (id clientv3.LeaseID,
 	sent = time.Now()
 	resp, err := d.client.Grant(ctx, ttl)
 	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("etcd: grant lease: %w", mapErr(err))
+		return 0, time.Time{}, fmt.Errorf("etcd: grant lease: %w", d.mapErr(err))
 	}
 	if resp.TTL != ttl {
 		d.revokeAsync(resp.ID)

@@ -48,3 +48,14 @@ func mapErr(err error) error {
 	}
 	return err
 }
+
+// mapErr is the package's mapErr for a request of d's client, which also
+// tells a client its owner closed under the Locker (etcd.New's): then the
+// error wraps backend.ErrClientClosed, whatever gRPC made of it (Canceled,
+// mostly).
+func (d *etcdDriver) mapErr(err error) error {
+	if err != nil && !d.owned && d.client.Ctx().Err() != nil {
+		return fmt.Errorf("%w: etcd: %w", backend.ErrClientClosed, err)
+	}
+	return mapErr(err)
+}

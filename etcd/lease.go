@@ -134,7 +134,7 @@ func (l *lease) Lock(ctx context.Context, wait bool) (driver.Grant, error) {
 				l.setDoubtful()
 				return driver.Grant{}, fmt.Errorf("%w: etcd lease %x not found", backend.ErrRevoked, int64(id))
 			}
-			return driver.Grant{}, fmt.Errorf("etcd: lock txn: %w", mapErr(err))
+			return driver.Grant{}, fmt.Errorf("etcd: lock txn: %w", l.d.mapErr(err))
 		}
 		return l.locked(ctx, wait, key, resp, restarted)
 	}
@@ -266,10 +266,10 @@ func (l *lease) waitTurn(ctx context.Context, key string, rev int64) error {
 			continue
 		case errors.Is(err, backend.ErrLeaseLost):
 			return err
-		case errors.Is(mapErr(err), backend.ErrPermission):
+		case errors.Is(l.d.mapErr(err), backend.ErrPermission):
 			// Refused (a role revoked under us): retrying cannot help,
 			// and giving up at ctx's end would look like a held lock.
-			return mapErr(err)
+			return l.d.mapErr(err)
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case l.d.client.Ctx().Err() != nil:
@@ -448,7 +448,7 @@ func (l *lease) predecessor(ctx context.Context, key string, rev int64) (*mvccpb
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1))).
 		Commit()
 	if err != nil {
-		return nil, fmt.Errorf("etcd: wait: read predecessor: %w", mapErr(err))
+		return nil, fmt.Errorf("etcd: wait: read predecessor: %w", l.d.mapErr(err))
 	}
 	if !resp.Succeeded {
 		err := l.keyGone(ctx, key, "")
@@ -683,7 +683,7 @@ func (l *lease) KeepAlive(ctx context.Context) (time.Time, error) {
 		l.setDoubtful()
 		return time.Time{}, leaseGone(id)
 	}
-	return time.Time{}, fmt.Errorf("etcd: keepalive lease %x: %w", int64(id), mapErr(err))
+	return time.Time{}, fmt.Errorf("etcd: keepalive lease %x: %w", int64(id), l.d.mapErr(err))
 }
 
 func (l *lease) noKeyYet() bool {
@@ -730,7 +730,7 @@ func (l *lease) Release(ctx context.Context) error {
 		Then(clientv3.OpDelete(key)).
 		Commit()
 	if err != nil {
-		return fmt.Errorf("etcd: release txn: %w", mapErr(err))
+		return fmt.Errorf("etcd: release txn: %w", l.d.mapErr(err))
 	}
 	if resp.Succeeded && !doubtful {
 		l.d.put(l.ttl, idle)
@@ -749,7 +749,7 @@ func (l *lease) Release(ctx context.Context) error {
 // revoke revokes id now; a lease already gone is fine.
 func (l *lease) revoke(ctx context.Context, id clientv3.LeaseID) error {
 	if _, err := l.d.client.Revoke(ctx, id); err != nil && !isLeaseNotFound(err) {
-		return fmt.Errorf("etcd: revoke lease %x: %w", int64(id), mapErr(err))
+		return fmt.Errorf("etcd: revoke lease %x: %w", int64(id), l.d.mapErr(err))
 	}
 	return nil
 }

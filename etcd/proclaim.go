@@ -50,7 +50,7 @@ func (l *lease) Proclaim(ctx context.Context, value string) error {
 		}
 		// The put may or may not have been applied: its value stays in
 		// proclaimed, so that its event is not taken for someone else's.
-		return fmt.Errorf("etcd: proclaim: %w", mapErr(err))
+		return fmt.Errorf("etcd: proclaim: %w", l.d.mapErr(err))
 	}
 	if !resp.Succeeded {
 		l.unproclaim()

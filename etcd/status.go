@@ -26,10 +26,13 @@ import (
 // or etcdctl holders, and candidates' keys (unless their value happens to
 // be such a record), show with an empty holder.
 func (d *etcdDriver) Inspect(ctx context.Context, name string) (driver.Status, error) {
+	if err := d.clientClosed(); err != nil {
+		return driver.Status{}, err
+	}
 	resp, err := d.client.Get(ctx, nameDir(d.prefix, name), clientv3.WithPrefix(),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
-		return driver.Status{}, fmt.Errorf("etcd: status: %w", mapErr(err))
+		return driver.Status{}, fmt.Errorf("etcd: status: %w", d.mapErr(err))
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -56,7 +59,7 @@ func (d *etcdDriver) Inspect(ctx context.Context, name string) (driver.Status, e
 			defer func() { <-slots }()
 			ttl, err := d.client.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
 			if err != nil {
-				cancel(fmt.Errorf("etcd: status: lease of %q: %w", kv.Key, mapErr(err)))
+				cancel(fmt.Errorf("etcd: status: lease of %q: %w", kv.Key, d.mapErr(err)))
 				return
 			}
 			if ttl.TTL >= 0 {
@@ -79,11 +82,14 @@ const inspectParallel = 16
 // revision token and revokes its lease (which deletes the key), or deletes
 // the key if it has no lease; 2 round trips.
 func (d *etcdDriver) Revoke(ctx context.Context, name string, token fencing.Token) (bool, error) {
+	if err := d.clientClosed(); err != nil {
+		return false, err
+	}
 	rev := int64(token)
 	resp, err := d.client.Get(ctx, nameDir(d.prefix, name), clientv3.WithPrefix(),
 		clientv3.WithMinCreateRev(rev), clientv3.WithMaxCreateRev(rev))
 	if err != nil {
-		return false, fmt.Errorf("etcd: revoke: %w", mapErr(err))
+		return false, fmt.Errorf("etcd: revoke: %w", d.mapErr(err))
 	}
 	if len(resp.Kvs) == 0 {
 		return false, nil
@@ -91,14 +97,14 @@ func (d *etcdDriver) Revoke(ctx context.Context, name string, token fencing.Toke
 	kv := resp.Kvs[0]
 	if kv.Lease != 0 {
 		if _, err := d.client.Revoke(ctx, clientv3.LeaseID(kv.Lease)); err != nil && !isLeaseNotFound(err) {
-			return false, fmt.Errorf("etcd: revoke lease %x: %w", kv.Lease, mapErr(err))
+			return false, fmt.Errorf("etcd: revoke lease %x: %w", kv.Lease, d.mapErr(err))
 		}
 		return true, nil
 	}
 	del, err := d.client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", rev)).
 		Then(clientv3.OpDelete(string(kv.Key))).Commit()
 	if err != nil {
-		return false, fmt.Errorf("etcd: revoke: delete %q: %w", kv.Key, mapErr(err))
+		return false, fmt.Errorf("etcd: revoke: delete %q: %w", kv.Key, d.mapErr(err))
 	}
 	return del.Succeeded, nil
 }
@@ -136,6 +142,9 @@ func parseEntryID(dir, id string) (key string, rev int64, err error) {
 // next waiter's watch on its predecessor grants it the lock; the lease
 // behind the key is revoked by its own Locker when it finds the key gone.
 func (d *etcdDriver) RevokeID(ctx context.Context, name, id string) (bool, error) {
+	if err := d.clientClosed(); err != nil {
+		return false, err
+	}
 	key, rev, err := parseEntryID(nameDir(d.prefix, name), id)
 	if err != nil {
 		return false, err
@@ -143,7 +152,7 @@ func (d *etcdDriver) RevokeID(ctx context.Context, name, id string) (bool, error
 	resp, err := d.client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
 		Then(clientv3.OpDelete(key)).Commit()
 	if err != nil {
-		return false, fmt.Errorf("etcd: revoke: delete %q: %w", key, mapErr(err))
+		return false, fmt.Errorf("etcd: revoke: delete %q: %w", key, d.mapErr(err))
 	}
 	return resp.Succeeded, nil
 }

@@ -20,10 +20,11 @@ import (
 // harness runs the shared suite in one database of the shared cluster: one
 // pool per Locker, through a fault proxy of its own (the listener's
 // connection too: it copies the pool's settings). Crash cuts the proxy for
-// good and closes the pool, so nothing is released and the Locker's locks
-// expire with their TTL (closing the pool alone would leave the listener
-// to hear a grant for a crashed waiter); Partition holds every byte both
-// ways until healed. Revoke and RevokeWaiters use a separate Locker's
+// good, so nothing is released and the Locker's locks expire with their
+// TTL (closing the pool would be told, backend.ErrClientClosed, which a
+// crashed process is not; closing it alone would leave the listener to
+// hear a grant for a crashed waiter); Partition holds every byte both ways
+// until healed. Revoke and RevokeWaiters use a separate Locker's
 // Revoke and RevokeID.
 type harness struct {
 	dsn     string
@@ -54,7 +55,6 @@ func (h *harness) NewLocker(t testing.TB, opts ...backend.Option) *backend.Locke
 	h.mu.Unlock()
 	h.crashers.Add(t, l, func() error {
 		proxy.Cut()
-		p.Close()
 		return nil
 	})
 	t.Cleanup(func() {

@@ -7,11 +7,13 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/puddle/v2"
 
 	"github.com/fencelock/fencelock/backend"
 )
 
-// mapErr wraps an error of pgx in backend.ErrPermission when the server
+// mapErr wraps an error of pgx in backend.ErrClientClosed when the pool was
+// closed (puddle's ErrClosedPool), in backend.ErrPermission when the server
 // refused the request for lack of permission or credentials (SQLSTATE
 // 42501 insufficient_privilege, class 28 invalid authorization), in a
 // clear error naming Migrate when a table or function of the adapter is
@@ -28,6 +30,11 @@ import (
 func mapErr(err error) error {
 	if err == nil || errors.Is(err, backend.ErrUnavailable) || errors.Is(err, backend.ErrPermission) {
 		return err
+	}
+	if errors.Is(err, puddle.ErrClosedPool) {
+		// The caller's pool was closed under the Locker (a pool the
+		// adapter opened is closed only once the Locker is).
+		return fmt.Errorf("%w: postgres: %w", backend.ErrClientClosed, err)
 	}
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) {

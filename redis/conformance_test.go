@@ -10,12 +10,14 @@ import (
 
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/conformance"
+	"github.com/fencelock/fencelock/internal/faultproxy"
 	"github.com/fencelock/fencelock/internal/locktest"
 )
 
 // harness runs the shared suite over the shared server: one client per
-// Locker; Crash closes that client (nothing is released, so its locks expire
-// with their TTL); Revoke deletes the grant's lock key through a separate
+// Locker, through a fault proxy of its own; Crash cuts that proxy for good
+// (nothing is released, so its locks expire with their TTL; a closed client
+// would be told, backend.ErrClientClosed, which a crashed process is not); Revoke deletes the grant's lock key through a separate
 // client after checking that it holds the grant's token; RevokeWaiters uses
 // a separate Locker's RevokeID.
 type harness struct {
@@ -28,10 +30,13 @@ type harness struct {
 
 func (h *harness) NewLocker(t testing.TB, opts ...backend.Option) *backend.Locker {
 	t.Helper()
-	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	px, err := faultproxy.Start(srv.Addr())
+	require.NoError(t, err)
+	t.Cleanup(px.Close)
+	c := goredis.NewClient(&goredis.Options{Addr: px.Addr()})
 	l, err := NewWithConfig(c, Config{Prefix: h.prefix}, opts...)
 	require.NoError(t, err)
-	h.crashers.Add(t, l, c.Close)
+	h.crashers.Add(t, l, func() error { px.Cut(); return nil })
 	t.Cleanup(func() {
 		_ = l.Close() // fails for a crashed Locker; its locks expire
 		_ = c.Close()

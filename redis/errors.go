@@ -19,7 +19,8 @@ import (
 // Redis, so nothing can be renewed.
 var errFirstAttemptUnanswered = fmt.Errorf("%w: redis: the acquisition's first attempt is not answered yet", backend.ErrUnavailable)
 
-// mapErr wraps a go-redis error in backend.ErrUnavailable when it says the
+// mapErr wraps a go-redis error in backend.ErrClientClosed when the client
+// was closed (go-redis's ErrClosed), in backend.ErrUnavailable when it says the
 // server could not be reached or did not answer (a network error or
 // timeout, a closed or reset connection, an exhausted pool, a server that
 // is loading, has no primary or is failing over), or in
@@ -34,6 +35,10 @@ func mapErr(err error) error {
 	}
 	var ne net.Error
 	switch {
+	case errors.Is(err, goredis.ErrClosed):
+		// The caller's client was closed under the Locker (a client the
+		// adapter opened is closed only once the Locker is).
+		return fmt.Errorf("%w: %w", backend.ErrClientClosed, err)
 	case errors.As(err, &ne), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
 		errors.Is(err, net.ErrClosed), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
 		errors.Is(err, syscall.EPIPE), errors.Is(err, goredis.ErrPoolTimeout), errors.Is(err, goredis.ErrPoolExhausted),

@@ -429,7 +429,7 @@ func (h *hub) loop(ctx context.Context, s *subscription) {
 			}
 			stop := h.closed || errors.Is(err, goredis.ErrClosed)
 			if stop && !h.closed {
-				h.closed, h.err = true, fmt.Errorf("redis: pub/sub: %w", err)
+				h.closed, h.err = true, fmt.Errorf("redis: pub/sub: %w", mapErr(err))
 				close(h.stopped)
 				h.cancel()
 			}

@@ -130,7 +130,7 @@ func New(conn *zk.Conn, prefix string, opts ...backend.Option) (*backend.Locker,
 		return nil, err
 	}
 	s := newSession(false)
-	s.conn = conn
+	s.conn, s.quit = conn, connQuit(conn)
 	s.observe(conn.State())
 	s.stopPoll = make(chan struct{})
 	go s.poll(pollInterval)
@@ -449,7 +449,7 @@ func (d *zkDriver) NewLease(ctx context.Context, req driver.Request) (driver.Lea
 	}
 	s, err := d.session(ctx, req.TTL)
 	if err != nil {
-		return nil, time.Time{}, err
+		return nil, time.Time{}, d.closedErr(err)
 	}
 	g, err := s.current(ctx)
 	if err != nil {
@@ -462,7 +462,7 @@ func (d *zkDriver) NewLease(ctx context.Context, req driver.Request) (driver.Lea
 	if time.Since(started) > req.TTL/3 {
 		sent := time.Now()
 		if err := call(ctx, func() error { _, _, err := s.conn.Exists(d.prefix); return err }); err != nil {
-			return nil, time.Time{}, fmt.Errorf("zookeeper: %w", mapErr(err))
+			return nil, time.Time{}, s.closedErr(fmt.Errorf("zookeeper: %w", mapErr(err)))
 		}
 		if s.conn.SessionID() != g.id {
 			return nil, time.Time{}, fmt.Errorf("zookeeper: the session changed (expired) while starting")
@@ -572,6 +572,15 @@ func (z zkLogger) Printf(format string, args ...any) {
 		return
 	}
 	z.l.Debug(fmt.Sprintf(format, args...), slog.String("client", "go-zookeeper"))
+}
+
+// closedErr is the caller's session's closedErr (New), or err as it is
+// (Dial: the driver closes its sessions only once the Locker is closed).
+func (d *zkDriver) closedErr(err error) error {
+	if d.given == nil {
+		return err
+	}
+	return d.given.closedErr(err)
 }
 
 // connDown reports errors after which the request may or may not have

@@ -109,7 +109,7 @@ func (l *lease) markLostWhy(why string) error {
 	case why == "":
 		why = "deleted"
 	}
-	err := l.lostError(cause, why)
+	err := l.s.closedErr(l.lostError(cause, why))
 	l.report(err)
 	return err
 }
@@ -162,6 +162,9 @@ func (l *lease) alive(sent time.Time) bool {
 // or from one exists if it does not wait.
 func (l *lease) Lock(ctx context.Context, wait bool) (driver.Grant, error) {
 	token, sent, err := l.lock(ctx, wait)
+	if err != nil && l.s.ownerClosed() {
+		return driver.Grant{}, l.s.closedErr(err)
+	}
 	if err != nil && ctx.Err() != nil && !errors.Is(err, backend.ErrLeaseLost) && !errors.Is(err, backend.ErrNotAcquired) {
 		l.mu.Lock()
 		queued := l.st == stWaiting
@@ -890,6 +893,9 @@ func (l *lease) KeepAlive(ctx context.Context) (time.Time, error) {
 	if released {
 		return time.Time{}, fmt.Errorf("%w: zookeeper: keepalive after release", backend.ErrReleased)
 	}
+	if l.s.ownerClosed() {
+		return time.Time{}, errClientClosed
+	}
 	if l.g.ended() {
 		return time.Time{}, l.markLostWhy("")
 	}
@@ -955,7 +961,7 @@ func (l *lease) Release(ctx context.Context) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.relErr
+	return l.s.closedErr(l.relErr)
 }
 
 func (l *lease) runCleanup() {

@@ -2,13 +2,21 @@ package zookeeper
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fencelock/backend"
 )
+
+// errClientClosed is the error of every call on a caller's Conn (New) that
+// its owner closed.
+var errClientClosed = fmt.Errorf("%w: zookeeper: the caller's Conn was closed", backend.ErrClientClosed)
 
 // session is one *zk.Conn and what the adapter knows about it: the current
 // ZooKeeper session (a generation: go-zookeeper replaces an expired session
@@ -17,6 +25,9 @@ import (
 type session struct {
 	conn  *zk.Conn
 	owned bool // the driver dialed it and closes it
+	// quit is closed when the caller closes its Conn (New; nil for a Conn
+	// the driver dialed): see connQuit.
+	quit <-chan struct{}
 
 	mu        sync.Mutex
 	gen       *generation // current session; nil before the first and after an expiry
@@ -255,6 +266,8 @@ func (s *session) current(ctx context.Context) (*generation, error) {
 		g, changed, closed := s.gen, s.changed, s.closed
 		s.mu.Unlock()
 		switch {
+		case s.ownerClosed():
+			return nil, errClientClosed
 		case closed:
 			return nil, errConnClosed
 		case g != nil && !g.ended():
@@ -269,6 +282,45 @@ func (s *session) current(ctx context.Context) (*generation, error) {
 	}
 }
 
+// ownerClosed reports whether the caller closed its Conn (New): then every
+// call fails with errClientClosed.
+func (s *session) ownerClosed() bool {
+	if s.quit == nil {
+		return false
+	}
+	select {
+	case <-s.quit:
+		return true
+	default:
+		return false
+	}
+}
+
+// closedErr returns err, wrapped in errClientClosed if the caller closed
+// its Conn: go-zookeeper then fails requests with ErrConnectionClosed or
+// ErrClosing, which a connection that is only down returns too.
+func (s *session) closedErr(err error) error {
+	if err == nil || !s.ownerClosed() || errors.Is(err, backend.ErrClientClosed) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", errClientClosed, err)
+}
+
+// connQuit returns the channel that conn's Close closes. go-zookeeper
+// keeps it in an unexported field (shouldQuit) and tells a closed Conn from
+// one that is only disconnected in no other way (both fail requests with
+// ErrConnectionClosed and report StateDisconnected), so it is read by
+// reflection, as negotiatedTimeout is; nil if this version of go-zookeeper
+// has no such field (a closed Conn is then told as a connection that is
+// down). The closed-client tests (TestClientClosed) pin it.
+func connQuit(conn *zk.Conn) <-chan struct{} {
+	v := reflect.ValueOf(conn).Elem().FieldByName("shouldQuit")
+	if !v.IsValid() || v.Type() != reflect.TypeOf((chan struct{})(nil)) {
+		return nil
+	}
+	return *(*chan struct{})(unsafe.Pointer(v.UnsafeAddr()))
+}
+
 // poll follows the state of a Conn whose events go to its owner (New):
 // every pollInterval it compares the state and session id, and hands the
 // events of the leases' watches on their own nodes to them (pollOwn).
@@ -280,6 +332,10 @@ func (s *session) poll(interval time.Duration) {
 		case <-s.stopPoll:
 			return
 		case <-t.C:
+			if s.ownerClosed() {
+				s.closedByOwner()
+				return
+			}
 			st := s.conn.State()
 			if st == zk.StateHasSession {
 				s.mu.Lock()
@@ -293,6 +349,21 @@ func (s *session) poll(interval time.Duration) {
 			s.pollOwn()
 		}
 	}
+}
+
+// closedByOwner ends the generation of a caller's Conn that its owner
+// closed (which closed the ZooKeeper session: the server deleted its
+// ephemeral nodes), so that its leases are lost at once, and wakes the
+// calls waiting for a session, which then fail with errClientClosed.
+func (s *session) closedByOwner() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gen != nil {
+		s.gen.end(fmt.Errorf("session %#x: %w", s.gen.id, errClientClosed))
+		s.gen = nil
+	}
+	close(s.changed)
+	s.changed = make(chan struct{})
 }
 
 // close ends the session's generation and, if owned, closes the Conn (which

@@ -87,7 +87,7 @@ func (d *zkDriver) lockNodes(ctx context.Context, name string) ([]lockNode, erro
 func (d *zkDriver) Inspect(ctx context.Context, name string) (driver.Status, error) {
 	nodes, err := d.lockNodes(ctx, name)
 	if err != nil {
-		return driver.Status{}, err
+		return driver.Status{}, d.closedErr(err)
 	}
 	var entries []driver.Entry
 	for _, n := range nodes {
@@ -110,7 +110,7 @@ func (d *zkDriver) Inspect(ctx context.Context, name string) (driver.Status, err
 func (d *zkDriver) Revoke(ctx context.Context, name string, token fencing.Token) (bool, error) {
 	nodes, err := d.lockNodes(ctx, name)
 	if err != nil {
-		return false, err
+		return false, d.closedErr(err)
 	}
 	s, err := d.session(ctx, d.defaultTTL)
 	if err != nil {
@@ -125,7 +125,7 @@ func (d *zkDriver) Revoke(ctx context.Context, name string, token fencing.Token)
 		case errors.Is(err, zk.ErrNoNode):
 			return false, nil
 		case err != nil:
-			return false, fmt.Errorf("zookeeper: delete %s: %w", n.path, mapErr(err))
+			return false, d.closedErr(fmt.Errorf("zookeeper: delete %s: %w", n.path, mapErr(err)))
 		}
 		return true, nil
 	}
@@ -152,7 +152,7 @@ func (d *zkDriver) RevokeID(ctx context.Context, name, id string) (bool, error) 
 	case errors.Is(err, zk.ErrNoNode):
 		return false, nil
 	case err != nil:
-		return false, fmt.Errorf("zookeeper: delete %s: %w", node, mapErr(err))
+		return false, d.closedErr(fmt.Errorf("zookeeper: delete %s: %w", node, mapErr(err)))
 	}
 	return true, nil
 }

@@ -1,6 +1,9 @@
 package driver
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Errors a Driver and its Leases return, wrapped with the client's error
 // where there is one. Package backend re-exports each under the same name,
@@ -37,6 +40,10 @@ var (
 	// ErrUnavailable: a request could not be sent or got no answer, so
 	// whether the lock is free is unknown.
 	ErrUnavailable = errors.New("fencelock: backend unavailable")
+	// ErrClientClosed: the client the driver was given (not one it opened
+	// itself) was closed by its owner, so nothing can be asked any more. It
+	// matches ErrUnavailable too.
+	ErrClientClosed = fmt.Errorf("%w: the client was closed", ErrUnavailable)
 	// ErrPermission: the backend refused a request for lack of permission.
 	ErrPermission = errors.New("fencelock: permission denied")
 	// ErrInvalidURL: a URL that cannot be parsed, or a query parameter
