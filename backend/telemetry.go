@@ -436,27 +436,28 @@ func (t *telemetry) holding(ls *Lease) {
 }
 
 // ended records the end of a held lease, held for d, how it ended and why
-// (cause).
+// (cause). A loss's log line comes before its metrics, so that whoever
+// sees the loss counted finds its line logged.
 func (t *telemetry) ended(ls *Lease, token int64, d time.Duration, how ending, cause error) {
-	if t.metrics {
-		ctx := context.Background()
-		t.held.Add(ctx, -1, t.add(t.common, ls.name)...)
-		t.holdDur.Record(ctx, d.Seconds(), t.rec(t.common, ls.name)...)
-		if how != endReleased {
-			t.losses.Add(ctx, 1, t.add(t.loss[how], ls.name)...)
+	if how != endReleased {
+		level, msg := slog.LevelWarn, "fencelock: lease lost"
+		if how == endClosed {
+			level, msg = slog.LevelInfo, "fencelock: lease released by Close"
+		}
+		if t.logging(level) {
+			t.log.LogAttrs(context.Background(), level, msg, t.backendAttr(), slog.String(attrLockName, ls.name),
+				slog.Int64(attrToken, token), slog.String(attrLossCause, lossCauses[how]),
+				slog.Duration("fencelock.hold", d), slog.Any("error", cause))
 		}
 	}
-	if how == endReleased {
+	if !t.metrics {
 		return
 	}
-	level, msg := slog.LevelWarn, "fencelock: lease lost"
-	if how == endClosed {
-		level, msg = slog.LevelInfo, "fencelock: lease released by Close"
-	}
-	if t.logging(level) {
-		t.log.LogAttrs(context.Background(), level, msg, t.backendAttr(), slog.String(attrLockName, ls.name),
-			slog.Int64(attrToken, token), slog.String(attrLossCause, lossCauses[how]),
-			slog.Duration("fencelock.hold", d), slog.Any("error", cause))
+	ctx := context.Background()
+	t.held.Add(ctx, -1, t.add(t.common, ls.name)...)
+	t.holdDur.Record(ctx, d.Seconds(), t.rec(t.common, ls.name)...)
+	if how != endReleased {
+		t.losses.Add(ctx, 1, t.add(t.loss[how], ls.name)...)
 	}
 }
 
