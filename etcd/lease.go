@@ -654,7 +654,7 @@ func (l *lease) noKeyYet() bool {
 }
 
 // Release implements driver.Lease.
-func (l *lease) Release(ctx context.Context) error {
+func (l *lease) Release(ctx context.Context, lost bool) error {
 	l.stopWatchingOwnKey()
 	if err := l.d.clientClosed(); err != nil {
 		return err

@@ -344,7 +344,7 @@ func (l *lease) KeepAlive(ctx context.Context) (time.Time, error) {
 // Release implements driver.Lease: the release function drops this
 // acquisition's queue row and, if it holds the lock, grants it to the next
 // waiter; it never touches a newer holder's row.
-func (l *lease) Release(ctx context.Context) error {
+func (l *lease) Release(ctx context.Context, lost bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.st == stIdle && !l.queued {

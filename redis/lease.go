@@ -370,7 +370,7 @@ func (l *lease) KeepAlive(ctx context.Context) (time.Time, error) {
 // lock key only if it holds this acquisition's value, drops its queue entry,
 // deletes an election candidate's value key, and names the next waiter on
 // the lock's channel.
-func (l *lease) Release(ctx context.Context) error {
+func (l *lease) Release(ctx context.Context, lost bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.st == stIdle && !l.queued {

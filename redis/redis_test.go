@@ -464,7 +464,7 @@ func TestLateAttemptTakesNothing(t *testing.T) {
 	cancel()
 	_, err = l.Lock(gone, false)
 	require.ErrorIs(t, err, context.Canceled)
-	require.NoError(t, l.Release(ctx))
+	require.NoError(t, l.Release(ctx, false))
 	k := keysOf(prefix, "n")
 	mark, err := raw.PTTL(ctx, k.ended+l.owner).Result()
 	require.NoError(t, err)

@@ -907,7 +907,7 @@ func (l *lease) KeepAlive(ctx context.Context) (time.Time, error) {
 // session ends (which deletes the node anyway), so a cancelled acquisition
 // never leaves an orphan node (go-zookeeper#229). Later calls wait for the
 // same outcome.
-func (l *lease) Release(ctx context.Context) error {
+func (l *lease) Release(ctx context.Context, lost bool) error {
 	l.mu.Lock()
 	if l.cleanup == nil {
 		l.cleanup = make(chan struct{})
