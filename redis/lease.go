@@ -367,7 +367,8 @@ func (l *lease) KeepAlive(ctx context.Context) (time.Time, error) {
 }
 
 // Release implements driver.Lease: the release script deletes the
-// lock key only if it holds this acquisition's value, drops its queue entry,
+// lock key only if it holds this acquisition's value (and, unless lost,
+// its lock-delay marker), drops its queue entry,
 // deletes an election candidate's value key, and names the next waiter on
 // the lock's channel.
 func (l *lease) Release(ctx context.Context, lost bool) error {
@@ -388,9 +389,9 @@ func (l *lease) Release(ctx context.Context, lost bool) error {
 		err error
 	)
 	if l.d.unbounded(ctx) {
-		n, err = l.release(ctx, endMark)
+		n, err = l.release(ctx, endMark, !lost)
 	} else {
-		n, err = bounded(ctx, l.d, func() (int64, error) { return l.release(ctx, endMark) })
+		n, err = bounded(ctx, l.d, func() (int64, error) { return l.release(ctx, endMark, !lost) })
 	}
 	if err != nil {
 		return fmt.Errorf("redis: release script: %w", mapErr(err))
@@ -404,19 +405,20 @@ func (l *lease) Release(ctx context.Context, lost bool) error {
 }
 
 // release runs the release script once; endMark is how long in ms to keep
-// the acquisition's end mark (0: none).
-func (l *lease) release(ctx context.Context, endMark int64) (int64, error) {
+// the acquisition's end mark (0: none); clean is false for a release after
+// a loss, which leaves a lock-delay in force.
+func (l *lease) release(ctx context.Context, endMark int64, clean bool) (int64, error) {
 	var cmd []any
 	if l.cand == nil {
-		cmd = make([]any, 0, 13)
+		cmd = make([]any, 0, 14)
 		cmd = append(cmd, "evalsha", releaseHash, 5)
 		cmd = append(cmd, l.args[:6]...) // the keys and owner
 	} else {
-		cmd = make([]any, 0, 14)
+		cmd = make([]any, 0, 15)
 		cmd = append(cmd, "evalsha", releaseHash, 6)
 		cmd = append(cmd, l.args[:5]...) // the keys
 		cmd = append(cmd, l.cand.key, l.args[5])
 	}
-	cmd = append(cmd, l.d.wakePrefix, flag(!l.d.cfg.NoClockFloor), flag(l.d.direct()), endMark)
+	cmd = append(cmd, l.d.wakePrefix, flag(!l.d.cfg.NoClockFloor), flag(l.d.direct()), endMark, flag(clean))
 	return l.d.eval(ctx, tryAgainWithin(l.ttlMs), cmd, releaseScript, releaseSrc).Int64()
 }

@@ -19,7 +19,9 @@
 -- waiter polls); else next and foreign are 0 and ms is the time left to
 -- the first waiter's entry (it may have crashed); {-1} if ARGV[3] is "2" and the
 -- entry is gone (it lapsed, or an operator removed it), or if the
--- acquisition has ended (a late copy of an attempt it gave up on).
+-- acquisition has ended (a late copy of an attempt it gave up on). A free
+-- lock in a lock-delay (see delayed in token.lua) is granted to nobody:
+-- ms is then the time left to the delay's end.
 local owner = ARGV[1]
 if redis.call('GET', KEYS[5]) then
   return {-1}
@@ -27,7 +29,7 @@ end
 local v = redis.call('GET', KEYS[1])
 -- Fast path: a free lock and an empty queue (so no entry to purge, and
 -- none of ours to drop) is granted at once.
-if not v and ARGV[3] ~= '2' and not redis.call('ZRANGE', KEYS[3], '0', '0')[1] then
+if not v and ARGV[3] ~= '2' and not redis.call('ZRANGE', KEYS[3], '0', '0')[1] and not delayed(KEYS[1]) then
   if KEYS[6] then
     -- A candidate's first attempt: its value key is new.
     redis.call('SET', KEYS[6], ARGV[7], 'PX', ARGV[8])
@@ -65,7 +67,7 @@ end
 if ARGV[3] == '2' and not redis.call('ZSCORE', KEYS[3], owner) then
   return {-1}
 end
-if not v then
+if not v and not delayed(KEYS[1]) then
   local h = head(KEYS[3])
   if not h or h == owner then
     dequeue(KEYS[3], KEYS[4], owner)
@@ -82,6 +84,11 @@ if ARGV[3] ~= '0' then
 end
 local h = head(KEYS[3])
 if h == owner or not h then
-  return {0, redis.call('PTTL', KEYS[1]), 1, foreign(v)}
+  local ms = redis.call('PTTL', KEYS[1])
+  if ms == -2 then
+    -- Free, in a lock-delay: its turn comes when the marker expires.
+    ms = redis.call('PTTL', KEYS[1] .. ':delay')
+  end
+  return {0, ms, 1, foreign(v)}
 end
 return {0, left(KEYS[4], h, now), 0, 0}

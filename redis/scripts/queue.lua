@@ -97,12 +97,14 @@ end
 
 -- hand_over gives the free lock to the next waiter, if any: with direct ==
 -- '1' it grants it (the TTL is the one in the owner id,
--- "<locker>.<seq>.<ttl ms>") and sends "<owner>:<token>"; otherwise (or
+-- "<locker>.<seq>[D<delay ms>].<ttl ms>") and sends "<owner>:<token>"; otherwise (or
 -- for an owner id without a TTL) it only sends "<owner>", and the waiter
 -- takes the lock with its own script.
 local function hand_over(lock, counter, q, e, wake_prefix, floor, direct)
   local h = head(q)
-  if not h then
+  if not h or delayed(lock) then
+    -- In a lock-delay, the head's own attempt takes the lock once it
+    -- ends (its wait is the marker's time left).
     return
   end
   local ms = string.match(h, '%.(%d+)$')

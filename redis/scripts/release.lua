@@ -9,6 +9,8 @@
 -- grant directly (see hand_over), ARGV[5] how long (ms) to keep the end
 -- mark, "0" for none: an acquisition whose last attempt's fate is unknown
 -- leaves one, so that the attempt, if it still arrives, takes nothing.
+-- ARGV[6] "1" for the holder's own release, which lifts its lock-delay,
+-- "0" for one after a loss, which leaves it.
 -- Returns 1 if the lock key was deleted, 0 if it was gone or someone else's.
 local owner = ARGV[1]
 if ARGV[5] ~= '0' then
@@ -23,6 +25,11 @@ local deleted = 0
 if v and string.sub(v, 1, #owner + 1) == owner .. ':' then
   redis.call('DEL', KEYS[1])
   deleted = 1
+  -- The holder's own release lifts its lock-delay; a release after a loss
+  -- (ARGV[6] "0") leaves the marker to expire.
+  if ARGV[6] == '1' and delay_of(owner) and redis.call('GET', KEYS[1] .. ':delay') == owner then
+    redis.call('DEL', KEYS[1] .. ':delay')
+  end
 end
 -- An empty queue holds no entry of ours, none to purge and nobody to
 -- hand over to: done, before the queue's functions are defined (a cost of
