@@ -102,8 +102,9 @@ type Request struct {
 	// LockDelay, if positive, is the acquisition's lock-delay
 	// (backend.WithLockDelay), given only to a driver whose Capabilities
 	// declare LockDelay: once granted, if the lease ends otherwise than by
-	// a Release with lost false (it expires, is revoked, its session ends,
-	// its key is deleted, or it is released after a loss), nobody is
+	// a Release with lost false (it expires, its session ends, or it is
+	// released after a loss; where the backend can tell, it is revoked or
+	// its key deleted), nobody is
 	// granted the lock called Name, through any Locker of the driver's
 	// scheme, until at least LockDelay has passed after that end (the
 	// backend may count it from the lease's last possible expiry); it
