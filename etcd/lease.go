@@ -700,9 +700,9 @@ func (l *lease) Release(ctx context.Context, lost bool) error {
 		}
 		l.finish()
 		return nil
-	case lost && l.keyLease != 0:
-		// A lease lost before its release leaves its key to its own
-		// lease: the lock-delay (see lockdelay.go).
+	case lost && st == stHeld && l.keyLease != 0:
+		// A holder lost before its release leaves its key to its key
+		// lease: the lock-delay (see lockdelay.go). A waiter's goes.
 		l.d.revokeAsync(id)
 		l.finish()
 		return nil

@@ -1,6 +1,8 @@
 package etcd
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,4 +46,53 @@ func TestLockDelayKeyLease(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 2, ttl.GrantedTTL, "without a lock-delay the key is on the acquisition's lease")
 	require.NoError(t, lb.Release(ctx))
+}
+
+// TestLockDelayHolderLeaseRevoked: when the holder's own lease (not its
+// key lease) is revoked, the holder learns of the loss at its next
+// renewal, and its clean-up leaves its key to the key lease: the lock is
+// held for everyone until that expires, TTL + delay + 1s after the last
+// renewal, then granted.
+func TestLockDelayHolderLeaseRevoked(t *testing.T) {
+	prefix := testPrefix(t)
+	admin := client(t)
+	const ttl = 3 * time.Second
+	a := locker(t, prefix, backend.WithTTL(ttl))
+	b := locker(t, prefix, backend.WithTTL(ttl))
+	ctx := tctx(t, time.Minute)
+	ls, err := a.TryAcquire(ctx, "n", backend.WithLockDelay(time.Second))
+	require.NoError(t, err)
+	resp, err := admin.Get(ctx, nameDir(prefix, "n"), clientv3.WithPrefix())
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 1)
+	key := string(resp.Kvs[0].Key)
+	// The key is named after the holder's own lease, and put with the
+	// key lease.
+	own := leaseIDOf(t, key)
+	require.NotEqual(t, int64(own), resp.Kvs[0].Lease)
+	ttlResp, err := admin.TimeToLive(ctx, own, clientv3.WithAttachedKeys())
+	require.NoError(t, err)
+	require.EqualValues(t, 3, ttlResp.GrantedTTL)
+	require.Empty(t, ttlResp.Keys)
+	_, err = admin.Revoke(ctx, own)
+	require.NoError(t, err)
+	select {
+	case <-ls.Done():
+	case <-time.After(2 * ttl):
+		t.Fatal("no loss signal")
+	}
+	require.ErrorIs(t, ls.Err(), backend.ErrLeaseLost)
+	_, err = b.TryAcquire(ctx, "n")
+	require.ErrorIs(t, err, backend.ErrNotAcquired, "the lost holder's key stays for the lock-delay")
+	lb, err := b.Acquire(ctx, "n")
+	require.NoError(t, err)
+	require.NoError(t, lb.Release(ctx))
+}
+
+// leaseIDOf is the lease id in the name of a lock key (<dir><lease hex>).
+func leaseIDOf(t *testing.T, key string) clientv3.LeaseID {
+	var id int64
+	_, err := fmt.Sscanf(key[strings.LastIndexByte(key, '/')+1:], "%x", &id)
+	require.NoError(t, err)
+	return clientv3.LeaseID(id)
 }
