@@ -85,9 +85,9 @@ func WithMaxHold(d time.Duration) Option { return func(s *settings) { s.maxHold 
 // WithLockDelay sets the lock-delay of the acquisition, as Chubby's and
 // Consul's: if its lease ends otherwise than by its holder's Release (it
 // expires after a crash or a partition, or is released only after such a
-// loss; on Redis and mem also when it is revoked or its key deleted: on
-// etcd the lock key is the lock, and revoking or deleting it frees the
-// lock at once), nobody is granted the lock, through any Locker of the
+// loss, or its session ends; on Redis, PostgreSQL, ZooKeeper and mem also
+// when it is revoked: on etcd the lock key is the lock, and revoking or
+// deleting it frees the lock at once), nobody is granted the lock, through any Locker of the
 // backend, until at least d has passed after that end. A Release by the holder while it holds lifts it at once.
 // Use it for a resource that cannot check fencing tokens: a holder that
 // lost its lease without knowing it (paused, cut off) may still be
