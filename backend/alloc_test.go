@@ -43,7 +43,7 @@ func (l *syncLease) Lock(context.Context, bool) (driver.Grant, error) {
 	return driver.Grant{Token: l.token}, nil
 }
 func (l *syncLease) KeepAlive(context.Context) (time.Time, error) { return time.Now(), nil }
-func (l *syncLease) Release(context.Context) error                { return nil }
+func (l *syncLease) Release(context.Context, bool) error          { return nil }
 func (l *syncLease) Suspended() (bool, <-chan struct{})           { return false, nil }
 func (l *syncLease) Proclaim(context.Context, string) error       { return nil }
 

@@ -330,7 +330,9 @@ func (ls *Lease) releaseDriver(ctx context.Context) error {
 	if ls.released {
 		return ls.lockGone
 	}
-	err := ls.drv.Release(ctx)
+	// A lease lost before its release leaves its lock-delay in force.
+	lost := errors.Is(context.Cause(ls.ctx), ErrLeaseLost)
+	err := ls.drv.Release(ctx, lost)
 	retried := false
 	for try, pause := 0, releaseBackoff; try < releaseRetries && errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrClientClosed) && ls.beforeDeadline(pause); try, pause = try+1, 2*pause {
 		t := time.NewTimer(pause)
@@ -340,7 +342,7 @@ func (ls *Lease) releaseDriver(ctx context.Context) error {
 			t.Stop()
 			return err
 		}
-		err, retried = ls.drv.Release(ctx), true
+		err, retried = ls.drv.Release(ctx, lost), true
 	}
 	if retried && errors.Is(err, ErrLeaseLost) {
 		// The lock is gone: most likely the request that failed removed

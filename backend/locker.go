@@ -155,7 +155,8 @@ func (l *Locker) acquireLease(ctx context.Context, name string, wait bool, opts 
 	// From here, an error that does not say the lock is held (a driver's
 	// ErrNotAcquired) is a backend that did not answer before ctx ended.
 
-	req := driver.Request{Name: name, TTL: s.ttl, Holder: s.holder, Metadata: s.metadata, Lost: ls.driverLost}
+	req := driver.Request{Name: name, TTL: s.ttl, Holder: s.holder, Metadata: s.metadata, LockDelay: s.lockDelay,
+		Lost: ls.driverLost}
 	if s.value != nil {
 		req.Holder, req.Metadata, req.Value = "", nil, s.value
 		ls.value = *s.value

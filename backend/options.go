@@ -33,6 +33,7 @@ type settings struct {
 	ttl       time.Duration
 	autoRenew bool
 	maxHold   time.Duration
+	lockDelay time.Duration
 	drift     time.Duration
 	driftSet  bool
 	holder    string
@@ -80,6 +81,26 @@ func WithAutoRenew(on bool) Option { return func(s *settings) { s.autoRenew = on
 // WithMaxHold(0) turns a limit given earlier off. It must not be negative.
 // Refresh still works after it.
 func WithMaxHold(d time.Duration) Option { return func(s *settings) { s.maxHold = d } }
+
+// WithLockDelay sets the lock-delay of the acquisition, as Chubby's and
+// Consul's: if its lease ends otherwise than by its holder's Release (it
+// expires after a crash or a partition, or is released only after such a
+// loss, or its session ends; on Redis, PostgreSQL, ZooKeeper and mem also
+// when it is revoked: on etcd the lock key is the lock, and revoking or
+// deleting it frees the lock at once), nobody is granted the lock, through any Locker of the
+// backend, until at least d has passed after that end. A Release by the holder while it holds lifts it at once.
+// Use it for a resource that cannot check fencing tokens: a holder that
+// lost its lease without knowing it (paused, cut off) may still be
+// writing there, and the delay gives such writes time to land or fail
+// before the next holder starts. Its cost is availability: after a crash
+// the lock is free again only a TTL plus d after the holder's last
+// renewal, instead of a TTL. The backend enforces it: every acquisition of
+// the lock waits it out (a TryAcquire finds the lock held), whatever its
+// own options. Default 0: none (WithLockDelay(0) turns one given earlier
+// off). It must not be negative; the backend rounds it up to its unit
+// (etcd: whole seconds, the others whole milliseconds). A backend that
+// cannot honour it refuses it with ErrInvalidOption.
+func WithLockDelay(d time.Duration) Option { return func(s *settings) { s.lockDelay = d } }
 
 // WithDriftMargin sets how much earlier than the server could expire the lease
 // the holder gives it up: the local deadline is (send time of the last
@@ -177,7 +198,7 @@ func resolve(base settings, drv driver.Driver, caps driver.Capabilities, opts []
 	if s.obs != nil {
 		return s, fmt.Errorf("%w: %s configures the Locker: give it to New or Open, not to an acquisition", ErrInvalidOption, s.obs.first)
 	}
-	if err := s.check(caps.MinTTL, drv); err != nil {
+	if err := s.check(caps.MinTTL, drv, caps.LockDelay); err != nil {
 		return s, err
 	}
 	return s, nil
@@ -196,10 +217,11 @@ func (f limitsChecker) CheckTTL(ttl time.Duration) error {
 	return f(ttl)
 }
 
-// check checks s against a backend whose minimum TTL is minTTL and whose
-// own check of a TTL is ttls, and sets its drift margin to the default if
-// none was given. Its errors match ErrInvalidOption.
-func (s *settings) check(minTTL time.Duration, ttls ttlChecker) error {
+// check checks s against a backend whose minimum TTL is minTTL, whose
+// own check of a TTL is ttls and that honours a lock-delay if delays, and
+// sets its drift margin to the default if none was given. Its errors match
+// ErrInvalidOption.
+func (s *settings) check(minTTL time.Duration, ttls ttlChecker, delays bool) error {
 	if s.ttl <= 0 {
 		return fmt.Errorf("%w: TTL must be positive, got %v", ErrInvalidOption, s.ttl)
 	}
@@ -217,6 +239,12 @@ func (s *settings) check(minTTL time.Duration, ttls ttlChecker) error {
 	}
 	if s.maxHold < 0 {
 		return fmt.Errorf("%w: max hold must not be negative, got %v", ErrInvalidOption, s.maxHold)
+	}
+	if s.lockDelay < 0 {
+		return fmt.Errorf("%w: lock-delay must not be negative, got %v (0 turns it off)", ErrInvalidOption, s.lockDelay)
+	}
+	if s.lockDelay > 0 && !delays {
+		return fmt.Errorf("%w: lock-delay %v: this backend cannot enforce a lock-delay", ErrInvalidOption, s.lockDelay)
 	}
 	if s.holderErr != nil {
 		return s.holderErr

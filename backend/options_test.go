@@ -117,3 +117,37 @@ func TestMaxHoldNamedWhenTheBackendEndsTheLastTTL(t *testing.T) {
 	require.ErrorIs(t, ls.Err(), backend.ErrLeaseLost)
 	require.NotErrorIs(t, ls.Err(), backend.ErrMaxHold)
 }
+
+// WithLockDelay must not be negative, in New, in Open's URL and in an
+// Acquire; 0 is allowed (off), and a driver that cannot enforce a
+// lock-delay refuses a positive one before anything is sent.
+func TestLockDelayValidated(t *testing.T) {
+	conn := mem.NewServer().Connect()
+	_, err := mem.New(conn, backend.WithLockDelay(-time.Millisecond))
+	assert.ErrorIs(t, err, backend.ErrInvalidOption)
+	l, err := mem.New(conn, backend.WithLockDelay(0))
+	require.NoError(t, err)
+	defer l.Close()
+	_, err = l.TryAcquire(context.Background(), "d", backend.WithLockDelay(-time.Second))
+	assert.ErrorIs(t, err, backend.ErrInvalidOption)
+
+	u, err := backend.Open(context.Background(), "mem://lockdelay?lock_delay=1500ms")
+	require.NoError(t, err)
+	defer u.Close()
+	ls, err := u.TryAcquire(context.Background(), "d")
+	require.NoError(t, err)
+	require.NoError(t, ls.Release(context.Background()))
+}
+
+// A driver whose Capabilities do not declare LockDelay refuses a
+// positive lock-delay, as a default and in an acquisition.
+func TestLockDelayRefusedWithoutCapability(t *testing.T) {
+	_, err := backend.New(newStuckDriver(), backend.WithLockDelay(time.Second))
+	require.ErrorIs(t, err, backend.ErrInvalidOption)
+	require.ErrorContains(t, err, "cannot enforce a lock-delay")
+	l, err := backend.New(newStuckDriver(), backend.WithLockDelay(0))
+	require.NoError(t, err)
+	defer l.Close()
+	_, err = l.TryAcquire(context.Background(), "d", backend.WithLockDelay(time.Second))
+	require.ErrorIs(t, err, backend.ErrInvalidOption)
+}

@@ -125,7 +125,7 @@ func (l *stuckLease) KeepAlive(ctx context.Context) (time.Time, error) {
 	return sent, nil
 }
 
-func (l *stuckLease) Release(ctx context.Context) error {
+func (l *stuckLease) Release(ctx context.Context, _ bool) error {
 	if l.d.locking.Load() > 0 {
 		l.d.relInLock.Add(1)
 	}

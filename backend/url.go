@@ -139,6 +139,11 @@ func checkTTLParams(scheme string, q url.Values, lim driver.Limits) error {
 			return urlkit.ValueError("ttl", q.Get("ttl"), err.Error())
 		}
 	}
+	if q.Has("lock_delay") && !lim.LockDelay {
+		if d, _ := time.ParseDuration(q.Get("lock_delay")); d > 0 {
+			return urlkit.ValueError("lock_delay", q.Get("lock_delay"), fmt.Sprintf("%s URLs cannot enforce a lock-delay", scheme))
+		}
+	}
 	if q.Has("drift") {
 		if drift, _ := time.ParseDuration(q.Get("drift")); drift >= ttl {
 			return urlkit.ValueError("drift", q.Get("drift"), fmt.Sprintf("the drift margin must be smaller than the TTL (%v)", ttl))
@@ -156,7 +161,7 @@ func checkDefaults(lim driver.Limits, opts []Option) error {
 		base.ttl = lim.DefaultTTL
 	}
 	s := apply(base, opts)
-	return s.check(lim.MinTTL, limitsChecker(lim.CheckTTL))
+	return s.check(lim.MinTTL, limitsChecker(lim.CheckTTL), lim.LockDelay)
 }
 
 func commonOptions(q url.Values) ([]Option, error) {
@@ -166,7 +171,8 @@ func commonOptions(q url.Values) ([]Option, error) {
 		key string
 		opt func(time.Duration) Option
 		to  *time.Duration
-	}{{"ttl", WithTTL, &s.ttl}, {"max_hold", WithMaxHold, &s.maxHold}, {"drift", WithDriftMargin, &s.drift}} {
+	}{{"ttl", WithTTL, &s.ttl}, {"max_hold", WithMaxHold, &s.maxHold}, {"drift", WithDriftMargin, &s.drift},
+		{"lock_delay", WithLockDelay, &s.lockDelay}} {
 		if v, ok, err := urlkit.Duration(q, d.key); err != nil {
 			return nil, err
 		} else if ok {
@@ -183,6 +189,8 @@ func commonOptions(q url.Values) ([]Option, error) {
 		return nil, urlkit.ValueError("max_hold", q.Get("max_hold"), "must not be negative (0 means no limit)")
 	case q.Has("drift") && s.drift < 0:
 		return nil, urlkit.ValueError("drift", q.Get("drift"), "must not be negative (0 turns the margin off)")
+	case q.Has("lock_delay") && s.lockDelay < 0:
+		return nil, urlkit.ValueError("lock_delay", q.Get("lock_delay"), "must not be negative (0 turns it off)")
 	}
 	if q.Has("auto_renew") {
 		on, err := strconv.ParseBool(q.Get("auto_renew"))

@@ -59,6 +59,12 @@
 //     35s on a loaded machine). Every adapter of this module
 //     declares its Capabilities with its URL scheme (driver.Scheme.Suite,
 //     see URLCapabilities).
+//   - Capabilities.LockDelay says the backend enforces a lock-delay
+//     (backend.WithLockDelay): the LockDelay cases then check that a
+//     crashed holder's lock is granted to nobody before its deadline plus
+//     the delay and to a waiter after, that a release is not delayed, and
+//     that a delay of 0 changes nothing; without it they check that the
+//     option is refused with ErrInvalidOption.
 //   - Optionally, WaiterRevoker enables the WaiterRevoked case; a backend
 //     with Locker.Status and Locker.RevokeID gets it from
 //     RevokeWaitersByID. URLHarness has it for every scheme.

@@ -49,12 +49,16 @@ type Capabilities struct {
 	// least 30s, are cut to it. It must leave them room to outlive a few
 	// expiries: at least 4*TTL+4s.
 	MaxTTL time.Duration
+	// LockDelay: the backend honours a lock-delay (backend.WithLockDelay):
+	// the suite runs its lock-delay cases; without it, it checks that the
+	// option is refused with ErrInvalidOption.
+	LockDelay bool
 }
 
 // CapabilitiesOf returns the Capabilities an adapter declares with its URL
 // scheme (driver.Scheme.Suite).
 func CapabilitiesOf(p driver.SuiteProfile) Capabilities {
-	return Capabilities{FIFO: p.FIFO, TTL: p.TTL, MinTTL: p.MinTTL, MaxTTL: p.MaxTTL}
+	return Capabilities{FIFO: p.FIFO, TTL: p.TTL, MinTTL: p.MinTTL, MaxTTL: p.MaxTTL, LockDelay: p.LockDelay}
 }
 
 // check reports Capabilities the suite cannot run with.

@@ -227,7 +227,7 @@ func BenchmarkDriverUncontended(b *testing.B) {
 			b.Fatal(err)
 		}
 		t1 := time.Now()
-		if err := dl.Release(ctx); err != nil {
+		if err := dl.Release(ctx, false); err != nil {
 			b.Fatal(err)
 		}
 		inLock += t1.Sub(t0)

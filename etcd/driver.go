@@ -116,7 +116,7 @@ func (d *etcdDriver) clientClosed() error {
 
 // Capabilities implements driver.Driver.
 func (d *etcdDriver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Name: "etcd", MinTTL: MinTTL, DefaultServerMinTTL: 2 * time.Second}
+	return driver.Capabilities{Name: "etcd", MinTTL: MinTTL, DefaultServerMinTTL: 2 * time.Second, LockDelay: true}
 }
 
 // CheckTTL implements driver.Driver: etcd lease TTLs are whole seconds.
@@ -148,14 +148,22 @@ func (d *etcdDriver) NewLease(ctx context.Context, req driver.Request) (driver.L
 	}
 	if idle, ok := d.take(ttl, time.Now()); ok {
 		l.id, l.sent, l.fromPool = idle.id, idle.sent, true
-		return l, idle.sent, nil
+	} else {
+		id, sent, err := d.grant(ctx, ttl)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		l.id, l.sent = id, sent
 	}
-	id, sent, err := d.grant(ctx, ttl)
-	if err != nil {
-		return nil, time.Time{}, err
+	if req.LockDelay > 0 {
+		if err := l.grantKeyLease(ctx, req.LockDelay); err != nil {
+			if !l.fromPool {
+				d.revokeAsync(l.id)
+			}
+			return nil, time.Time{}, err
+		}
 	}
-	l.id, l.sent = id, sent
-	return l, sent, nil
+	return l, l.sent, nil
 }
 
 // grant grants a lease of ttl seconds; sent is when the request was sent.

@@ -407,7 +407,7 @@ func TestDriverReleaseBoundToRevision(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, put.Header.Revision, int64(tok))
 
-	require.ErrorIs(t, dl.Release(ctx), backend.ErrLeaseLost)
+	require.ErrorIs(t, dl.Release(ctx, false), backend.ErrLeaseLost)
 	kvs := keys(t, c, pfx, "s")
 	require.Len(t, kvs, 1, "the newer key is intact")
 	assert.Equal(t, put.Header.Revision, kvs[0].CreateRevision)
@@ -424,13 +424,13 @@ func TestDriverReleaseWithoutKey(t *testing.T) {
 	ctx := tctx(t, 10*time.Second)
 	dl, _, err := d.NewLease(ctx, driver.Request{Name: "n", TTL: long, Lost: func(error) {}})
 	require.NoError(t, err)
-	require.NoError(t, dl.Release(ctx))
+	require.NoError(t, dl.Release(ctx, false))
 
 	dl, _, err = d.NewLease(ctx, driver.Request{Name: "n", TTL: long, Lost: func(error) {}})
 	require.NoError(t, err)
 	_, err = dl.Lock(ctx, false)
 	require.NoError(t, err)
-	require.NoError(t, dl.Release(ctx))
+	require.NoError(t, dl.Release(ctx, false))
 }
 
 // An etcd concurrency.Mutex on prefix+"/"+name and this package exclude each

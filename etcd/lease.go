@@ -61,6 +61,11 @@ type lease struct {
 
 	lost func(cause error) // the Request's Lost
 
+	// keyLease, if not zero, is the lease the acquisition's key is put
+	// with instead of id: that of an acquisition with a lock-delay (see
+	// lockdelay.go). Fixed by NewLease.
+	keyLease clientv3.LeaseID
+
 	// The watch of our own key (see watchOwnKey).
 	ownTimer   *time.Timer        // starts the watch, or checks the key after a failure
 	own        *keyWatch          // registered on the hub; nil if not
@@ -99,7 +104,7 @@ func (l *lease) Lock(ctx context.Context, wait bool) (driver.Grant, error) {
 
 		var resp *clientv3.TxnResponse
 		var err error
-		put := clientv3.OpPut(key, value, clientv3.WithLease(id))
+		put := clientv3.OpPut(key, value, clientv3.WithLease(l.keyLeaseOf(id)))
 		if wait {
 			resp, err = l.d.client.Txn(ctx).
 				If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
@@ -668,6 +673,9 @@ func (l *lease) KeepAlive(ctx context.Context) (time.Time, error) {
 			l.sent = sent
 		}
 		l.mu.Unlock()
+		if err := l.keepKeyLease(ctx); err != nil {
+			return time.Time{}, err
+		}
 		return sent, nil
 	}
 	if isLeaseNotFound(err) {
@@ -693,7 +701,7 @@ func (l *lease) noKeyYet() bool {
 }
 
 // Release implements driver.Lease.
-func (l *lease) Release(ctx context.Context) error {
+func (l *lease) Release(ctx context.Context, lost bool) error {
 	l.stopWatchingOwnKey()
 	if err := l.d.clientClosed(); err != nil {
 		return err
@@ -704,8 +712,8 @@ func (l *lease) Release(ctx context.Context) error {
 	idle := idleLease{id: l.id, sent: l.sent}
 	l.mu.Unlock()
 
-	switch st {
-	case stIdle:
+	switch {
+	case st == stIdle:
 		if doubtful {
 			if err := l.revoke(ctx, id); err != nil {
 				return err
@@ -713,14 +721,28 @@ func (l *lease) Release(ctx context.Context) error {
 		} else {
 			l.d.put(l.ttl, idle)
 		}
+		if l.keyLease != 0 {
+			if err := l.revoke(ctx, l.keyLease); err != nil {
+				return err
+			}
+		}
 		l.finish()
 		return nil
-	case stUnknown:
+	case st == stUnknown:
 		// Whether the put applied is unknown: revoking the lease removes
 		// the key if it exists.
-		if err := l.revoke(ctx, id); err != nil {
+		if err := l.revoke(ctx, l.keyLeaseOf(id)); err != nil {
 			return err
 		}
+		if l.keyLease != 0 {
+			l.d.revokeAsync(id)
+		}
+		l.finish()
+		return nil
+	case lost && st == stHeld && l.keyLease != 0:
+		// A holder lost before its release leaves its key to its key
+		// lease: the lock-delay (see lockdelay.go). A waiter's goes.
+		l.d.revokeAsync(id)
 		l.finish()
 		return nil
 	}
@@ -731,6 +753,9 @@ func (l *lease) Release(ctx context.Context) error {
 		Commit()
 	if err != nil {
 		return fmt.Errorf("etcd: release txn: %w", l.d.mapErr(err))
+	}
+	if l.keyLease != 0 {
+		l.d.revokeAsync(l.keyLease)
 	}
 	if resp.Succeeded && !doubtful {
 		l.d.put(l.ttl, idle)

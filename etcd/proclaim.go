@@ -20,7 +20,7 @@ import (
 // watch of our own key knows it for ours (see ownKV).
 func (l *lease) Proclaim(ctx context.Context, value string) error {
 	l.mu.Lock()
-	st, id, key, rev := l.st, l.id, l.key, l.rev
+	st, id, key, rev := l.st, l.keyLeaseOf(l.id), l.key, l.rev
 	if st == stHeld {
 		l.proclaimed = append(l.proclaimed, value)
 	}
@@ -99,7 +99,7 @@ func keyFate(key string, rev int64, now *mvccpb.KeyValue) string {
 // client's put of the very value we wrote, keeping our lease, passes for
 // ours: it changes nothing. l.mu is held.
 func (l *lease) ownKV(kv *mvccpb.KeyValue, stored bool) bool {
-	if kv.CreateRevision != l.rev || kv.Lease != int64(l.id) {
+	if kv.CreateRevision != l.rev || kv.Lease != int64(l.keyLeaseOf(l.id)) {
 		return false
 	}
 	for i, v := range l.proclaimed {

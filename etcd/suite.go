@@ -11,4 +11,4 @@ import (
 // a server with the default election settings (heartbeat 100ms, election
 // 1s); shorter TTLs are refused with ErrInvalidOption. A cluster tuned
 // otherwise needs the suite's -ttl and -min-ttl flags.
-var suiteProfile = driver.SuiteProfile{FIFO: true, TTL: 2 * time.Second, MinTTL: 2 * time.Second}
+var suiteProfile = driver.SuiteProfile{FIFO: true, TTL: 2 * time.Second, MinTTL: 2 * time.Second, LockDelay: true}

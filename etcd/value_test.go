@@ -213,7 +213,7 @@ func TestDriverProclaimBoundToKey(t *testing.T) {
 				_, err = c.Delete(ctx, l.key)
 				require.NoError(t, err)
 			}
-			_ = dl.Release(ctx)
+			_ = dl.Release(ctx, false)
 		})
 	}
 }
@@ -232,7 +232,7 @@ func TestCheckOwnKeyAfterProclaim(t *testing.T) {
 	v := "v0"
 	dl, _, err := d.NewLease(ctx, driver.Request{Name: "k", TTL: long, Value: &v, Lost: func(err error) { lost <- err }})
 	require.NoError(t, err)
-	defer dl.Release(ctx)
+	defer dl.Release(ctx, false)
 	_, err = dl.Lock(ctx, false)
 	require.NoError(t, err)
 	l := dl.(*lease)

@@ -204,7 +204,7 @@ func TestOwnKeyWatchAfterCompaction(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the delete was not reported")
 	}
-	require.ErrorIs(t, dl.Release(ctx), backend.ErrLeaseLost, "the key was deleted")
+	require.ErrorIs(t, dl.Release(ctx, false), backend.ErrLeaseLost, "the key was deleted")
 }
 
 // A client whose Watcher is wrapped (a namespace) is refused: the driver

@@ -28,7 +28,8 @@
 //     holder and metadata its grant puts on the lock row.
 //   - p_queue: the sequence that orders waiters.
 //   - plpgsql functions p_acquire_v1, p_renew_v1, p_release_v1,
-//     p_revoke_v1, p_inspect_v1 (and p_promote_v1, which they call): each
+//     p_revoke_v1, p_inspect_v1 (and p_promote_v1 and the SQL function
+//     p_delay_v1, which they call): each
 //     operation is one statement and one round trip. Every function first
 //     locks the name's row of p_locks, so all changes to one lock are
 //     serialized by that row lock; within a function each statement sees
@@ -225,7 +226,7 @@
 //	GRANT SELECT, INSERT, UPDATE, DELETE ON p_locks, p_waiters TO app;
 //	GRANT USAGE ON SEQUENCE p_queue TO app;
 //	GRANT EXECUTE ON FUNCTION p_acquire_v1, p_renew_v1, p_release_v1,
-//	  p_revoke_v1, p_inspect_v1, p_promote_v1 TO app; -- PUBLIC has it by default
+//	  p_revoke_v1, p_inspect_v1, p_promote_v1, p_delay_v1 TO app; -- PUBLIC has it by default
 //
 // The functions run with the caller's rights (SECURITY INVOKER). A refusal
 // (SQLSTATE 42501, or an authentication failure) is an error matching

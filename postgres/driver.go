@@ -226,7 +226,7 @@ func (d *pgDriver) ready(ctx context.Context) error {
 
 // Capabilities implements driver.Driver.
 func (d *pgDriver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Name: "postgres", MinTTL: MinTTL}
+	return driver.Capabilities{Name: "postgres", MinTTL: MinTTL, LockDelay: true}
 }
 
 // CheckTTL implements driver.Driver: expiries are whole milliseconds.
@@ -262,8 +262,13 @@ func (d *pgDriver) NewLease(ctx context.Context, req driver.Request) (driver.Lea
 		meta = string(b)
 	}
 	owner := d.id + "." + strconv.FormatUint(d.seq.Add(1), 36)
+	if req.LockDelay > 0 {
+		// The lock-delay in whole ms, rounded up: the functions read it
+		// from the owner id (p_delay_v1).
+		owner += "." + strconv.FormatInt((req.LockDelay+time.Millisecond-1).Milliseconds(), 10)
+	}
 	l := &lease{d: d, name: req.Name, owner: owner, ttl: req.TTL, ttlMs: req.TTL.Milliseconds(), acquireSQL: d.sql.acquire,
-		holder: req.Holder, meta: meta, lost: req.Lost, notify: make(chan struct{}, 1)}
+		holder: req.Holder, meta: meta, lost: req.Lost, notify: make(chan struct{}, 1), delay: req.LockDelay > 0}
 	if req.Value != nil {
 		l.acquireSQL, l.holder, l.meta = d.sql.acquireValue, nil, *req.Value
 	}

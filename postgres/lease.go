@@ -72,6 +72,8 @@ type lease struct {
 	token   int64 // the grant's, once held
 	queued  bool  // an attempt put (or kept) a queue row of ours
 	failing error // the last attempt's error while no queue row is known
+	// delay: the acquisition has a lock-delay (its owner id carries it).
+	delay bool
 	// revoked: a revocation naming this acquisition arrived before Lock
 	// marked it held. Owner ids are never reused, so the acquisition's
 	// rows are gone for good: Lock must not return a grant it read (a
@@ -344,11 +346,21 @@ func (l *lease) KeepAlive(ctx context.Context) (time.Time, error) {
 // Release implements driver.Lease: the release function drops this
 // acquisition's queue row and, if it holds the lock, grants it to the next
 // waiter; it never touches a newer holder's row.
-func (l *lease) Release(ctx context.Context) error {
+func (l *lease) Release(ctx context.Context, lost bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.st == stIdle && !l.queued {
 		l.st = stReleased
+		return nil
+	}
+	if lost && l.st == stHeld && l.delay {
+		// A holder with a lock-delay lost its lease: its lock row stays
+		// as it is, to lapse at its expiry and be free the delay after
+		// (a holder has no queue row to drop).
+		l.st = stReleased
+		if h := l.d.hub; h != nil {
+			h.remove(l)
+		}
 		return nil
 	}
 	var status string

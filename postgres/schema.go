@@ -21,7 +21,7 @@ var sqlFiles embed.FS
 
 // sqlOrder is the order the migration runs the files in: the tables first,
 // then the functions, each after those it calls.
-var sqlOrder = []string{"schema.sql", "promote.sql", "acquire.sql", "renew.sql", "release.sql", "revoke.sql", "inspect.sql"}
+var sqlOrder = []string{"schema.sql", "delay.sql", "promote.sql", "acquire.sql", "renew.sql", "release.sql", "revoke.sql", "inspect.sql"}
 
 // maxPrefix is the longest prefix: the longest name made of it,
 // "<prefix>_waiters_order", and the notification channel
@@ -96,8 +96,10 @@ END $$;
 // are _v1, in version 2, which gave their grants the clock floor (see
 // the package doc's Tokens): a version-1 database is migrated to it, and a
 // process of version 1 over a version-2 database calls the new bodies,
-// whose arguments and results are those it knows.
-const SchemaVersion = 2
+// whose arguments and results are those it knows. Version 3 added the
+// lock-delay (p_delay_v1, read from the owner id, which the _v1 bodies now
+// honour), with the same arguments and results.
+const SchemaVersion = 3
 
 // versionComment starts the comment of the locks table, the version
 // following it.

@@ -65,7 +65,7 @@ func check(u *url.URL) (driver.Limits, error) {
 // against before any dial: the driver's minimum TTL and its own CheckTTL,
 // which reads nothing of the driver (a zero one checks as an open one
 // does).
-var urlLimits = driver.Limits{MinTTL: MinTTL, CheckTTL: new(pgDriver).CheckTTL}
+var urlLimits = driver.Limits{MinTTL: MinTTL, CheckTTL: new(pgDriver).CheckTTL, LockDelay: true}
 
 // parseURL returns the pool configuration and Config of u. The common and
 // the adapter's own parameters are taken out of the URL before pgx parses

@@ -226,7 +226,7 @@ func TestDriverProclaimNotHeld(t *testing.T) {
 	other, _ := lock("revoked", "b1", 30*time.Second)
 	require.ErrorIs(t, dl.Proclaim(ctx, "a3"), driver.ErrLeaseLost)
 	require.Equal(t, "b1", holderValue("revoked"))
-	require.NoError(t, other.Release(ctx))
+	require.NoError(t, other.Release(ctx, false))
 
 	// A fenced write holds the row FOR SHARE: the Proclaim waits, and
 	// gives up when its context ends.
@@ -254,5 +254,5 @@ func TestDriverProclaimNotHeld(t *testing.T) {
 	require.Equal(t, "a1", holderValue("fenced"))
 	require.NoError(t, dl.Proclaim(ctx, "a3"))
 	require.Equal(t, "a3", holderValue("fenced"))
-	require.NoError(t, dl.Release(ctx))
+	require.NoError(t, dl.Release(ctx, false))
 }

@@ -362,7 +362,7 @@ func BenchmarkDriverUncontended(b *testing.B) {
 		if _, err := dl.Lock(ctx, true); err != nil {
 			b.Fatal(err)
 		}
-		if err := dl.Release(ctx); err != nil {
+		if err := dl.Release(ctx, false); err != nil {
 			b.Fatal(err)
 		}
 	}

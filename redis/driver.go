@@ -296,7 +296,7 @@ func newDriver(client Client, cfg Config, owned io.Closer) (*redisDriver, error)
 
 // Capabilities implements driver.Driver.
 func (d *redisDriver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Name: "redis", MinTTL: MinTTL}
+	return driver.Capabilities{Name: "redis", MinTTL: MinTTL, LockDelay: true}
 }
 
 // CheckTTL implements driver.Driver: PX counts whole milliseconds.
@@ -330,6 +330,12 @@ func (d *redisDriver) NewLease(ctx context.Context, req driver.Request) (driver.
 	b = append(b, d.id...)
 	b = append(b, '.')
 	b = strconv.AppendUint(b, d.seq.Add(1), 36)
+	if req.LockDelay > 0 {
+		// The lock-delay in whole ms, rounded up, after the sequence
+		// number (base 36, lower case: no 'D'); the scripts read it.
+		b = append(b, 'D')
+		b = strconv.AppendInt(b, (req.LockDelay + time.Millisecond - 1).Milliseconds(), 10)
+	}
 	b = append(b, '.')
 	if req.Value != nil {
 		b = append(b, candidateMark...)

@@ -367,10 +367,11 @@ func (l *lease) KeepAlive(ctx context.Context) (time.Time, error) {
 }
 
 // Release implements driver.Lease: the release script deletes the
-// lock key only if it holds this acquisition's value, drops its queue entry,
+// lock key only if it holds this acquisition's value (and, unless lost,
+// its lock-delay marker), drops its queue entry,
 // deletes an election candidate's value key, and names the next waiter on
 // the lock's channel.
-func (l *lease) Release(ctx context.Context) error {
+func (l *lease) Release(ctx context.Context, lost bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.st == stIdle && !l.queued {
@@ -388,9 +389,9 @@ func (l *lease) Release(ctx context.Context) error {
 		err error
 	)
 	if l.d.unbounded(ctx) {
-		n, err = l.release(ctx, endMark)
+		n, err = l.release(ctx, endMark, !lost)
 	} else {
-		n, err = bounded(ctx, l.d, func() (int64, error) { return l.release(ctx, endMark) })
+		n, err = bounded(ctx, l.d, func() (int64, error) { return l.release(ctx, endMark, !lost) })
 	}
 	if err != nil {
 		return fmt.Errorf("redis: release script: %w", mapErr(err))
@@ -404,20 +405,22 @@ func (l *lease) Release(ctx context.Context) error {
 }
 
 // release runs the release script once; endMark is how long in ms to keep
-// the acquisition's end mark (0: none).
-func (l *lease) release(ctx context.Context, endMark int64) (int64, error) {
+// the acquisition's end mark (0: none); clean is false for a release after
+// a loss, which leaves a lock-delay in force.
+func (l *lease) release(ctx context.Context, endMark int64, clean bool) (int64, error) {
 	var cmd []any
 	if l.cand == nil {
-		cmd = make([]any, 0, 17)
+		cmd = make([]any, 0, 18)
 		cmd = append(cmd, "evalsha", releaseHash, 7)
 		cmd = append(cmd, l.args[:8]...) // the keys and owner
 	} else {
-		cmd = make([]any, 0, 18)
+		cmd = make([]any, 0, 19)
 		cmd = append(cmd, "evalsha", releaseHash, 8)
 		cmd = append(cmd, l.args[:7]...) // the keys
 		cmd = append(cmd, l.cand.key, l.args[7])
 	}
 	cmd = append(cmd, l.d.wakePrefix, flag(!l.d.cfg.NoClockFloor), flag(l.d.direct()), endMark)
 	cmd = append(cmd, l.d.fair[:]...)
+	cmd = append(cmd, flag(clean))
 	return l.d.eval(ctx, tryAgainWithin(l.ttlMs), cmd, releaseScript, releaseSrc).Int64()
 }

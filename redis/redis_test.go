@@ -154,9 +154,10 @@ func TestNoScript(t *testing.T) {
 // TestUncontendedServerCalls counts the commands the scripts run on the
 // server for one acquire+release of a free lock nobody waits for: with an
 // empty queue the scripts skip the queue's bookkeeping (acquire: end mark,
-// lock key, queue head, INCR, TIME for the clock floor, SET (and a second
-// SET of the counter when the clock is ahead of it, as it is after the
-// first grant); release: GET, DEL, queue head).
+// lock key, queue head, the lock-delay marker (PTTL), INCR, TIME for the
+// clock floor, SET (and a second SET of the counter when the clock is
+// ahead of it, as it is after the first grant); release: GET, DEL, queue
+// head).
 func TestUncontendedServerCalls(t *testing.T) {
 	s := redistest.Start(t)
 	admin := s.NewClient(t)
@@ -187,7 +188,7 @@ func TestUncontendedServerCalls(t *testing.T) {
 	t.Logf("server calls in %d acquire+release cycles: %v", n, calls)
 	// The counter is read (GET), not incremented (INCR): it is behind the
 	// clock, and raised to it.
-	assert.Equal(t, map[string]int{"get": 4 * n, "zrange": 2 * n, "time": n, "set": 2 * n, "del": n}, calls)
+	assert.Equal(t, map[string]int{"get": 4 * n, "zrange": 2 * n, "pttl": n, "time": n, "set": 2 * n, "del": n}, calls)
 }
 
 // TestLossSignalled: a lock key deleted or expired under its holder fires the
@@ -467,7 +468,7 @@ func TestLateAttemptTakesNothing(t *testing.T) {
 	cancel()
 	_, err = l.Lock(gone, false)
 	require.ErrorIs(t, err, context.Canceled)
-	require.NoError(t, l.Release(ctx))
+	require.NoError(t, l.Release(ctx, false))
 	k := keysOf(prefix, "n")
 	mark, err := raw.PTTL(ctx, k.ended+l.owner).Result()
 	require.NoError(t, err)

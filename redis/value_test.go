@@ -204,7 +204,7 @@ func TestProclaimNotHeld(t *testing.T) {
 	v, err = raw.Get(ctx, dl.(*lease).cand.keyName).Result()
 	require.NoError(t, err)
 	assert.Equal(t, "x1", v)
-	require.ErrorIs(t, dl.Release(ctx), backend.ErrLeaseLost)
+	require.ErrorIs(t, dl.Release(ctx, false), backend.ErrLeaseLost)
 	require.NoError(t, raw.Del(ctx, k.lock).Err())
 }
 
@@ -378,7 +378,7 @@ func TestLateAttemptKeepsValue(t *testing.T) {
 	v, err := raw.Get(ctx, l.cand.keyName).Result()
 	require.NoError(t, err)
 	assert.Equal(t, "v2", v)
-	require.NoError(t, l.Release(ctx))
+	require.NoError(t, l.Release(ctx, false))
 
 	dl, _, err = d.NewLease(ctx, driver.Request{Name: "n", TTL: 5 * time.Second, Value: ptr("w"), Lost: func(error) {}})
 	require.NoError(t, err)
@@ -387,7 +387,7 @@ func TestLateAttemptKeepsValue(t *testing.T) {
 	cancel()
 	_, err = l.Lock(gone, false) // its fate unknown
 	require.ErrorIs(t, err, context.Canceled)
-	require.NoError(t, l.Release(ctx))
+	require.NoError(t, l.Release(ctx, false))
 	_, err = d.acquire(ctx, l, queueJoin)
 	require.ErrorIs(t, err, backend.ErrLeaseLost)
 	n, err := raw.Exists(ctx, l.cand.keyName, keysOf(prefix, "n").lock).Result()

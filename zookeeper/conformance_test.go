@@ -57,7 +57,7 @@ var _ conformance.WaiterRevoker = (*harness)(nil)
 // Capabilities are what probeSuite reads from the test server (tickTime
 // 200ms: sessions of 400ms to 120s are granted as asked), without asking it.
 func (h *harness) Capabilities() conformance.Capabilities {
-	return conformance.Capabilities{FIFO: true, TTL: suiteTTL, MinTTL: MinTTL, MaxTTL: zktest.MaxSessionTimeout}
+	return conformance.Capabilities{FIFO: true, TTL: suiteTTL, MinTTL: MinTTL, MaxTTL: zktest.MaxSessionTimeout, LockDelay: true}
 }
 
 func TestConformance(t *testing.T) {

@@ -417,7 +417,8 @@ func checkTTLShape(ttl time.Duration) error {
 func (d *zkDriver) Capabilities() driver.Capabilities {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return driver.Capabilities{Name: "zookeeper", MinTTL: MinTTL, DefaultServerMinTTL: 4 * time.Second, DefaultTTL: d.defaultTTL}
+	return driver.Capabilities{Name: "zookeeper", MinTTL: MinTTL, DefaultServerMinTTL: 4 * time.Second, DefaultTTL: d.defaultTTL,
+		LockDelay: true}
 }
 
 // CheckTTL implements driver.Driver: the TTL is a session timeout, so
@@ -470,7 +471,7 @@ func (d *zkDriver) NewLease(ctx context.Context, req driver.Request) (driver.Lea
 		g.noteAlive(sent)
 		started = sent
 	}
-	return newLease(d, s, g, lockDir(d.prefix, req.Name), data, req.Lost), started, nil
+	return newLease(d, s, g, lockDir(d.prefix, req.Name), data, req.LockDelay, req.Lost), started, nil
 }
 
 // close closes the sessions the driver dialed (closing a session deletes its

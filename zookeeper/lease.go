@@ -68,13 +68,20 @@ type lease struct {
 	watchTimer *time.Timer // arms the watch on our node (watchOwnSoon, rewatches)
 
 	report func(cause error) // the Request's Lost: backend keeps the first
+
+	// delay is the Request's LockDelay; sawMarker (Lock's goroutine alone)
+	// that a children list held another acquisition's lock-delay marker;
+	// relLost (under mu) that the release follows a loss (lockdelay.go).
+	delay     time.Duration
+	sawMarker bool
+	relLost   bool
 }
 
-func newLease(d *zkDriver, s *session, g *generation, dir string, data []byte, report func(error)) *lease {
+func newLease(d *zkDriver, s *session, g *generation, dir string, data []byte, delay time.Duration, report func(error)) *lease {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	l := &lease{d: d, s: s, g: g, dir: dir, data: data, guid: hex.EncodeToString(b[:]),
-		report: report}
+		delay: delay, report: report}
 	// The session ending (expired, replaced, closed) takes our node with it.
 	g.join(l)
 	return l
@@ -229,6 +236,9 @@ func (l *lease) lock(ctx context.Context, wait bool) (fencing.Token, time.Time, 
 	} else {
 		l.watchOwnSoon()
 	}
+	if err := l.afterGrant(ctx, wait); err != nil {
+		return 0, time.Time{}, err
+	}
 	return fencing.Token(czxid), sent, nil
 }
 
@@ -266,6 +276,7 @@ func (l *lease) waitFirst(ctx context.Context, first []string, name string, seq 
 			kids, err = l.children(ctx)
 		}
 		first = nil
+		l.notePeers(kids)
 		if err != nil {
 			if l.retryLater(ctx, err) {
 				continue
@@ -607,6 +618,11 @@ func (l *lease) create(ctx context.Context, plain bool) (kids []string, err erro
 func (l *lease) doCreate(plain bool) (path string, czxid int64, alone bool, err error) {
 	conn := l.s.conn
 	nodePrefix := l.dir + "/" + protectedPrefix + l.guid + "-" + lockMarker
+	if l.delay > 0 {
+		if err := l.createMarker(); err != nil {
+			return "", 0, false, err
+		}
+	}
 	var last error
 	for attempt := 0; attempt < createAttempts; attempt++ {
 		if l.g.ended() {
@@ -936,10 +952,11 @@ func (l *lease) KeepAlive(ctx context.Context) (time.Time, error) {
 // session ends (which deletes the node anyway), so a cancelled acquisition
 // never leaves an orphan node (go-zookeeper#229). Later calls wait for the
 // same outcome.
-func (l *lease) Release(ctx context.Context) error {
+func (l *lease) Release(ctx context.Context, lost bool) error {
 	l.mu.Lock()
 	if l.cleanup == nil {
 		l.cleanup = make(chan struct{})
+		l.relLost = lost
 		if l.watchTimer != nil {
 			l.watchTimer.Stop()
 		}
@@ -987,10 +1004,11 @@ func (l *lease) cleanupNode() error {
 	l.mu.Lock()
 	path, version, st := l.path, l.version, l.st
 	l.mu.Unlock()
+	held := st == stHeld
+	l.dropMarker(held) // before the lock node: see lockdelay.go
 	if path == "" {
 		return nil
 	}
-	held := st == stHeld
 	gone := func() error {
 		if held {
 			return l.lostError(backend.ErrDeleted, "already gone at release")

@@ -49,5 +49,5 @@ func probeSuite(ctx context.Context, u *url.URL) (driver.SuiteProfile, error) {
 	if err != nil {
 		return driver.SuiteProfile{}, err
 	}
-	return driver.SuiteProfile{FIFO: true, TTL: min(max(suiteTTL, lo), hi), MinTTL: lo, MaxTTL: hi}, nil
+	return driver.SuiteProfile{FIFO: true, TTL: min(max(suiteTTL, lo), hi), MinTTL: lo, MaxTTL: hi, LockDelay: true}, nil
 }

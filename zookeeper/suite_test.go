@@ -30,12 +30,12 @@ func TestSuiteProfile(t *testing.T) {
 		return p
 	}
 	t.Run("TestServer", func(t *testing.T) {
-		assert.Equal(t, driver.SuiteProfile{FIFO: true, TTL: suiteTTL, MinTTL: MinTTL, MaxTTL: zktest.MaxSessionTimeout},
+		assert.Equal(t, driver.SuiteProfile{FIFO: true, TTL: suiteTTL, MinTTL: MinTTL, MaxTTL: zktest.MaxSessionTimeout, LockDelay: true},
 			probe(t, srv.Addr()))
 	})
 	t.Run("Stock", func(t *testing.T) {
 		stock := zktest.Start(t, zktest.WithStockTimeouts())
-		assert.Equal(t, driver.SuiteProfile{FIFO: true, TTL: 4 * time.Second, MinTTL: 4 * time.Second, MaxTTL: 40 * time.Second},
+		assert.Equal(t, driver.SuiteProfile{FIFO: true, TTL: 4 * time.Second, MinTTL: 4 * time.Second, MaxTTL: 40 * time.Second, LockDelay: true},
 			probe(t, stock.Addr()))
 	})
 }

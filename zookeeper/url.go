@@ -48,7 +48,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 // driver's Capabilities report as granted.
 func check(u *url.URL) (driver.Limits, error) {
 	cfg, err := configOf(u)
-	return driver.Limits{MinTTL: MinTTL, DefaultTTL: cfg.SessionTimeout, CheckTTL: checkTTLShape}, err
+	return driver.Limits{MinTTL: MinTTL, DefaultTTL: cfg.SessionTimeout, CheckTTL: checkTTLShape, LockDelay: true}, err
 }
 
 // configOf returns the Config a URL opens, with its session timeout from

@@ -212,7 +212,7 @@ func TestProclaimAfterRevoke(t *testing.T) {
 	require.ErrorIs(t, err, driver.ErrLeaseLost)
 	require.ErrorIs(t, <-lost, driver.ErrLeaseLost, "the loss is reported")
 	assert.Empty(t, lockNodes(t, admin, pfx, "raw"), "no node created")
-	require.ErrorIs(t, dl.Release(ctx), driver.ErrLeaseLost)
+	require.ErrorIs(t, dl.Release(ctx, false), driver.ErrLeaseLost)
 }
 
 // A Proclaim with no answer (the server's replies dropped) returns once

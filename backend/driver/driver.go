@@ -70,6 +70,10 @@ type Capabilities struct {
 	// default TTL: a TTL the driver was configured with (ZooKeeper: the
 	// session timeout the server granted). Options still override it.
 	DefaultTTL time.Duration
+	// LockDelay: the driver honours Request.LockDelay. backend refuses a
+	// lock-delay (WithLockDelay) with ErrInvalidOption on a driver that
+	// does not.
+	LockDelay bool
 }
 
 // Request is one acquisition as backend hands it to a Driver. Name is
@@ -95,6 +99,19 @@ type Request struct {
 	// etcd's concurrency.Election for one). Inspect reports it as
 	// Entry.Value, and Lease.Proclaim replaces it.
 	Value *string
+	// LockDelay, if positive, is the acquisition's lock-delay
+	// (backend.WithLockDelay), given only to a driver whose Capabilities
+	// declare LockDelay: once granted, if the lease ends otherwise than by
+	// a Release with lost false (it expires, its session ends, or it is
+	// released after a loss; where the backend can tell, it is revoked or
+	// its key deleted), nobody is
+	// granted the lock called Name, through any Locker of the driver's
+	// scheme, until at least LockDelay has passed after that end (the
+	// backend may count it from the lease's last possible expiry); it
+	// never blocks the lock for more than TTL + LockDelay after the
+	// lease's last renewal. A Release with lost false lifts it at once.
+	// Zero: none.
+	LockDelay time.Duration
 	// Lost is how the driver reports that the backend observed the lease
 	// or the lock key gone (revoked, expired, deleted, the session ended),
 	// with the cause: an error wrapping the sentinel of what it saw
@@ -146,8 +163,11 @@ type Lease interface {
 	// and ends or recycles the lease. It is called after a successful Lock,
 	// after a failed or cancelled one (to remove a waiting key), and again
 	// after a failure. If the lock had been taken but its key is already
-	// gone, it returns an error wrapping ErrLeaseLost.
-	Release(ctx context.Context) error
+	// gone, it returns an error wrapping ErrLeaseLost. lost is true when
+	// the lease was lost before (backend cleaning up after a loss): a
+	// lock-delay (Request.LockDelay) then stays in force; false for the
+	// holder's own release, which lifts it.
+	Release(ctx context.Context, lost bool) error
 	// Suspended reports whether the lease's connection to the backend is
 	// down now while the lease may still be alive on the server (ZooKeeper:
 	// a disconnected session lives on until its timeout), and returns a

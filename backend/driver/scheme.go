@@ -15,7 +15,7 @@ import (
 type Scheme struct {
 	// Params lists the query parameters the adapter reads, besides the
 	// common ones that backend.Open handles itself (ttl, auto_renew,
-	// max_hold, drift, holder).
+	// max_hold, drift, holder, lock_delay).
 	Params []string
 	// Open returns a Driver for u. It runs only after every query parameter
 	// of u was found among the common ones or Params. A default the URL
@@ -55,6 +55,8 @@ type Limits struct {
 	// CheckTTL, if set, is the Driver's CheckTTL as far as it needs no
 	// server: the TTL's shape (etcd: whole seconds).
 	CheckTTL func(ttl time.Duration) error
+	// LockDelay is the Driver's Capabilities().LockDelay.
+	LockDelay bool
 }
 
 // SuiteProfile is what an adapter declares, with its Scheme, about the
@@ -75,6 +77,9 @@ type SuiteProfile struct {
 	// MaxTTL is the longest TTL the backend grants (a ZooKeeper server's
 	// maxSessionTimeout), or zero if it has no practical limit.
 	MaxTTL time.Duration
+	// LockDelay: the backend honours a lock-delay (backend.WithLockDelay);
+	// the suite runs its lock-delay cases.
+	LockDelay bool
 }
 
 // StaticSuite returns a Scheme.Suite function for a backend whose profile

@@ -55,7 +55,7 @@ type memDriver struct {
 
 // Capabilities implements driver.Driver.
 func (d *memDriver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Name: "mem", MinTTL: MinTTL}
+	return driver.Capabilities{Name: "mem", MinTTL: MinTTL, LockDelay: true}
 }
 
 // CheckTTL implements driver.Driver: any TTL of MinTTL or more.
@@ -156,14 +156,14 @@ func (dl *driverLease) KeepAlive(ctx context.Context) (time.Time, error) {
 	return sent, dl.conn.srv.keepAlive(dl.l)
 }
 
-func (dl *driverLease) Release(ctx context.Context) error {
+func (dl *driverLease) Release(ctx context.Context, lost bool) error {
 	if err := dl.conn.check(); err != nil {
 		return fmt.Errorf("release: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return dl.conn.srv.release(dl.l, dl.granted)
+	return dl.conn.srv.release(dl.l, dl.granted, lost)
 }
 
 // Suspended implements driver.Lease: mem has no connection state to report.

@@ -26,6 +26,10 @@ type Server struct {
 	last   fencing.Token
 	nextID uint64
 	queues map[string][]*lease // per lock name; the head holds the lock
+	// delayed maps a lock name to the end of the lock-delay its last
+	// holder left (driver.Request.LockDelay): its queue's head is granted
+	// only then. An entry goes when its timer fires.
+	delayed map[string]time.Time
 }
 
 // lease is one acquisition on the server: created by NewLease, queued by Lock.
@@ -35,7 +39,8 @@ type lease struct {
 	ttl     time.Duration
 	holder  string
 	meta    map[string]string
-	value   string // the election value (driver.Request.Value), if any
+	value   string        // the election value (driver.Request.Value), if any
+	delay   time.Duration // driver.Request.LockDelay
 	expiry  *time.Timer
 	renewed time.Time     // when the expiry clock last started
 	token   fencing.Token // zero until queued
@@ -48,7 +53,9 @@ type lease struct {
 }
 
 // NewServer returns an empty server.
-func NewServer() *Server { return &Server{queues: make(map[string][]*lease)} }
+func NewServer() *Server {
+	return &Server{queues: make(map[string][]*lease), delayed: make(map[string]time.Time)}
+}
 
 // Connect returns a new client connection to s.
 func (s *Server) Connect() *Conn { return &Conn{srv: s, cut: make(chan struct{})} }
@@ -60,7 +67,7 @@ func (s *Server) Revoke(name string, token fencing.Token) bool {
 	defer s.mu.Unlock()
 	for _, l := range s.queues[name] {
 		if l.token == token {
-			s.endLocked(l, backend.ErrRevoked)
+			s.endLocked(l, backend.ErrRevoked, false)
 			return true
 		}
 	}
@@ -74,7 +81,7 @@ func (s *Server) RevokeID(name, id string) bool {
 	defer s.mu.Unlock()
 	for _, l := range s.queues[name] {
 		if l.idString() == id {
-			s.endLocked(l, backend.ErrRevoked)
+			s.endLocked(l, backend.ErrRevoked, false)
 			return true
 		}
 	}
@@ -106,7 +113,7 @@ func (s *Server) grant(req driver.Request) *lease {
 	defer s.mu.Unlock()
 	s.nextID++
 	l := &lease{id: s.nextID, name: req.Name, ttl: req.TTL, holder: req.Holder, meta: req.Metadata,
-		granted: make(chan struct{})}
+		delay: req.LockDelay, granted: make(chan struct{})}
 	if req.Value != nil {
 		l.value = *req.Value
 	}
@@ -115,7 +122,7 @@ func (s *Server) grant(req driver.Request) *lease {
 	l.expiry = time.AfterFunc(req.TTL, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		s.endLocked(l, backend.ErrExpired)
+		s.endLocked(l, backend.ErrExpired, false)
 	})
 	return l
 }
@@ -169,19 +176,40 @@ func (s *Server) enqueue(l *lease, wait bool) error {
 		return errors.New("mem: lease already queued")
 	case !wait && len(s.queues[l.name]) > 0:
 		return fmt.Errorf("%w: held with token %d", backend.ErrNotAcquired, s.queues[l.name][0].token)
+	case !wait && s.delayingLocked(l.name):
+		return fmt.Errorf("%w: in the lock-delay of a holder whose lease ended", backend.ErrNotAcquired)
 	}
 	s.last++
 	l.token, l.queued = s.last, true
 	s.queues[l.name] = append(s.queues[l.name], l)
-	if len(s.queues[l.name]) == 1 {
-		close(l.granted)
-	}
+	s.grantHeadLocked(l.name)
 	return nil
 }
 
+// delayingLocked reports whether lock name is in a lock-delay now.
+func (s *Server) delayingLocked(name string) bool {
+	until, ok := s.delayed[name]
+	return ok && time.Now().Before(until)
+}
+
+// grantHeadLocked grants lock name to the head of its queue, unless it is
+// granted already or the lock is in a lock-delay (whose timer calls it
+// again).
+func (s *Server) grantHeadLocked(name string) {
+	q := s.queues[name]
+	if len(q) == 0 || s.delayingLocked(name) {
+		return
+	}
+	select {
+	case <-q[0].granted:
+	default:
+		close(q[0].granted)
+	}
+}
+
 // release ends l; it reports ErrLeaseLost if l had been granted but was
-// already gone.
-func (s *Server) release(l *lease, wasGranted bool) error {
+// already gone. A release after a loss (lost) leaves l's lock-delay.
+func (s *Server) release(l *lease, wasGranted, lost bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if l.ended {
@@ -190,13 +218,15 @@ func (s *Server) release(l *lease, wasGranted bool) error {
 		}
 		return nil
 	}
-	s.endLocked(l, nil)
+	s.endLocked(l, nil, !lost)
 	return nil
 }
 
 // endLocked ends l, why: backend.ErrExpired or ErrRevoked, nil for a
-// release.
-func (s *Server) endLocked(l *lease, why error) {
+// release; by its holder's clean release if clean, else (an expiry, a
+// revocation, a release after a loss) leaving l's lock-delay if it held
+// the lock.
+func (s *Server) endLocked(l *lease, why error, clean bool) {
 	if l.ended {
 		return
 	}
@@ -204,6 +234,18 @@ func (s *Server) endLocked(l *lease, why error) {
 	l.expiry.Stop()
 	l.end()
 	q := s.queues[l.name]
+	if len(q) > 0 && q[0] == l && l.delay > 0 && !clean {
+		s.delayed[l.name] = time.Now().Add(l.delay)
+		name := l.name
+		time.AfterFunc(l.delay, func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if until, ok := s.delayed[name]; ok && !time.Now().Before(until) {
+				delete(s.delayed, name)
+				s.grantHeadLocked(name)
+			}
+		})
+	}
 	for i, o := range q {
 		if o == l {
 			q = append(q[:i:i], q[i+1:]...)
@@ -215,11 +257,7 @@ func (s *Server) endLocked(l *lease, why error) {
 		return
 	}
 	s.queues[l.name] = q
-	select {
-	case <-q[0].granted:
-	default:
-		close(q[0].granted)
-	}
+	s.grantHeadLocked(l.name)
 }
 
 // wait blocks until l holds the lock, l ends, or ctx or cut is done.

@@ -56,7 +56,7 @@ func encodeCaps(c conformance.Capabilities) string {
 	if c == (conformance.Capabilities{}) {
 		return ""
 	}
-	return fmt.Sprintf("%t,%v,%v,%v", c.FIFO, c.TTL, c.MinTTL, c.MaxTTL)
+	return fmt.Sprintf("%t,%v,%v,%v,%t", c.FIFO, c.TTL, c.MinTTL, c.MaxTTL, c.LockDelay)
 }
 
 func decodeCaps(s string) (conformance.Capabilities, error) {
@@ -65,11 +65,11 @@ func decodeCaps(s string) (conformance.Capabilities, error) {
 		return c, nil
 	}
 	parts := strings.Split(s, ",")
-	if len(parts) != 4 {
+	if len(parts) != 5 {
 		return c, fmt.Errorf("bad %s %q", capsEnv, s)
 	}
 	var err error
-	c.FIFO = parts[0] == "true"
+	c.FIFO, c.LockDelay = parts[0] == "true", parts[4] == "true"
 	for i, d := range []*time.Duration{&c.TTL, &c.MinTTL, &c.MaxTTL} {
 		if *d, err = time.ParseDuration(parts[i+1]); err != nil {
 			return c, fmt.Errorf("bad %s %q: %w", capsEnv, s, err)

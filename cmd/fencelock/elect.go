@@ -72,6 +72,7 @@ const (
 type electFlags struct {
 	url, name, value   string
 	ttl, maxHold       time.Duration
+	lockDelay          time.Duration
 	waitTimeout, grace time.Duration
 	connect            time.Duration
 	forever            bool
@@ -122,6 +123,9 @@ func electCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	if f.maxHold != 0 {
 		opts = append(opts, backend.WithMaxHold(f.maxHold))
+	}
+	if f.lockDelay != 0 {
+		opts = append(opts, backend.WithLockDelay(f.lockDelay))
 	}
 
 	pause := retryMin
@@ -176,6 +180,7 @@ func parseElect(args []string, stdout, stderr io.Writer) (f electFlags, code int
 	fs.StringVar(&f.value, "value", "", "this candidate's value, shown by 'fencelock leader' (default hostname:pid)")
 	fs.DurationVar(&f.ttl, "ttl", 0, "term TTL (default: the URL's ttl, else 15s)")
 	fs.DurationVar(&f.maxHold, "max-hold", 0, "stop renewing the term after this long, so that it ends within one TTL more; 0: no limit")
+	fs.DurationVar(&f.lockDelay, "lock-delay", 0, lockDelayUsage)
 	fs.DurationVar(&f.waitTimeout, "wait-timeout", 0, "give up campaigning after this long (status 75); 0 waits forever")
 	fs.DurationVar(&f.grace, "grace", 2*time.Second, "time between SIGTERM and SIGKILL when the term is lost (at most TTL/3)")
 	fs.BoolVar(&f.forever, "forever", false, "campaign again when COMMAND exits or the term is lost, until a signal stops fencelock")
@@ -216,6 +221,9 @@ func parseElect(args []string, stdout, stderr io.Writer) (f electFlags, code int
 		}
 	}
 	if err := checkTTLFlags(f.url, f.ttl, f.maxHold); err != nil { // once the URL is known good
+		return f, report(stderr, "elect", err), false
+	}
+	if err := checkLockDelayFlag(f.url, f.lockDelay); err != nil {
 		return f, report(stderr, "elect", err), false
 	}
 	return f, exitOK, true

@@ -218,12 +218,43 @@ func checkTTLFlags(rawURL string, ttl, maxHold time.Duration) error {
 		return err
 	}
 	q.Set("ttl", ttl.String())
-	// The URL as given, with the query replaced: u.String() would write
-	// "mem://" back as "mem:", which is not a mem URL.
+	if err := backend.CheckURL(withQuery(rawURL, q)); err != nil {
+		return fmt.Errorf("%w: --ttl %v: %w", backend.ErrInvalidOption, ttl, err)
+	}
+	return nil
+}
+
+// withQuery returns rawURL with its query replaced by q. (u.String()
+// would write "mem://" back as "mem:", which is not a mem URL.)
+func withQuery(rawURL string, q neturl.Values) string {
 	base, _, _ := strings.Cut(rawURL, "#")
 	base, _, _ = strings.Cut(base, "?")
-	if err := backend.CheckURL(base + "?" + q.Encode()); err != nil {
-		return fmt.Errorf("%w: --ttl %v: %w", backend.ErrInvalidOption, ttl, err)
+	return base + "?" + q.Encode()
+}
+
+// checkLockDelayFlag reports a --lock-delay the backend at rawURL would
+// refuse, before any dial: a negative one, or a positive one on a backend
+// that cannot enforce a lock-delay, checked as checkTTLFlags checks --ttl
+// (the URL with lock_delay set, through backend.CheckURL). rawURL must
+// have passed backend.CheckURL.
+func checkLockDelayFlag(rawURL string, delay time.Duration) error {
+	switch {
+	case delay < 0:
+		return fmt.Errorf("%w: --lock-delay must not be negative (0 means none), got %v", backend.ErrInvalidOption, delay)
+	case delay == 0:
+		return nil
+	}
+	u, err := urlkit.Parse(rawURL)
+	if err != nil {
+		return err
+	}
+	q, err := urlkit.Query(u)
+	if err != nil {
+		return err
+	}
+	q.Set("lock_delay", delay.String())
+	if err := backend.CheckURL(withQuery(rawURL, q)); err != nil {
+		return fmt.Errorf("%w: --lock-delay %v: %w", backend.ErrInvalidOption, delay, err)
 	}
 	return nil
 }
@@ -241,3 +272,6 @@ func redact(rawURL string) string {
 	}
 	return rawURL // nothing hidden: as written ("mem://", where String gives "mem:")
 }
+
+// lockDelayUsage is the help of --lock-delay (run, elect).
+const lockDelayUsage = "if the lease ends other than by release (crash, partition, revocation), grant the lock to nobody for this long after (for a resource that cannot check tokens; costs availability: a crashed holder's lock is free after TTL + this); 0: none"

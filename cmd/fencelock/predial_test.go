@@ -26,6 +26,9 @@ func TestBadInputBeforeDial(t *testing.T) {
 		{[]string{"run", "--url", etcd, "--lock", "a", "--max-hold", "-1s", "--", "true"}, exitInvalid},
 		{[]string{"run", "--url", "etcd://127.0.0.1:1/x?bogus=1", "--lock", "a", "--", "true"}, exitInvalid},
 		{[]string{"run", "--url", "redis://127.0.0.1:1/0", "--lock", "a", "--ttl", "1500us", "--", "true"}, exitInvalid},
+		{[]string{"run", "--url", etcd, "--lock", "a", "--lock-delay", "-1s", "--", "true"}, exitInvalid},
+		{[]string{"elect", "--url", etcd, "--name", "a", "--lock-delay", "-1s", "--", "true"}, exitInvalid},
+		{[]string{"run", "--url", "mem://?lock_delay=-1s", "--lock", "a", "--", "true"}, exitInvalid},
 		{[]string{"bench", "--url", etcd, "--lock", ""}, exitInvalid},
 		{[]string{"bench", "--url", etcd, "--lock", "bad\x00name"}, exitInvalid},
 		{[]string{"demo", "--ttl", "-1s"}, exitInvalid},
@@ -60,6 +63,8 @@ func TestTTLFlagOnBareMemURL(t *testing.T) {
 		{"run", "--url", "mem://", "--lock", "a", "--ttl", "5s", "--", "true"},
 		{"run", "--url", "mem://?ttl=3s", "--lock", "a", "--ttl", "5s", "--", "true"},
 		{"elect", "--url", "mem://", "--name", "a", "--ttl", "5s", "--", "true"},
+		{"run", "--url", "mem://", "--lock", "a", "--lock-delay", "2s", "--", "true"},
+		{"elect", "--url", "mem://", "--name", "a", "--lock-delay", "2s", "--", "true"},
 	} {
 		r := cli(args...)
 		assert.Equal(t, exitOK, r.code, "%q: %+v", args, r)

@@ -56,6 +56,7 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	noWait := fs.Bool("no-wait", false, "exit with status 75 at once if the lock is held")
 	waitTimeout := fs.Duration("wait-timeout", 0, "give up waiting after this long (status 75); 0 waits forever")
 	maxHold := fs.Duration("max-hold", 0, "stop renewing after this long, so the lease ends within one TTL more; 0: no limit")
+	lockDelay := fs.Duration("lock-delay", 0, lockDelayUsage)
 	grace := fs.Duration("grace", 2*time.Second, "time between SIGTERM and SIGKILL when the lease is lost (at most TTL/3)")
 	connect := connectTimeoutFlag(fs)
 	metricsAddr := metricsAddrFlag(fs)
@@ -87,6 +88,7 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		func() error { return backend.CheckURL(*url) },
 		func() error { return backend.ValidateName(*name) },
 		func() error { return checkTTLFlags(*url, *ttl, *maxHold) },
+		func() error { return checkLockDelayFlag(*url, *lockDelay) },
 	} {
 		if err := check(); err != nil {
 			return report(stderr, "run", err)
@@ -116,6 +118,9 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	if *maxHold != 0 {
 		opts = append(opts, backend.WithMaxHold(*maxHold))
+	}
+	if *lockDelay != 0 {
+		opts = append(opts, backend.WithLockDelay(*lockDelay))
 	}
 	lease, err := acquireForRun(ctx, locker, *name, *noWait, *waitTimeout, *connect, opts)
 	if err != nil {

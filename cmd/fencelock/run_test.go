@@ -292,7 +292,7 @@ func TestConformanceTableReportsFailures(t *testing.T) {
 }
 
 func TestConformanceCapsRoundTrip(t *testing.T) {
-	c := conformance.Capabilities{FIFO: true, TTL: 2 * time.Second, MinTTL: 400 * time.Millisecond}
+	c := conformance.Capabilities{FIFO: true, TTL: 2 * time.Second, MinTTL: 400 * time.Millisecond, LockDelay: true}
 	got, err := decodeCaps(encodeCaps(c))
 	require.NoError(t, err)
 	assert.Equal(t, c, got)

@@ -21,8 +21,8 @@ import (
 // CommonParams are the query parameters every scheme accepts; each sets the
 // Locker default of the Option with the same meaning: ttl (WithTTL),
 // auto_renew (WithAutoRenew: true/false), max_hold (WithMaxHold), drift
-// (WithDriftMargin), holder (WithHolder).
-var CommonParams = []string{"ttl", "auto_renew", "max_hold", "drift", "holder"}
+// (WithDriftMargin), holder (WithHolder), lock_delay (WithLockDelay).
+var CommonParams = []string{"ttl", "auto_renew", "max_hold", "drift", "holder", "lock_delay"}
 
 // Parse parses a backend URL for backend.Open and the adapters' Schemes.
 // Its errors match driver.ErrInvalidURL and never carry the raw URL: url.Parse

@@ -5,7 +5,9 @@
 -- promotion whose notification was missed), sets expires to now + p_ttl_ms.
 -- Returns r_status 'granted' with r_token; 'held' (mode 0); 'queued' with
 -- r_wait_ms, the ms until the holder's lease ends (the waiter's fallback
--- timer); or 'lost' (mode 2: the queue row lapsed or was revoked).
+-- timer); or 'lost' (mode 2: the queue row lapsed or was revoked). A lock
+-- whose holder's lease lapsed is free once its lock-delay has passed too
+-- (see {p}_delay_v1), and r_wait_ms counts it.
 -- A grant's token is the larger of the lock's last token + 1 and the
 -- server's clock in microseconds (the clock floor, see the package doc's
 -- Tokens), so that a promoted standby that lost the last grants does not
@@ -41,7 +43,7 @@ BEGIN
     t := clock_timestamp();
     UPDATE {p}_locks SET owner = p_owner, token = greatest(token + 1, floor(extract(epoch FROM t) * 1000000)::bigint),
       expires = t + ttl, granted = t, holder = p_holder, metadata = p_metadata::jsonb
-    WHERE name = p_name AND NOT queued AND (owner IS NULL OR expires <= t)
+    WHERE name = p_name AND NOT queued AND (owner IS NULL OR expires + {p}_delay_v1(owner) <= t)
     RETURNING token INTO r_token;
     IF FOUND THEN
       r_status := 'granted';
@@ -56,9 +58,9 @@ BEGIN
     -- holds it until the standby answers.
     SELECT * INTO l FROM {p}_locks WHERE name = p_name;
     t := clock_timestamp();
-    IF FOUND AND l.owner <> p_owner AND l.expires > t THEN
+    IF FOUND AND l.owner <> p_owner AND l.expires + {p}_delay_v1(l.owner) > t THEN
       r_status := 'held';
-      r_wait_ms := greatest(ceil(extract(epoch FROM l.expires - t) * 1000), 0);
+      r_wait_ms := greatest(ceil(extract(epoch FROM l.expires + {p}_delay_v1(l.owner) - t) * 1000), 0);
       RETURN;
     END IF;
   END IF;
@@ -74,7 +76,7 @@ BEGIN
     r_token := l.token;
     RETURN;
   END IF;
-  IF l.owner IS NULL OR l.expires <= t THEN
+  IF l.owner IS NULL OR l.expires + {p}_delay_v1(l.owner) <= t THEN
     SELECT owner INTO head FROM {p}_waiters WHERE name = p_name AND seq > l.served AND expires > t ORDER BY seq LIMIT 1;
     IF head IS NULL AND p_mode = 2 THEN
       r_status := 'lost';
@@ -102,7 +104,7 @@ BEGIN
     PERFORM {p}_promote_v1(p_name, t);
     SELECT * INTO l FROM {p}_locks WHERE name = p_name;
   END IF;
-  r_wait_ms := greatest(ceil(extract(epoch FROM l.expires - t) * 1000), 0);
+  r_wait_ms := greatest(ceil(extract(epoch FROM l.expires + {p}_delay_v1(l.owner) - t) * 1000), 0);
   IF p_mode = 0 THEN
     r_status := 'held';
     RETURN;

@@ -38,7 +38,7 @@ BEGIN
   WHERE name = p_name AND owner = p_owner AND expires > t;
   IF NOT FOUND THEN
     r_status := 'lost';
-  ELSIF l.owner IS NULL OR l.expires <= t THEN
+  ELSIF l.owner IS NULL OR l.expires + {p}_delay_v1(l.owner) <= t THEN
     r_status := 'free';
   ELSE
     r_status := 'queued';

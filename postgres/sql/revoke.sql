@@ -22,7 +22,13 @@ BEGIN
   END IF;
   t := clock_timestamp();
   IF l.owner IS NOT NULL AND (l.owner = p_owner OR p_owner IS NULL AND l.token = p_token) THEN
-    PERFORM {p}_promote_v1(p_name, t);
+    IF {p}_delay_v1(l.owner) > interval '0' THEN
+      -- A holder with a lock-delay: its lease ends now, as by expiry, and
+      -- the lock is free once the delay has passed (see {p}_delay_v1).
+      UPDATE {p}_locks SET expires = least(expires, t) WHERE name = p_name;
+    ELSE
+      PERFORM {p}_promote_v1(p_name, t);
+    END IF;
     PERFORM pg_notify('{p}:' || split_part(l.owner, '.', 1), 'r:' || l.owner);
     RETURN l.expires > t;
   END IF;

@@ -23,7 +23,9 @@
 -- else next and foreign are 0 and ms is the time left to
 -- the first waiter's entry (it may have crashed); {-1} if ARGV[3] is "2" and the
 -- entry is gone (it lapsed, or an operator removed it), or if the
--- acquisition has ended (a late copy of an attempt it gave up on).
+-- acquisition has ended (a late copy of an attempt it gave up on). A free
+-- lock in a lock-delay (see delayed in token.lua) is granted to nobody:
+-- ms is then the time left to the delay's end.
 local owner = ARGV[1]
 if redis.call('GET', KEYS[7]) then
   return {-1}
@@ -31,7 +33,7 @@ end
 local v = redis.call('GET', KEYS[1])
 -- Fast path: a free lock and an empty queue (so no entry to purge, and
 -- none of ours to drop) is granted at once.
-if not v and ARGV[3] ~= '2' and not redis.call('ZRANGE', KEYS[3], '0', '0')[1] then
+if not v and ARGV[3] ~= '2' and not redis.call('ZRANGE', KEYS[3], '0', '0')[1] and not delayed(KEYS[1]) then
   if KEYS[8] then
     -- A candidate's first attempt: its value key is new.
     redis.call('SET', KEYS[8], ARGV[7], 'PX', ARGV[8])
@@ -78,7 +80,7 @@ local gap = -2
 if not v then
   gap = redis.call('PTTL', KEYS[6])
 end
-if not v and gap <= 0 then
+if not v and gap <= 0 and not delayed(KEYS[1]) then
   local h = head(KEYS[3])
   if not h or h == owner then
     dequeue(KEYS[3], KEYS[4], owner)
@@ -103,6 +105,11 @@ if gap > 0 then
   return {0, gap, next, 0}
 end
 if h == owner or not h then
-  return {0, redis.call('PTTL', KEYS[1]), 1, fv}
+  local ms = redis.call('PTTL', KEYS[1])
+  if ms == -2 then
+    -- Free, in a lock-delay: its turn comes when the marker expires.
+    ms = redis.call('PTTL', KEYS[1] .. ':delay')
+  end
+  return {0, ms, 1, fv}
 end
 return {0, left(KEYS[4], h, now), 0, 0}

@@ -111,9 +111,13 @@ local foreign_memory = '600000'
 
 -- seen_foreign marks the lock whose foreign-holder mark is mark with the
 -- time the key was last free, now (server ms): a foreign holder has the
--- key, so it was free when it took it.
+-- key, so it was free when it took it. During a gap (the mark says the
+-- key is free until a later time) the gap's end stays: a foreign client
+-- taking the key in the gap must not end it for our waiters, or the next
+-- release of ours would hand the key on inside it.
 local function seen_foreign(mark, now)
-  redis.call('SET', mark, now, 'PX', foreign_memory)
+  local free = tonumber(redis.call('GET', mark) or '0')
+  redis.call('SET', mark, math.max(free, now), 'PX', foreign_memory)
 end
 
 -- gap_due reports whether a handoff at now on a lock marked by
@@ -147,7 +151,7 @@ end
 
 -- hand_over gives the free lock to the next waiter, if any: with direct ==
 -- '1' it grants it (the TTL is the one in the owner id,
--- "<locker>.<seq>.<ttl ms>") and sends "<owner>:<token>"; otherwise (or
+-- "<locker>.<seq>[D<delay ms>].<ttl ms>") and sends "<owner>:<token>"; otherwise (or
 -- for an owner id without a TTL) it only sends "<owner>", and the waiter
 -- takes the lock with its own script. With fair ({mark, gap, every,
 -- gap_ms, always, now}: see gap_due), a handoff that is due for a gap only
@@ -155,7 +159,9 @@ end
 -- lasts.
 local function hand_over(lock, counter, q, e, wake_prefix, floor, direct, fair)
   local h = head(q)
-  if not h then
+  if not h or delayed(lock) then
+    -- In a lock-delay, the head's own attempt takes the lock once it
+    -- ends (its wait is the marker's time left).
     return
   end
   if fair and gap_due(fair[1], fair[2], fair[3], fair[4], fair[5], fair[6]) then

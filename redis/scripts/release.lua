@@ -13,7 +13,9 @@
 -- ARGV[6] how long (ms) the key of a lock a foreign holder was seen on
 -- may go from waiter to waiter of ours before a gap ("0": no gaps),
 -- ARGV[7] the gap's length in ms, ARGV[8] "1" to leave gaps whether or
--- not a foreign holder was seen.
+-- not a foreign holder was seen; ARGV[9] "1" for the holder's own
+-- release, which lifts its lock-delay, "0" for one after a loss, which
+-- leaves it.
 -- Returns 1 if the lock key was deleted, 0 if it was gone or someone else's.
 local owner = ARGV[1]
 if ARGV[5] ~= '0' then
@@ -28,6 +30,11 @@ local deleted = 0
 if v and string.sub(v, 1, #owner + 1) == owner .. ':' then
   redis.call('DEL', KEYS[1])
   deleted = 1
+  -- The holder's own release lifts its lock-delay; a release after a loss
+  -- (ARGV[9] "0") leaves the marker to expire.
+  if ARGV[9] == '1' and delay_of(owner) and redis.call('GET', KEYS[1] .. ':delay') == owner then
+    redis.call('DEL', KEYS[1] .. ':delay')
+  end
 end
 -- An empty queue holds no entry of ours, none to purge and nobody to
 -- hand over to: done, before the queue's functions are defined (a cost of

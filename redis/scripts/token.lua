@@ -2,6 +2,26 @@
 -- starts with (the acquire script's fast path, before the queue's
 -- functions, needs it; see queue.lua).
 
+-- delay_of returns the lock-delay in ms of an acquisition whose owner id
+-- carries one ("<locker>.<seq>D<delay ms>.<ttl ms>"), else nil.
+local function delay_of(owner)
+  local d = string.match(owner, 'D(%d+)%.')
+  if d then
+    return tonumber(d)
+  end
+  return nil
+end
+
+-- delayed reports whether the lock whose key is lock is in the lock-delay
+-- of a holder whose lease ended other than by its release: its marker
+-- (lock .. ':delay', under the lock's hash tag) lives on. A free lock is
+-- granted to nobody then.
+local function delayed(lock)
+  -- PTTL, not EXISTS: the minimal ACL (see the package documentation)
+  -- allows it already.
+  return redis.call('PTTL', lock .. ':delay') ~= -2
+end
+
 -- issue sets the lock key to owner with a new token, for ms milliseconds
 -- (a string of digits, as the scripts' arguments are), and returns the
 -- token as a string of digits: the counter's next value, or with floor ==
@@ -35,5 +55,11 @@ local function issue(lock, counter, owner, ms, floor)
     t = string.format('%d', redis.call('INCR', counter))
   end
   redis.call('SET', lock, owner .. ':' .. t, 'PX', ms)
+  local d = delay_of(owner)
+  if d then
+    -- The holder's lock-delay marker, renewed with the lock key and
+    -- deleted by its clean release: it outlives the lock key by d.
+    redis.call('SET', lock .. ':delay', owner, 'PX', tonumber(ms) + d)
+  end
   return t
 end
