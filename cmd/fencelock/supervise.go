@@ -37,19 +37,44 @@ var stopSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, s
 
 // supervise runs the job's command under lease and returns how it ended:
 // its own exit status, or exitLockLost if it was stopped because the lease
-// was lost or ran out of its max hold. Signals from sigs are passed on to
-// the command.
+// was lost or ran out of its max hold, or killed by the watchdog at the
+// deadline. Signals from sigs are passed on to the command. The command
+// gets the lease's local deadline in FENCELOCK_DEADLINE (as it was at the
+// start) and FENCELOCK_DEADLINE_FILE (the file holding the current one).
 func supervise(lease *backend.Lease, j job, sigs <-chan os.Signal, stdout, stderr io.Writer) outcome {
-	cmd := exec.Command(j.args[0], j.args[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
-	cmd.Env = append(os.Environ(), j.env...)
-	// Tied to fencelock: a fencelock killed with SIGKILL, which can stop
-	// nothing, must not leave the command running without the lease.
-	exited, err := startTied(cmd)
+	deadline := lease.Deadline()
+	file, err := newDeadlineFile(deadline)
+	if err != nil {
+		printErr(stderr, j.verb, "FENCELOCK_DEADLINE_FILE: "+err.Error())
+		return outcome{code: 127}
+	}
+	defer file.remove()
+	// The watchdog stops the command at the deadline when fencelock,
+	// stopped, cannot.
+	wd, err := startWatchdog(deadline, stderr)
 	if err != nil {
 		printErr(stderr, j.verb, err.Error())
 		return outcome{code: 127}
 	}
+	cmd := exec.Command(j.args[0], j.args[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	cmd.Env = append(append(os.Environ(), j.env...),
+		"FENCELOCK_DEADLINE="+formatDeadline(deadline), "FENCELOCK_DEADLINE_FILE="+file.path)
+	cmd.SysProcAttr = wd.groupAttr()
+	// Tied to fencelock: a fencelock killed with SIGKILL, which can stop
+	// nothing, must not leave the command running without the lease.
+	exited, err := startTied(cmd)
+	if err != nil {
+		wd.finish()
+		printErr(stderr, j.verb, err.Error())
+		return outcome{code: 127}
+	}
+
+	// Each renewal moves the deadline: the watchdog and the file learn of
+	// it within a tenth of the TTL (1s at most), where the deadline they
+	// hold is still two thirds of the TTL away.
+	poll := time.NewTicker(min(lease.TTL()/10, time.Second))
+	defer poll.Stop()
 
 	// Stop the command grace before the local deadline, so that SIGKILL
 	// lands no later than the deadline, itself before the server's expiry.
@@ -71,11 +96,25 @@ func supervise(lease *backend.Lease, j job, sigs <-chan os.Signal, stdout, stder
 	for {
 		select {
 		case <-exited:
+			killed := wd.finish()
 			out.code = exitStatus(cmd.ProcessState)
+			if killed && out.code == 128+int(syscall.SIGKILL) && !out.lost {
+				out.lost = true
+				printErr(stderr, j.verb, "the "+j.held+"'s local deadline passed while fencelock could not act: the watchdog killed the command")
+			}
 			if out.lost {
 				out.code = exitLockLost
 			}
 			return out
+		case <-poll.C:
+			if d := lease.Deadline(); d.After(deadline) {
+				deadline = d
+				// Neither can fail but by the watchdog's end (a kill, whose
+				// exit follows) or a full disk (the file's deadline is then
+				// early, never late).
+				_ = wd.extend(d)
+				_ = file.write(d)
+			}
 		case s := <-sigs:
 			out.stopped = out.stopped || slices.Contains(stopSignals, s)
 			_ = cmd.Process.Signal(s)

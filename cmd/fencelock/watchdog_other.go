@@ -1,0 +1,29 @@
+//go:build !linux
+
+package main
+
+import (
+	"io"
+	"syscall"
+	"time"
+)
+
+// watchdog stands for the Linux watchdog (watchdog_linux.go), which is not
+// built here: the command runs in fencelock's process group, and nothing
+// stops it at the deadline while fencelock is stopped.
+type watchdog struct{}
+
+// startWatchdog starts nothing.
+func startWatchdog(time.Time, io.Writer) (*watchdog, error) { return &watchdog{}, nil }
+
+// groupAttr leaves the command in fencelock's process group.
+func (*watchdog) groupAttr() *syscall.SysProcAttr { return nil }
+
+// extend has no deadline to move.
+func (*watchdog) extend(time.Time) error { return nil }
+
+// finish reports that nothing was killed.
+func (*watchdog) finish() bool { return false }
+
+// runWatchdogIfAsked: no watchdog runs here.
+func runWatchdogIfAsked() {}
