@@ -27,8 +27,10 @@ lost, or --max-hold is reached, COMMAND is stopped as fencelock run stops
 it: SIGTERM, then SIGKILL after --grace, timed so that it is gone before
 another candidate could lead. Signals sent to fencelock are passed to
 COMMAND while it runs; one that comes while fencelock campaigns gives the
-campaign up. On Linux, COMMAND gets SIGKILL if fencelock dies (killed with
-SIGKILL too), so that it never runs on without the term.
+campaign up. COMMAND gets the term's local deadline in FENCELOCK_DEADLINE
+and FENCELOCK_DEADLINE_FILE, and on Linux a watchdog kills its process
+group at that deadline if fencelock is stopped, or at once if it dies, as
+for fencelock run (see fencelock run -h).
 
 With --forever, fencelock campaigns again each time COMMAND exits or the
 term is lost (at once after a term of 10s or more; after a shorter one

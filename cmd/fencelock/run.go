@@ -21,10 +21,20 @@ Acquires the lock, runs COMMAND with FENCELOCK_TOKEN and FENCELOCK_LOCK in its
 environment, renews the lease while it runs, and releases it when it exits.
 If the lease is lost, or --max-hold is reached, COMMAND gets SIGTERM, then
 SIGKILL after --grace, timed so that it is gone before another holder could
-be granted the lock. Signals sent to fencelock are passed to COMMAND. On
-Linux, COMMAND gets SIGKILL if fencelock dies (killed with SIGKILL too),
-so that it never runs on without the lease (its own children are its to
-stop).
+be granted the lock. Signals sent to fencelock are passed to COMMAND.
+COMMAND also gets the lease's local deadline, on the wall clock (RFC 3339,
+UTC, with nanoseconds): as it was at the start in FENCELOCK_DEADLINE, and
+as each renewal moves it in the file FENCELOCK_DEADLINE_FILE names.
+
+On Linux, COMMAND never runs on past the lease even when fencelock cannot
+stop it: COMMAND runs in a process group of its own, and a watchdog process
+(fencelock itself) sends SIGKILL to the group
+(COMMAND and what it started, unless moved to a group of its own) at the
+deadline if fencelock, stopped (SIGSTOP), has not extended it, or at once
+if fencelock dies (SIGKILL too). fencelock, resumed, then exits 76. As the
+group is not the terminal's foreground group, a COMMAND that reads from a
+terminal is stopped (SIGTTIN): give it another stdin. Elsewhere, nothing
+stops COMMAND while fencelock is stopped or after it died.
 
 Exit status: COMMAND's own (128+N if killed by signal N) when it ran to its
 end, else:
