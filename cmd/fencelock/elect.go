@@ -128,7 +128,17 @@ func electCmd(args []string, stdout, stderr io.Writer) int {
 
 	pause := retryMin
 	for {
+		// Up while the campaign goes on, so that the command's start does
+		// not wait for it (see watchdog_linux.go).
+		wd, err := startWatchdog(stderr)
+		if err != nil {
+			printErr(stderr, "elect", err.Error())
+			return 127
+		}
 		term, signalled, err := campaign(elector, f, opts, sigs)
+		if term == nil {
+			wd.finish()
+		}
 		switch {
 		case signalled && f.forever:
 			return exitOK
@@ -143,7 +153,7 @@ func electCmd(args []string, stdout, stderr io.Writer) int {
 			return report(stderr, "elect", err)
 		}
 		began := time.Now()
-		out := lead(term, f, sigs, stdout, stderr)
+		out := lead(term, wd, f, sigs, stdout, stderr)
 		if !f.forever || out.stopped || !out.started {
 			return out.code
 		}
@@ -275,11 +285,12 @@ func campaign(e *election.Elector, f electFlags, opts []backend.Option, sigs <-c
 	return term, false, err
 }
 
-// lead runs the command under term, and resigns when it has exited.
-func lead(term *election.Term, f electFlags, sigs <-chan os.Signal, stdout, stderr io.Writer) outcome {
+// lead runs the command under term, watched by wd, and resigns when it has
+// exited.
+func lead(term *election.Term, wd *watchdog, f electFlags, sigs <-chan os.Signal, stdout, stderr io.Writer) outcome {
 	acquired := time.Now()
 	defer resign(term, f.connect)
-	return supervise(term.Lease(), job{
+	return supervise(term.Lease(), wd, job{
 		verb: "elect", held: "term", args: f.args, grace: f.grace,
 		env: []string{
 			"FENCELOCK_TOKEN=" + term.Token().String(),

@@ -27,11 +27,11 @@ UTC, with nanoseconds): as it was at the start in FENCELOCK_DEADLINE, and
 as each renewal moves it in the file FENCELOCK_DEADLINE_FILE names.
 
 On Linux, COMMAND never runs on past the lease even when fencelock cannot
-stop it: COMMAND runs in a process group of its own, and a watchdog process
-(fencelock itself) sends SIGKILL to the group
-(COMMAND and what it started, unless moved to a group of its own) at the
-deadline if fencelock, stopped (SIGSTOP), has not extended it, or at once
-if fencelock dies (SIGKILL too). fencelock, resumed, then exits 76. As the
+stop it: COMMAND runs in a process group of its own, and a watchdog
+process (fencelock itself, started while the lock is awaited) sends SIGKILL
+to the group (COMMAND and what it started, unless moved to a group of its
+own) at the deadline if fencelock, stopped (SIGSTOP), has not extended it,
+or at once if fencelock dies (SIGKILL too). fencelock, resumed, then exits 76. As the
 group is not the terminal's foreground group, a COMMAND that reads from a
 terminal is stopped (SIGTTIN): give it another stdin. Elsewhere, nothing
 stops COMMAND while fencelock is stopped or after it died.
@@ -125,6 +125,14 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	if *maxHold != 0 {
 		opts = append(opts, backend.WithMaxHold(*maxHold))
 	}
+	// Up while the lock is awaited, so that the command's start does not
+	// wait for it (see watchdog_linux.go).
+	wd, err := startWatchdog(stderr)
+	if err != nil {
+		printErr(stderr, "run", err.Error())
+		return 127
+	}
+	defer wd.finish() // if no command runs; supervise ends it otherwise
 	lease, err := acquireForRun(ctx, locker, *name, *noWait, *waitTimeout, *connect, opts)
 	if err != nil {
 		return report(stderr, "run", err)
@@ -137,7 +145,7 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		return report(stderr, "run", fmt.Errorf("%w: a signal arrived while acquiring %q", backend.ErrNotAcquired, *name))
 	}
 	defer lease.Release(context.Background())
-	return supervise(lease, job{
+	return supervise(lease, wd, job{
 		verb: "run", held: "lease", args: cmdArgs, grace: *grace,
 		env:  []string{"FENCELOCK_TOKEN=" + lease.Token().String(), "FENCELOCK_LOCK=" + lease.Name()},
 		hold: holdLimit{max: effectiveMaxHold(*url, *maxHold), acquired: acquired},

@@ -35,13 +35,14 @@ type outcome struct {
 // only its command: elect --forever campaigns no more after one.
 var stopSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
 
-// supervise runs the job's command under lease and returns how it ended:
-// its own exit status, or exitLockLost if it was stopped because the lease
-// was lost or ran out of its max hold, or killed by the watchdog at the
-// deadline. Signals from sigs are passed on to the command. The command
+// supervise runs the job's command under lease, watched by wd (which it
+// ends), and returns how it ended: its own exit status, or exitLockLost if
+// it was stopped because the lease was lost or ran out of its max hold, or
+// killed by the watchdog at the deadline. Signals from sigs are passed on to the command. The command
 // gets the lease's local deadline in FENCELOCK_DEADLINE (as it was at the
 // start) and FENCELOCK_DEADLINE_FILE (the file holding the current one).
-func supervise(lease *backend.Lease, j job, sigs <-chan os.Signal, stdout, stderr io.Writer) outcome {
+func supervise(lease *backend.Lease, wd *watchdog, j job, sigs <-chan os.Signal, stdout, stderr io.Writer) outcome {
+	defer wd.finish() // on the paths where the command did not start
 	deadline := lease.Deadline()
 	file, err := newDeadlineFile(deadline)
 	if err != nil {
@@ -51,9 +52,8 @@ func supervise(lease *backend.Lease, j job, sigs <-chan os.Signal, stdout, stder
 	defer file.remove()
 	// The watchdog stops the command at the deadline when fencelock,
 	// stopped, cannot.
-	wd, err := startWatchdog(deadline, stderr)
-	if err != nil {
-		printErr(stderr, j.verb, err.Error())
+	if err := wd.extend(deadline); err != nil {
+		printErr(stderr, j.verb, "the watchdog has ended: "+err.Error())
 		return outcome{code: 127}
 	}
 	cmd := exec.Command(j.args[0], j.args[1:]...)
@@ -65,7 +65,6 @@ func supervise(lease *backend.Lease, j job, sigs <-chan os.Signal, stdout, stder
 	// nothing, must not leave the command running without the lease.
 	exited, err := startTied(cmd)
 	if err != nil {
-		wd.finish()
 		printErr(stderr, j.verb, err.Error())
 		return outcome{code: 127}
 	}

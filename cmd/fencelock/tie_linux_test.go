@@ -15,8 +15,8 @@ import (
 
 // A fencelock run or elect killed with SIGKILL, which can stop nothing,
 // does not leave its command running without the lease: the kernel kills
-// the command with it (tieAttr), and the watchdog, told of it by its own
-// parent-death signal, kills the command's process group: what the
+// the command with it (tieAttr), and the watchdog, told of it by its pipe
+// from fencelock closing, kills the command's process group: what the
 // command started too.
 func TestKilledFencelockTakesItsCommand(t *testing.T) {
 	for _, c := range []struct{ command, nameFlag string }{{"run", "--lock"}, {"elect", "--name"}} {

@@ -21,38 +21,47 @@ import (
 // unless fencelock has extended it: so a fencelock that is stopped
 // (SIGSTOP, a debugger, a frozen cgroup), and can neither renew nor stop
 // anything, does not leave its command running past the lease. It kills the
-// group too when fencelock dies (its parent-death signal, or its stdin
-// closing), and never after a clean end.
+// group too when fencelock dies, and never after a clean end.
+//
+// Its tie to fencelock is its stdin, a pipe whose other end only fencelock
+// holds: it closes when fencelock dies, however it dies, after what
+// fencelock wrote before. A parent-death signal would add nothing but a race
+// with that order (fencelock dying just after "done"), and one that ends the
+// watchdog (SIGKILL) would leave the group running, so the watchdog has none:
+// it ends at once when the pipe closes, and at the deadline at the latest.
 //
 // The command runs in the watchdog's process group: the watchdog makes the
 // group (it is its leader) before the command is started, so the command
 // is in it from its first instruction, and so is whatever it starts,
 // unless that moves to a group of its own.
 //
-// The protocol: fencelock writes to the watchdog's stdin one line per
-// extension, the new deadline on CLOCK_MONOTONIC in nanoseconds (a clock
-// every process of the system shares, which no change of the wall clock
-// moves), and "done" once the command has exited; the watchdog writes
-// "ready" to its stdout once it watches, and "killed" before it kills.
+// The protocol: fencelock writes to the watchdog's stdin the deadline on
+// CLOCK_MONOTONIC in nanoseconds (a clock every process of the system
+// shares, which no change of the wall clock moves), one line per extension,
+// the first before it starts the command; and "done" once the command has
+// exited (or when no command is to run). The watchdog writes "killed" to
+// its stdout before it kills. fencelock starts the watchdog before it waits
+// for the lock (or the term), so that the watchdog is up, and costs the
+// start of the command next to nothing, when the lock is granted; it does
+// not wait for it to be up (the deadline is on a clock both share, so when
+// the watchdog reads it does not matter), but waits for it to end before it
+// goes on after the command's end.
 
 // watchdogCommand is the hidden command that runs the watchdog.
 const watchdogCommand = "internal-watchdog"
 
-// watchdogArgs are the watchdog's arguments: fencelock's process id (its
-// parent), and the initial deadline (CLOCK_MONOTONIC, nanoseconds).
-const watchdogArgs = 2
-
 // watchdog is fencelock's side of a running watchdog.
 type watchdog struct {
 	cmd    *exec.Cmd
-	in     *os.File // the watchdog's stdin
-	exited <-chan error
+	in     *os.File  // the watchdog's stdin
 	killed chan bool // whether it said "killed", once its stdout has closed
+	ended  bool      // finish has run
+	kill   bool      // what finish found
 }
 
-// startWatchdog starts a watchdog holding deadline, a lease's local
-// deadline, and returns once it watches.
-func startWatchdog(deadline time.Time, stderr io.Writer) (*watchdog, error) {
+// startWatchdog starts a watchdog, which holds no deadline until extend
+// gives it one, and returns once its process group exists.
+func startWatchdog(stderr io.Writer) (*watchdog, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("the watchdog: %w", err)
@@ -67,12 +76,11 @@ func startWatchdog(deadline time.Time, stderr io.Writer) (*watchdog, error) {
 		inW.Close()
 		return nil, fmt.Errorf("the watchdog: %w", err)
 	}
-	cmd := exec.Command(exe, watchdogCommand, strconv.Itoa(os.Getpid()), strconv.FormatInt(monoNanos(deadline), 10))
+	cmd := exec.Command(exe, watchdogCommand)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, stderr
-	// A group of its own, which the command joins; SIGTERM, which it
-	// handles, when fencelock dies: it then kills the group.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	exited, err := startTied(cmd)
+	// A group of its own, which the command joins.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	err = cmd.Start()
 	inR.Close()
 	outW.Close()
 	if err != nil {
@@ -80,18 +88,11 @@ func startWatchdog(deadline time.Time, stderr io.Writer) (*watchdog, error) {
 		outR.Close()
 		return nil, fmt.Errorf("the watchdog: %w", err)
 	}
-	w := &watchdog{cmd: cmd, in: inW, exited: exited, killed: make(chan bool, 1)}
-	out := bufio.NewReader(outR)
-	if line, err := out.ReadString('\n'); line != "ready\n" {
-		inW.Close() // a watchdog that runs ends on it
-		werr := <-exited
-		outR.Close()
-		return nil, fmt.Errorf("the watchdog did not start (%v, %v)", err, werr)
-	}
+	w := &watchdog{cmd: cmd, in: inW, killed: make(chan bool, 1)}
 	go func() {
-		rest, _ := io.ReadAll(out)
+		said, _ := io.ReadAll(outR)
 		outR.Close()
-		w.killed <- strings.Contains(string(rest), "killed\n")
+		w.killed <- strings.Contains(string(said), "killed\n")
 	}()
 	return w, nil
 }
@@ -101,20 +102,26 @@ func (w *watchdog) groupAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pgid: w.cmd.Process.Pid}
 }
 
-// extend moves the watchdog's deadline to d (an earlier one than it holds
-// changes nothing). An error means the watchdog has ended.
+// extend sets the watchdog's deadline, or moves it to d (an earlier one
+// than it holds changes nothing). An error means the watchdog has ended.
 func (w *watchdog) extend(d time.Time) error {
 	_, err := fmt.Fprintf(w.in, "%d\n", monoNanos(d))
 	return err
 }
 
-// finish ends the watchdog once the command has exited, without its killing
-// anything, and reports whether it had killed the group before.
+// finish ends the watchdog, once the command has exited or when none is to
+// run, without its killing anything, and reports whether it had killed the
+// group before. Calls after the first return the first one's result.
 func (w *watchdog) finish() bool {
+	if w.ended {
+		return w.kill
+	}
+	w.ended = true
 	_, _ = io.WriteString(w.in, "done\n") // fails if it has killed (and so ended)
 	w.in.Close()
-	<-w.exited
-	return <-w.killed
+	w.kill = <-w.killed
+	_ = w.cmd.Wait()
+	return w.kill
 }
 
 // monoNanos is the instant t on CLOCK_MONOTONIC, in nanoseconds. The clock
@@ -144,20 +151,15 @@ func runWatchdogIfAsked() {
 // watchdogMain is the watchdog: it returns its exit status, or kills its
 // own process group, itself included, and so does not return.
 func watchdogMain(args []string, in io.Reader, out, stderr io.Writer) int {
-	parent, deadline, err := parseWatchdogArgs(args)
-	if err != nil {
-		printErr(stderr, watchdogCommand, err.Error())
+	if len(args) != 0 {
+		printErr(stderr, watchdogCommand, "no arguments expected")
 		return exitUsage
 	}
-	// A reader of its stdout that has gone must not end it before it kills.
-	signal.Ignore(syscall.SIGPIPE)
-	// SIGTERM is its parent-death signal; the others may be sent to the
-	// whole group, for the command: they end nothing here.
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
-	if os.Getppid() != parent { // died before the handler was in place
-		return killGroup(out)
-	}
+	// Signals sent to the whole group, for the command, end nothing here;
+	// nor does a reader of its stdout that has gone (fencelock died), which
+	// must not end it before it kills.
+	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
+		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE)
 	lines := make(chan string)
 	go func() {
 		defer close(lines)
@@ -166,10 +168,10 @@ func watchdogMain(args []string, in io.Reader, out, stderr io.Writer) int {
 			lines <- sc.Text()
 		}
 	}()
-	if _, err := io.WriteString(out, "ready\n"); err != nil {
-		return killGroup(out)
-	}
-	timer := time.NewTimer(time.Duration(deadline - monoNow()))
+	var deadline int64
+	armed := false // no deadline before the first line
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	for {
 		select {
 		case line, ok := <-lines:
@@ -183,34 +185,18 @@ func watchdogMain(args []string, in io.Reader, out, stderr io.Writer) int {
 			if err != nil { // not fencelock speaking: hold nothing longer
 				return killGroup(out)
 			}
-			deadline = max(deadline, d)
-			timer.Reset(time.Duration(deadline - monoNow()))
+			if !armed || d > deadline {
+				armed, deadline = true, d
+				timer.Reset(time.Duration(deadline - monoNow()))
+			}
 		case <-timer.C:
 			if left := deadline - monoNow(); left > 0 {
 				timer.Reset(time.Duration(left))
 				continue
 			}
 			return killGroup(out)
-		case <-sigs:
-			if os.Getppid() != parent {
-				return killGroup(out)
-			}
 		}
 	}
-}
-
-// parseWatchdogArgs parses the watchdog's arguments (see watchdogArgs).
-func parseWatchdogArgs(args []string) (parent int, deadline int64, err error) {
-	if len(args) != watchdogArgs {
-		return 0, 0, fmt.Errorf("%d arguments, want %d", len(args), watchdogArgs)
-	}
-	if parent, err = strconv.Atoi(args[0]); err != nil {
-		return 0, 0, fmt.Errorf("parent process id: %w", err)
-	}
-	if deadline, err = strconv.ParseInt(args[1], 10, 64); err != nil {
-		return 0, 0, fmt.Errorf("deadline: %w", err)
-	}
-	return parent, deadline, nil
 }
 
 // killGroup says "killed" on out, and sends SIGKILL to the watchdog's

@@ -24,14 +24,16 @@ type watched struct {
 }
 
 // startWatched starts a watchdog holding deadline, and the command script
-// in its group; script is run by sh after it has started the grandchild.
+// in its group, as supervise does; script is run by sh after it has started
+// the grandchild.
 func startWatched(t *testing.T, deadline time.Time, script string) *watched {
 	t.Helper()
 	var stderr syncBuffer
-	wd, err := startWatchdog(deadline, &stderr)
+	wd, err := startWatchdog(&stderr)
 	require.NoError(t, err)
 	pgid := wd.cmd.Process.Pid
 	t.Cleanup(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
+	require.NoError(t, wd.extend(deadline))
 	cmd := exec.Command("sh", "-c", `sleep 600 & echo $!; `+script)
 	cmd.SysProcAttr = wd.groupAttr()
 	// A pipe of the test's own: cmd.Wait would close StdoutPipe's.
@@ -93,9 +95,8 @@ func TestWatchdogExtended(t *testing.T) {
 	assert.False(t, time.Now().Before(second), "killed before the extended deadline")
 }
 
-// fencelock's end of the pipe closes (fencelock has died, its parent-death
-// signal aside): the watchdog kills the group at once, long before the
-// deadline.
+// fencelock's end of the pipe closes, as when fencelock dies: the watchdog
+// kills the group at once, long before the deadline.
 func TestWatchdogPipeClosed(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Minute)
 	w := startWatched(t, deadline, "exec sleep 601")

@@ -14,7 +14,7 @@ import (
 type watchdog struct{}
 
 // startWatchdog starts nothing.
-func startWatchdog(time.Time, io.Writer) (*watchdog, error) { return &watchdog{}, nil }
+func startWatchdog(io.Writer) (*watchdog, error) { return &watchdog{}, nil }
 
 // groupAttr leaves the command in fencelock's process group.
 func (*watchdog) groupAttr() *syscall.SysProcAttr { return nil }
