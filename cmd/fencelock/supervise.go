@@ -60,7 +60,7 @@ func supervise(lease *backend.Lease, wd *watchdog, j job, sigs <-chan os.Signal,
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 	cmd.Env = append(append(os.Environ(), j.env...),
 		"FENCELOCK_DEADLINE="+formatDeadline(deadline), "FENCELOCK_DEADLINE_FILE="+file.path)
-	cmd.SysProcAttr = wd.groupAttr()
+	cmd.SysProcAttr = wd.attr()
 	// Tied to fencelock: a fencelock killed with SIGKILL, which can stop
 	// nothing, must not leave the command running without the lease.
 	exited, err := startTied(cmd)
@@ -68,6 +68,7 @@ func supervise(lease *backend.Lease, wd *watchdog, j job, sigs <-chan os.Signal,
 		printErr(stderr, j.verb, err.Error())
 		return outcome{code: 127}
 	}
+	_ = wd.started(cmd.Process.Pid) // fails only if the watchdog has killed
 
 	// Each renewal moves the deadline: the watchdog and the file learn of
 	// it within a tenth of the TTL (1s at most), where the deadline they

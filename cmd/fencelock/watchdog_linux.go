@@ -33,13 +33,19 @@ import (
 // The command runs in the watchdog's process group: the watchdog makes the
 // group (it is its leader) before the command is started, so the command
 // is in it from its first instruction, and so is whatever it starts,
-// unless that moves to a group of its own.
+// unless that moves to a group of its own. Not so when fencelock's stdin
+// is the terminal and fencelock is in its foreground: the command then
+// stays in fencelock's group, as any shell job's process, so that it can
+// read the terminal (a background group is stopped by SIGTTIN) and gets ^C
+// and ^Z with fencelock; the watchdog, told its process id, kills the
+// command alone.
 //
 // The protocol: fencelock writes to the watchdog's stdin the deadline on
 // CLOCK_MONOTONIC in nanoseconds (a clock every process of the system
 // shares, which no change of the wall clock moves), one line per extension,
-// the first before it starts the command; and "done" once the command has
-// exited (or when no command is to run). The watchdog writes "killed" to
+// the first before it starts the command; "pid N" once the command, N, has
+// started outside the watchdog's group (on a terminal); and "done" once the
+// command has exited (or when no command is to run). The watchdog writes "killed" to
 // its stdout before it kills. fencelock starts the watchdog before it waits
 // for the lock (or the term), so that the watchdog is up, and costs the
 // start of the command next to nothing, when the lock is granted; it does
@@ -55,6 +61,7 @@ type watchdog struct {
 	cmd    *exec.Cmd
 	in     *os.File  // the watchdog's stdin
 	killed chan bool // whether it said "killed", once its stdout has closed
+	alone  bool      // the command is outside the watchdog's group (attr)
 	ended  bool      // finish has run
 	kill   bool      // what finish found
 }
@@ -97,9 +104,25 @@ func startWatchdog(stderr io.Writer) (*watchdog, error) {
 	return w, nil
 }
 
-// groupAttr is how the command is to be started: in the watchdog's group.
-func (w *watchdog) groupAttr() *syscall.SysProcAttr {
+// attr is how the command is to be started: in the watchdog's group, or
+// in fencelock's (nil) when stdin is the terminal whose foreground
+// fencelock is in. Once started, it is to be passed to started.
+func (w *watchdog) attr() *syscall.SysProcAttr {
+	fg, err := unix.IoctlGetInt(0, unix.TIOCGPGRP)
+	if w.alone = err == nil && fg == syscall.Getpgrp(); w.alone {
+		return nil
+	}
 	return &syscall.SysProcAttr{Setpgid: true, Pgid: w.cmd.Process.Pid}
+}
+
+// started tells the watchdog the command's process id if it is outside
+// the watchdog's group. An error means the watchdog has ended.
+func (w *watchdog) started(pid int) error {
+	if !w.alone {
+		return nil
+	}
+	_, err := fmt.Fprintf(w.in, "pid %d\n", pid)
+	return err
 }
 
 // extend sets the watchdog's deadline, or moves it to d (an earlier one
@@ -170,20 +193,29 @@ func watchdogMain(args []string, in io.Reader, out, stderr io.Writer) int {
 	}()
 	var deadline int64
 	armed := false // no deadline before the first line
+	alone := 0     // the command's process id, if outside the group
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
 		select {
 		case line, ok := <-lines:
 			if !ok { // fencelock has died: its end of the pipe closed
-				return killGroup(out)
+				return killGroup(out, alone)
 			}
 			if line == "done" {
 				return exitOK
 			}
+			if p, ok := strings.CutPrefix(line, "pid "); ok {
+				pid, err := strconv.Atoi(p)
+				if err != nil { // not fencelock speaking
+					return killGroup(out, alone)
+				}
+				alone = pid
+				continue
+			}
 			d, err := strconv.ParseInt(line, 10, 64)
 			if err != nil { // not fencelock speaking: hold nothing longer
-				return killGroup(out)
+				return killGroup(out, alone)
 			}
 			if !armed || d > deadline {
 				armed, deadline = true, d
@@ -194,16 +226,20 @@ func watchdogMain(args []string, in io.Reader, out, stderr io.Writer) int {
 				timer.Reset(time.Duration(left))
 				continue
 			}
-			return killGroup(out)
+			return killGroup(out, alone)
 		}
 	}
 }
 
-// killGroup says "killed" on out, and sends SIGKILL to the watchdog's
-// process group: the command, what it started, and the watchdog itself.
-// It returns only if the kill failed.
-func killGroup(out io.Writer) int {
+// killGroup says "killed" on out, sends SIGKILL to process alone if not 0
+// (the command, outside the group), and to the watchdog's process group:
+// the command, what it started, and the watchdog itself. It returns only
+// if the kill failed.
+func killGroup(out io.Writer, alone int) int {
 	_, _ = io.WriteString(out, "killed\n")
+	if alone != 0 {
+		_ = syscall.Kill(alone, syscall.SIGKILL)
+	}
 	if err := syscall.Kill(0, syscall.SIGKILL); err != nil {
 		return exitFailure
 	}

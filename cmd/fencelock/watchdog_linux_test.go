@@ -35,7 +35,7 @@ func startWatched(t *testing.T, deadline time.Time, script string) *watched {
 	t.Cleanup(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
 	require.NoError(t, wd.extend(deadline))
 	cmd := exec.Command("sh", "-c", `sleep 600 & echo $!; `+script)
-	cmd.SysProcAttr = wd.groupAttr()
+	cmd.SysProcAttr = wd.attr()
 	// A pipe of the test's own: cmd.Wait would close StdoutPipe's.
 	out, in, err := os.Pipe()
 	require.NoError(t, err)

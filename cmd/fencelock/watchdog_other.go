@@ -16,8 +16,11 @@ type watchdog struct{}
 // startWatchdog starts nothing.
 func startWatchdog(io.Writer) (*watchdog, error) { return &watchdog{}, nil }
 
-// groupAttr leaves the command in fencelock's process group.
-func (*watchdog) groupAttr() *syscall.SysProcAttr { return nil }
+// attr leaves the command in fencelock's process group.
+func (*watchdog) attr() *syscall.SysProcAttr { return nil }
+
+// started has nobody to tell.
+func (*watchdog) started(int) error { return nil }
 
 // extend has no deadline to move.
 func (*watchdog) extend(time.Time) error { return nil }
