@@ -38,9 +38,10 @@ var stopSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, s
 // supervise runs the job's command under lease, watched by wd (which it
 // ends), and returns how it ended: its own exit status, or exitLockLost if
 // it was stopped because the lease was lost or ran out of its max hold, or
-// killed by the watchdog at the deadline. Signals from sigs are passed on to the command. The command
-// gets the lease's local deadline in FENCELOCK_DEADLINE (as it was at the
-// start) and FENCELOCK_DEADLINE_FILE (the file holding the current one).
+// killed by the watchdog at the deadline. Signals from sigs are passed on
+// to the command. The command gets the lease's local deadline in
+// FENCELOCK_DEADLINE (as it was at the start) and FENCELOCK_DEADLINE_FILE
+// (the file holding the current one).
 func supervise(lease *backend.Lease, wd *watchdog, j job, sigs <-chan os.Signal, stdout, stderr io.Writer) outcome {
 	defer wd.finish() // on the paths where the command did not start
 	deadline := lease.Deadline()

@@ -37,8 +37,9 @@ import (
 // is the terminal and fencelock is in its foreground: the command then
 // stays in fencelock's group, as any shell job's process, so that it can
 // read the terminal (a background group is stopped by SIGTTIN) and gets ^C
-// and ^Z with fencelock; the watchdog, told its process id, kills the
-// command alone.
+// and ^Z with fencelock; the watchdog, told its process id right after its
+// start, kills the command alone (a fencelock stopped in the microseconds
+// between the two leaves the watchdog without it).
 //
 // The protocol: fencelock writes to the watchdog's stdin the deadline on
 // CLOCK_MONOTONIC in nanoseconds (a clock every process of the system
