@@ -130,7 +130,7 @@ func electCmd(args []string, stdout, stderr io.Writer) int {
 	for {
 		// Up while the campaign goes on, so that the command's start does
 		// not wait for it (see watchdog_linux.go).
-		wd, err := startWatchdog(stderr)
+		wd, err := startWatchdog()
 		if err != nil {
 			printErr(stderr, "elect", err.Error())
 			return 127

@@ -129,7 +129,7 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	// Up while the lock is awaited, so that the command's start does not
 	// wait for it (see watchdog_linux.go).
-	wd, err := startWatchdog(stderr)
+	wd, err := startWatchdog()
 	if err != nil {
 		printErr(stderr, "run", err.Error())
 		return 127

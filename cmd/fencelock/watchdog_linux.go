@@ -68,8 +68,11 @@ type watchdog struct {
 }
 
 // startWatchdog starts a watchdog, which holds no deadline until extend
-// gives it one, and returns once its process group exists.
-func startWatchdog(stderr io.Writer) (*watchdog, error) {
+// gives it one, and returns once its process group exists. Its stderr is
+// fencelock's own (os.Stderr: a writer of run's, which os/exec would copy
+// into beside the command's copy, could be written by both at once), for
+// what goes wrong before it watches.
+func startWatchdog() (*watchdog, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("the watchdog: %w", err)
@@ -85,7 +88,7 @@ func startWatchdog(stderr io.Writer) (*watchdog, error) {
 		return nil, fmt.Errorf("the watchdog: %w", err)
 	}
 	cmd := exec.Command(exe, watchdogCommand)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, stderr
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, os.Stderr
 	// A group of its own, which the command joins.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	err = cmd.Start()

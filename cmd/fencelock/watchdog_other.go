@@ -3,7 +3,6 @@
 package main
 
 import (
-	"io"
 	"syscall"
 	"time"
 )
@@ -14,7 +13,7 @@ import (
 type watchdog struct{}
 
 // startWatchdog starts nothing.
-func startWatchdog(io.Writer) (*watchdog, error) { return &watchdog{}, nil }
+func startWatchdog() (*watchdog, error) { return &watchdog{}, nil }
 
 // attr leaves the command in fencelock's process group.
 func (*watchdog) attr() *syscall.SysProcAttr { return nil }
