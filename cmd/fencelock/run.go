@@ -32,11 +32,12 @@ process (fencelock itself, started while the lock is awaited) sends SIGKILL
 to the group (COMMAND and what it started, unless moved to a group of its
 own) at the deadline if fencelock, stopped (SIGSTOP), has not extended it,
 or at once if fencelock dies (SIGKILL too). fencelock, resumed, then exits
-76. When stdin is the terminal and fencelock is in its foreground, COMMAND
-stays in fencelock's group instead, so that it can read the terminal and
-gets ^C and ^Z as a shell's job does, and the watchdog kills COMMAND alone.
-Elsewhere, nothing stops COMMAND while fencelock is stopped or after it
-died.
+76. After a loss, what COMMAND left running in the group gets SIGKILL once
+COMMAND has exited. When stdin is the terminal and fencelock is in its
+foreground, COMMAND stays in fencelock's group instead, so that it can
+read the terminal and gets ^C and ^Z as a shell's job does, and the
+watchdog kills COMMAND alone. Elsewhere, nothing stops COMMAND while
+fencelock is stopped or after it died.
 
 Exit status: COMMAND's own (128+N if killed by signal N) when it ran to its
 end, else:

@@ -97,6 +97,9 @@ func supervise(lease *backend.Lease, wd *watchdog, j job, sigs <-chan os.Signal,
 	for {
 		select {
 		case <-exited:
+			if out.lost {
+				wd.killRest()
+			}
 			killed := wd.finish()
 			out.code = exitStatus(cmd.ProcessState)
 			if killed && out.code == 128+int(syscall.SIGKILL) && !out.lost {

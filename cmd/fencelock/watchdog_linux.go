@@ -129,6 +129,16 @@ func (w *watchdog) started(pid int) error {
 	return err
 }
 
+// killRest sends SIGKILL to the watchdog's group, once the command has
+// exited after its lease was lost: what the command left running there
+// must not outlive the lease either. The watchdog goes with it. When the
+// command ran outside the group (on a terminal), there is nothing to kill.
+func (w *watchdog) killRest() {
+	if !w.alone {
+		_ = syscall.Kill(-w.cmd.Process.Pid, syscall.SIGKILL)
+	}
+}
+
 // extend sets the watchdog's deadline, or moves it to d (an earlier one
 // than it holds changes nothing). An error means the watchdog has ended.
 func (w *watchdog) extend(d time.Time) error {
