@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -53,7 +54,7 @@ func supervise(lease *backend.Lease, wd *watchdog, j job, sigs <-chan os.Signal,
 	defer file.remove()
 	// The watchdog stops the command at the deadline when fencelock,
 	// stopped, cannot.
-	if err := wd.extend(deadline); err != nil {
+	if err := errors.Join(wd.extend(deadline), wd.leaves(file.dir)); err != nil {
 		printErr(stderr, j.verb, "the watchdog has ended: "+err.Error())
 		return outcome{code: 127}
 	}

@@ -17,7 +17,8 @@ import (
 // does not leave its command running without the lease: the kernel kills
 // the command with it (tieAttr), and the watchdog, told of it by its pipe
 // from fencelock closing, kills the command's process group: what the
-// command started too.
+// command started too; and it removes FENCELOCK_DEADLINE_FILE's directory,
+// which fencelock no longer can.
 func TestKilledFencelockTakesItsCommand(t *testing.T) {
 	for _, c := range []struct{ command, nameFlag string }{{"run", "--lock"}, {"elect", "--name"}} {
 		t.Run(c.command, func(t *testing.T) {
@@ -25,14 +26,15 @@ func TestKilledFencelockTakesItsCommand(t *testing.T) {
 			// The command is the second sleep itself (exec): fencelock's
 			// child; the first is the command's own child.
 			p := startBinary(t, c.command, "--url", "mem://killed", c.nameFlag, "job", "--",
-				"sh", "-c", `sleep 600 & echo "$$ $!" > "$1.tmp"; mv "$1.tmp" "$1"; exec sleep 601`, "sh", pidFile)
+				"sh", "-c", `sleep 600 & echo "$$ $! $FENCELOCK_DEADLINE_FILE" > "$1.tmp"; mv "$1.tmp" "$1"; exec sleep 601`, "sh", pidFile)
+			fields := strings.Fields(waitFile(t, pidFile, p))
+			require.Len(t, fields, 3, "two processes and the deadline file")
 			var pids []int
-			for _, f := range strings.Fields(waitFile(t, pidFile, p)) {
+			for _, f := range fields[:2] {
 				pid, err := strconv.Atoi(f)
 				require.NoError(t, err)
 				pids = append(pids, pid)
 			}
-			require.Len(t, pids, 2)
 			// startGroup's clean-up kills fencelock's group, after the
 			// checks below; the command's is the watchdog's, not that one.
 			for _, pid := range pids {
@@ -44,6 +46,9 @@ func TestKilledFencelockTakesItsCommand(t *testing.T) {
 				assert.Eventually(t, func() bool { return !alive(pid) }, 10*time.Second, 10*time.Millisecond,
 					"the command or its child (pid %d) outlived fencelock %s, killed", pid, c.command)
 			}
+			dir := filepath.Dir(fields[2])
+			assert.Eventually(t, func() bool { _, err := os.Stat(dir); return os.IsNotExist(err) }, 10*time.Second, 10*time.Millisecond,
+				"the deadline file's directory %s outlived fencelock %s, killed", dir, c.command)
 		})
 	}
 }

@@ -45,14 +45,16 @@ import (
 // CLOCK_MONOTONIC in nanoseconds (a clock every process of the system
 // shares, which no change of the wall clock moves), one line per extension,
 // the first before it starts the command; "pid N" once the command, N, has
-// started outside the watchdog's group (on a terminal); and "done" once the
-// command has exited (or when no command is to run). The watchdog writes "killed" to
-// its stdout before it kills. fencelock starts the watchdog before it waits
-// for the lock (or the term), so that the watchdog is up, and costs the
-// start of the command next to nothing, when the lock is granted; it does
-// not wait for it to be up (the deadline is on a clock both share, so when
-// the watchdog reads it does not matter), but waits for it to end before it
-// goes on after the command's end.
+// started outside the watchdog's group (on a terminal); "dir D", the
+// directory of FENCELOCK_DEADLINE_FILE, which the watchdog removes should
+// fencelock die; and "done" once the command has exited (or when no
+// command is to run). The watchdog writes "killed" to its stdout before it
+// kills. fencelock starts the watchdog before it waits for the lock (or the
+// term), so that the watchdog is up, and costs the start of the command
+// next to nothing, when the lock is granted; it does not wait for it to be
+// up (the deadline is on a clock both share, so when the watchdog reads it
+// does not matter), but waits for it to end before it goes on after the
+// command's end.
 
 // watchdogCommand is the hidden command that runs the watchdog.
 const watchdogCommand = "internal-watchdog"
@@ -126,6 +128,13 @@ func (w *watchdog) started(pid int) error {
 		return nil
 	}
 	_, err := fmt.Fprintf(w.in, "pid %d\n", pid)
+	return err
+}
+
+// leaves tells the watchdog the directory of FENCELOCK_DEADLINE_FILE, for
+// it to remove should fencelock die. An error means the watchdog has ended.
+func (w *watchdog) leaves(dir string) error {
+	_, err := fmt.Fprintf(w.in, "dir %s\n", dir)
 	return err
 }
 
@@ -208,16 +217,24 @@ func watchdogMain(args []string, in io.Reader, out, stderr io.Writer) int {
 	var deadline int64
 	armed := false // no deadline before the first line
 	alone := 0     // the command's process id, if outside the group
+	dir := ""      // FENCELOCK_DEADLINE_FILE's directory
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
 		select {
 		case line, ok := <-lines:
 			if !ok { // fencelock has died: its end of the pipe closed
+				if dir != "" {
+					_ = os.RemoveAll(dir) // fencelock cannot
+				}
 				return killGroup(out, alone)
 			}
 			if line == "done" {
 				return exitOK
+			}
+			if d, ok := strings.CutPrefix(line, "dir "); ok {
+				dir = d
+				continue
 			}
 			if p, ok := strings.CutPrefix(line, "pid "); ok {
 				pid, err := strconv.Atoi(p)
