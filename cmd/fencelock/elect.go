@@ -27,8 +27,10 @@ lost, or --max-hold is reached, COMMAND is stopped as fencelock run stops
 it: SIGTERM, then SIGKILL after --grace, timed so that it is gone before
 another candidate could lead. Signals sent to fencelock are passed to
 COMMAND while it runs; one that comes while fencelock campaigns gives the
-campaign up. On Linux, COMMAND gets SIGKILL if fencelock dies (killed with
-SIGKILL too), so that it never runs on without the term.
+campaign up. COMMAND gets the term's local deadline in FENCELOCK_DEADLINE
+and FENCELOCK_DEADLINE_FILE, and on Linux a watchdog kills its process
+group at that deadline if fencelock is stopped, or at once if it dies, as
+for fencelock run (see fencelock run -h).
 
 With --forever, fencelock campaigns again each time COMMAND exits or the
 term is lost (at once after a term of 10s or more; after a shorter one
@@ -130,7 +132,17 @@ func electCmd(args []string, stdout, stderr io.Writer) int {
 
 	pause := retryMin
 	for {
+		// Up while the campaign goes on, so that the command's start does
+		// not wait for it (see watchdog_linux.go).
+		wd, err := startWatchdog()
+		if err != nil {
+			printErr(stderr, "elect", err.Error())
+			return 127
+		}
 		term, signalled, err := campaign(elector, f, opts, sigs)
+		if term == nil {
+			wd.finish()
+		}
 		switch {
 		case signalled && f.forever:
 			return exitOK
@@ -145,7 +157,7 @@ func electCmd(args []string, stdout, stderr io.Writer) int {
 			return report(stderr, "elect", err)
 		}
 		began := time.Now()
-		out := lead(term, f, sigs, stdout, stderr)
+		out := lead(term, wd, f, sigs, stdout, stderr)
 		if !f.forever || out.stopped || !out.started {
 			return out.code
 		}
@@ -281,11 +293,12 @@ func campaign(e *election.Elector, f electFlags, opts []backend.Option, sigs <-c
 	return term, false, err
 }
 
-// lead runs the command under term, and resigns when it has exited.
-func lead(term *election.Term, f electFlags, sigs <-chan os.Signal, stdout, stderr io.Writer) outcome {
+// lead runs the command under term, watched by wd, and resigns when it has
+// exited.
+func lead(term *election.Term, wd *watchdog, f electFlags, sigs <-chan os.Signal, stdout, stderr io.Writer) outcome {
 	acquired := time.Now()
 	defer resign(term, f.connect)
-	return supervise(term.Lease(), job{
+	return supervise(term.Lease(), wd, job{
 		verb: "elect", held: "term", args: f.args, grace: f.grace,
 		env: []string{
 			"FENCELOCK_TOKEN=" + term.Token().String(),

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -292,10 +293,13 @@ while [ ! -e "$1/b.stop" ]; do sleep 0.02; done`
 }
 
 // testElectLost: a term revoked on the server (Locker.Revoke) stops the
-// command, as run stops it on a lost lease, and elect exits 76.
+// command, as run stops it on a lost lease, and elect exits 76; what the
+// command left running, in its process group, is killed once it has
+// exited.
 func testElectLost(t *testing.T, start starter, url string) {
 	dir := t.TempDir()
-	script := `trap 'touch "$1/stopped"; exit 0' TERM; echo "$FENCELOCK_TOKEN" > "$1/tok.tmp"; mv "$1/tok.tmp" "$1/tok"
+	script := `sleep 600 & echo $! > "$1/child"
+trap 'touch "$1/stopped"; exit 0' TERM; echo "$FENCELOCK_TOKEN" > "$1/tok.tmp"; mv "$1/tok.tmp" "$1/tok"
 while :; do sleep 0.05; done`
 	p := start(t, "elect", "--url", url, "--name", "lost", "--grace", "1s", "--", "sh", "-c", script, "sh", dir)
 	tok := parseToken(t, waitFile(t, filepath.Join(dir, "tok"), p))
@@ -311,6 +315,10 @@ while :; do sleep 0.05; done`
 	assert.Equal(t, exitLockLost, r.code, "%+v", r)
 	assert.Regexp(t, `^fencelock elect: term lost \(.*\): stopping the command\n$`, r.stderr)
 	assert.FileExists(t, filepath.Join(dir, "stopped"), "the command must get SIGTERM")
+	child, err := strconv.Atoi(strings.TrimSpace(waitFile(t, filepath.Join(dir, "child"), p)))
+	require.NoError(t, err)
+	assert.Eventually(t, func() bool { return !alive(child) }, 10*time.Second, 10*time.Millisecond,
+		"the command's own child (pid %d) outlived the lost term", child)
 }
 
 // testElectForever: elect --forever campaigns again after its command

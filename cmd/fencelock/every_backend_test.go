@@ -89,8 +89,9 @@ var testBackends = []testBackend{
 func init() { quietClientLogs() }
 
 // Every subcommand works on every backend of the module, each a real
-// server on this machine: run, status (--watch too), bench, advise and
-// demo --url.
+// server on this machine: run, status (--watch too), bench, advise,
+// demo --url, chaos, and run and elect stopped (SIGSTOP) while their
+// command runs.
 func TestSubcommandsOnEveryBackend(t *testing.T) {
 	t.Parallel() // long, and on servers of its own
 	for _, b := range testBackends {
@@ -110,6 +111,7 @@ func TestSubcommandsOnEveryBackend(t *testing.T) {
 				assert.Contains(t, r.stdout, "OK: A's stale write")
 			})
 			t.Run("chaos", func(t *testing.T) { testChaosOn(t, url("cli-chaos")) })
+			t.Run("stopped", func(t *testing.T) { testStoppedOn(t, url("cli-stopped")) })
 			t.Run("unavailable", func(t *testing.T) {
 				port, err := freeport.Port()
 				require.NoError(t, err)

@@ -86,7 +86,8 @@ zk://127.0.0.1:2181/locks, redis://127.0.0.1:6379?prefix=locks.
 ` + exitTable
 
 func main() {
-	chaos.WorkerMain() // a chaos campaign's worker runs and exits here
+	chaos.WorkerMain()   // a chaos campaign's worker runs and exits here
+	runWatchdogIfAsked() // so does run's and elect's watchdog
 	if url := os.Getenv(childEnv); url != "" {
 		runConformanceChild(url)
 		return

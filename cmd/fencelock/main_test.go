@@ -4,11 +4,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
+
+// TestMain runs the watchdog when the test binary is started as one: run
+// and elect, in process (mem://), start os.Executable, this binary.
+func TestMain(m *testing.M) {
+	runWatchdogIfAsked()
+	os.Exit(m.Run())
+}
 
 func TestDemoRejectsStaleWrite(t *testing.T) {
 	var out, errOut bytes.Buffer

@@ -7,9 +7,7 @@ import (
 	"io"
 	neturl "net/url"
 	"os"
-	"os/exec"
 	"os/signal"
-	"slices"
 	"syscall"
 	"time"
 
@@ -23,10 +21,23 @@ Acquires the lock, runs COMMAND with FENCELOCK_TOKEN and FENCELOCK_LOCK in its
 environment, renews the lease while it runs, and releases it when it exits.
 If the lease is lost, or --max-hold is reached, COMMAND gets SIGTERM, then
 SIGKILL after --grace, timed so that it is gone before another holder could
-be granted the lock. Signals sent to fencelock are passed to COMMAND. On
-Linux, COMMAND gets SIGKILL if fencelock dies (killed with SIGKILL too),
-so that it never runs on without the lease (its own children are its to
-stop).
+be granted the lock. Signals sent to fencelock are passed to COMMAND.
+COMMAND also gets the lease's local deadline, on the wall clock (RFC 3339,
+UTC, with nanoseconds): as it was at the start in FENCELOCK_DEADLINE, and
+as each renewal moves it in the file FENCELOCK_DEADLINE_FILE names.
+
+On Linux, COMMAND never runs on past the lease even when fencelock cannot
+stop it: COMMAND runs in a process group of its own, and a watchdog
+process (fencelock itself, started while the lock is awaited) sends SIGKILL
+to the group (COMMAND and what it started, unless moved to a group of its
+own) at the deadline if fencelock, stopped (SIGSTOP), has not extended it,
+or at once if fencelock dies (SIGKILL too). fencelock, resumed, then exits
+76. After a loss, what COMMAND left running in the group gets SIGKILL once
+COMMAND has exited. When stdin is the terminal and fencelock is in its
+foreground, COMMAND stays in fencelock's group instead, so that it can
+read the terminal and gets ^C and ^Z as a shell's job does, and the
+watchdog kills COMMAND alone. Elsewhere, nothing stops COMMAND while
+fencelock is stopped or after it died.
 
 Exit status: COMMAND's own (128+N if killed by signal N) when it ran to its
 end, else:
@@ -122,6 +133,14 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	if *lockDelay != 0 {
 		opts = append(opts, backend.WithLockDelay(*lockDelay))
 	}
+	// Up while the lock is awaited, so that the command's start does not
+	// wait for it (see watchdog_linux.go).
+	wd, err := startWatchdog()
+	if err != nil {
+		printErr(stderr, "run", err.Error())
+		return 127
+	}
+	defer wd.finish() // if no command runs; supervise ends it otherwise
 	lease, err := acquireForRun(ctx, locker, *name, *noWait, *waitTimeout, *connect, opts)
 	if err != nil {
 		return report(stderr, "run", err)
@@ -134,7 +153,7 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		return report(stderr, "run", fmt.Errorf("%w: a signal arrived while acquiring %q", backend.ErrNotAcquired, *name))
 	}
 	defer lease.Release(context.Background())
-	return supervise(lease, job{
+	return supervise(lease, wd, job{
 		verb: "run", held: "lease", args: cmdArgs, grace: *grace,
 		env:  []string{"FENCELOCK_TOKEN=" + lease.Token().String(), "FENCELOCK_LOCK=" + lease.Name()},
 		hold: holdLimit{max: effectiveMaxHold(*url, *maxHold), acquired: acquired},
@@ -218,96 +237,4 @@ func acquireForRun(ctx context.Context, l *backend.Locker, name string, noWait b
 		defer cancel()
 	}
 	return l.Acquire(ctx, name, opts...)
-}
-
-// job is a command that supervise runs under a lease: fencelock run's,
-// or fencelock elect's under a term.
-type job struct {
-	verb  string        // the subcommand, which prefixes the error lines: "run", "elect"
-	held  string        // what was granted, for the messages: "lease", "term"
-	args  []string      // the command and its arguments
-	env   []string      // added to fencelock's own environment
-	grace time.Duration // between SIGTERM and SIGKILL when the lease is lost
-	hold  holdLimit
-}
-
-// outcome is how a job's command ended.
-type outcome struct {
-	code    int  // the exit status: the command's own, exitLockLost, or 127
-	started bool // false: the command could not be started (code 127)
-	lost    bool // it was stopped because the lease was lost or ran out of its max hold
-	stopped bool // a signal that asks to stop (stopSignals) was passed on to it
-}
-
-// stopSignals are the forwarded signals that ask fencelock to stop, not
-// only its command: elect --forever campaigns no more after one.
-var stopSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
-
-// supervise runs the job's command under lease and returns how it ended:
-// its own exit status, or exitLockLost if it was stopped because the lease
-// was lost or ran out of its max hold. Signals from sigs are passed on to
-// the command.
-func supervise(lease *backend.Lease, j job, sigs <-chan os.Signal, stdout, stderr io.Writer) outcome {
-	cmd := exec.Command(j.args[0], j.args[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
-	cmd.Env = append(os.Environ(), j.env...)
-	// Tied to fencelock: a fencelock killed with SIGKILL, which can stop
-	// nothing, must not leave the command running without the lease.
-	exited, err := startTied(cmd)
-	if err != nil {
-		printErr(stderr, j.verb, err.Error())
-		return outcome{code: 127}
-	}
-
-	// Stop the command grace before the local deadline, so that SIGKILL
-	// lands no later than the deadline, itself before the server's expiry.
-	// A grace over TTL/3 would fire before the renewal due at TTL/3.
-	grace := min(j.grace, lease.TTL()/3)
-	stopTimer := time.NewTimer(time.Until(lease.Deadline()) - grace)
-	defer stopTimer.Stop()
-	out := outcome{started: true}
-	var kill <-chan time.Time
-	terminate := func(why string) {
-		if out.lost {
-			return
-		}
-		out.lost = true
-		printErr(stderr, j.verb, why+": stopping the command")
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		kill = time.After(min(grace, max(time.Until(lease.Deadline()), 0)))
-	}
-	for {
-		select {
-		case <-exited:
-			out.code = exitStatus(cmd.ProcessState)
-			if out.lost {
-				out.code = exitLockLost
-			}
-			return out
-		case s := <-sigs:
-			out.stopped = out.stopped || slices.Contains(stopSignals, s)
-			_ = cmd.Process.Signal(s)
-		case <-lease.Done():
-			terminate(fmt.Sprintf("%s lost (%v)", j.held, stripPrefixes(lease.Err().Error())))
-		case <-stopTimer.C:
-			if until := time.Until(lease.Deadline()); until > grace {
-				stopTimer.Reset(until - grace) // renewed meanwhile
-				continue
-			}
-			if j.hold.reached() {
-				terminate(fmt.Sprintf("max hold of %v reached", j.hold.max))
-			} else {
-				terminate(j.held + " not renewed in time")
-			}
-		case <-kill:
-			_ = cmd.Process.Kill()
-		}
-	}
-}
-
-func exitStatus(ps *os.ProcessState) int {
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
-	}
-	return ps.ExitCode()
 }

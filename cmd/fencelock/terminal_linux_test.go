@@ -1,0 +1,82 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// On a terminal, with fencelock in its foreground, run's command stays in
+// fencelock's process group, so it reads the terminal (in a group of its
+// own, a background one, SIGTTIN would stop it); a stopped fencelock's
+// command is killed at the deadline all the same, by its process id.
+func TestRunOnTerminal(t *testing.T) {
+	controller, path := openPTY(t)
+	go func() { _, _ = io.Copy(io.Discard, controller) }() // the echo, and fencelock's lines
+	tty, err := os.OpenFile(path, os.O_RDWR, 0)
+	require.NoError(t, err)
+	defer tty.Close()
+
+	dir := t.TempDir()
+	script := `read x; echo "$x" > "$1/read"; echo $$ > "$1/pid.tmp"; mv "$1/pid.tmp" "$1/pid"; exec sleep 600`
+	cmd := exec.Command(fencelockBin(t), "run", "--url", "mem://tty", "--lock", "a", "--ttl", "2s", "--",
+		"sh", "-c", script, "sh", dir)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+	// A session of its own, whose controlling terminal is the pty: its
+	// group is the terminal's foreground group, as a shell's job is.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	exited, err := startTied(cmd)
+	require.NoError(t, err)
+	pgid := cmd.Process.Pid
+	t.Cleanup(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
+
+	_, err = controller.WriteString("hello\n")
+	require.NoError(t, err)
+	var pid int
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(filepath.Join(dir, "pid"))
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	}, 60*time.Second, 20*time.Millisecond, "the command did not read the terminal")
+	b, err := os.ReadFile(filepath.Join(dir, "read"))
+	require.NoError(t, err)
+	assert.Equal(t, "hello\n", string(b))
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
+	assert.Eventually(t, func() bool { return !alive(pid) }, 60*time.Second, 10*time.Millisecond,
+		"the stopped fencelock's command runs on")
+	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
+	select {
+	case <-exited:
+	case <-time.After(60 * time.Second):
+		t.Fatal("fencelock did not exit")
+	}
+	assert.Equal(t, exitLockLost, cmd.ProcessState.ExitCode())
+}
+
+// openPTY opens a pseudo-terminal: its controller, and its terminal's path.
+func openPTY(t *testing.T) (*os.File, string) {
+	t.Helper()
+	controller, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { controller.Close() })
+	fd := int(controller.Fd())
+	require.NoError(t, unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0)) // unlock
+	n, err := unix.IoctlGetUint32(fd, unix.TIOCGPTN)
+	require.NoError(t, err)
+	return controller, fmt.Sprintf("/dev/pts/%d", n)
+}
