@@ -420,8 +420,10 @@ func TestTelemetryRenewals(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the lease was not lost")
 	}
-	// Done fires first; the loss is counted and logged just after.
-	require.Eventually(t, func() bool { return len(o.logs.find("fencelock: lease lost")) == 1 }, 5*time.Second, 5*time.Millisecond)
+	// Done fires first; the loss is logged, then counted, just after.
+	require.Eventually(t, func() bool {
+		return o.sum(t, "fencelock.losses", memBackend) > 0
+	}, 5*time.Second, 5*time.Millisecond)
 	assert.GreaterOrEqual(t, o.sum(t, "fencelock.renewals", memBackend, attribute.String("fencelock.renewal.result", "failed")), int64(1))
 	assert.EqualValues(t, 1, o.sum(t, "fencelock.losses", memBackend, cause("deadline")))
 	retried := o.logs.find("fencelock: renewal failed, retrying")
