@@ -117,7 +117,7 @@
 //     Measured beside zk.Lock in alternating rounds: with zero-length
 //     holds, grants/s about 1.3x, handoff p50 about 0.8x and p99 0.6–0.8x
 //     of zk.Lock's; with 1 ms holds, grants/s 1.5–1.7x, p50 about half
-//     and p99 0.5–0.75x (see README).
+//     and p99 0.5–0.75x (see docs/performance.md).
 //   - A long queue: a release wakes two waiters, however many wait (no
 //     herd): its successor, which takes the lock without a request, and
 //     the waiter behind it, which reads the children (1) while the

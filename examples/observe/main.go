@@ -8,7 +8,7 @@
 // and then takes "reports" with a short TTL and no renewal, stalls past it
 // (the lease is lost: cause expired) and then writes with its old token:
 // the guard rejects it as stale once a worker has written with a newer one.
-// So every instrument of the README's dashboards has something to show.
+// So every instrument of docs/observability.md's dashboards has something to show.
 //
 //	go run ./examples/observe                     # mem://, metrics on 127.0.0.1:9464
 //	go run ./examples/observe -url etcd://127.0.0.1:2379/locks?ttl=2s -metrics-addr :9464

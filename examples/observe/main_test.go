@@ -16,7 +16,7 @@ import (
 )
 
 // check runs the service on url and scrapes /metrics until every
-// instrument the README's dashboards use has a series with the attributes
+// instrument docs/observability.md's dashboards use has a series with the attributes
 // its queries group by: waits and holds per lock name, renewals and their
 // headroom, a loss with cause expired, stale and accepted guard decisions
 // of kind memory, held leases and waiters.
