@@ -485,7 +485,7 @@ const keyGoneTimeout = time.Second
 // deleted.
 func (l *lease) keyGone(ctx context.Context, key, how string) error {
 	l.mu.Lock()
-	id := l.id
+	id := l.keyLeaseOf(l.id) // the lease the key was put with
 	l.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, keyGoneTimeout)
 	defer cancel()

@@ -55,9 +55,10 @@ func (l *lease) keepKeyLease(ctx context.Context) error {
 	}
 	if _, err := l.d.client.KeepAliveOnce(ctx, l.keyLease); err != nil {
 		if isLeaseNotFound(err) {
-			return fmt.Errorf("%w: etcd key lease %x not found (expired or revoked)", backend.ErrLeaseLost, int64(l.keyLease))
+			// Renewed with the lease, it cannot have expired first.
+			return fmt.Errorf("%w: etcd key lease %x not found", backend.ErrRevoked, int64(l.keyLease))
 		}
-		return fmt.Errorf("etcd: keepalive key lease %x: %w", int64(l.keyLease), mapErr(err))
+		return fmt.Errorf("etcd: keepalive key lease %x: %w", int64(l.keyLease), l.d.mapErr(err))
 	}
 	return nil
 }

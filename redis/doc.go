@@ -164,12 +164,13 @@
 //	P:{N}:gap           while a release leaves the key free for other tools' clients (PX: Config.ForeignGap)
 //	P:{N}:ended:<owner> an acquisition released while its last attempt's fate was unknown (PX: 10 TTLs, 1 minute at least)
 //	P:{N}:value:<owner> an election candidate's value (backend.WithValue), as it is (PX: 2 TTLs, renewed with its lease)
+//	P:{N}:delay         the lock-delay of a holder that has one (backend.WithLockDelay): its owner (PX: TTL + the delay, renewed with the lock key, deleted by its clean release); no grant while it lives
 //	P:wake:<locker id>  the pub/sub channel of one Locker's waiters
 //
 // All keys of a name share the hash tag {N}, so a Cluster keeps them in one
 // slot and the scripts may touch them together. The owner is unique to one
-// acquisition ("<locker id>.<sequence number>.<ttl ms>", with a segment
-// "v" before the TTL for an election candidate's), so two acquisitions of one
+// acquisition ("<locker id>.<sequence number>[D<lock-delay ms>].<ttl ms>",
+// with a segment "v" before the TTL for an election candidate's), so two acquisitions of one
 // name, even in one Locker, exclude each other and get different tokens;
 // refresh and release compare it, so a stale or repeated release never
 // removes a newer holder's key.

@@ -410,11 +410,11 @@ func (l *lease) Release(ctx context.Context, lost bool) error {
 func (l *lease) release(ctx context.Context, endMark int64, clean bool) (int64, error) {
 	var cmd []any
 	if l.cand == nil {
-		cmd = make([]any, 0, 18)
+		cmd = make([]any, 0, 19)
 		cmd = append(cmd, "evalsha", releaseHash, 7)
 		cmd = append(cmd, l.args[:8]...) // the keys and owner
 	} else {
-		cmd = make([]any, 0, 19)
+		cmd = make([]any, 0, 20)
 		cmd = append(cmd, "evalsha", releaseHash, 8)
 		cmd = append(cmd, l.args[:7]...) // the keys
 		cmd = append(cmd, l.cand.key, l.args[7])

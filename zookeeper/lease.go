@@ -128,7 +128,7 @@ func (l *lease) markSessionLost(why string) error {
 	if l.g.ended() {
 		why += ": " + context.Cause(l.g.ctx).Error()
 	}
-	err := l.lostError(backend.ErrSessionLost, why)
+	err := l.s.closedErr(l.lostError(backend.ErrSessionLost, why))
 	l.report(err)
 	return err
 }

@@ -18,7 +18,11 @@ import (
 // the acquisition's, as in its lock node's name; not a lock node, so the
 // queue ignores it), whose data is the delay in ms. It is created before
 // the acquisition's lock node, so every acquisition queued behind it has
-// it in the children it reads. Its own release deletes it before its lock
+// it in the children it reads; once the lock is granted, before the grant
+// is returned, its data becomes "held:" and the delay (version 1): only a
+// marker of an acquisition that held the lock delays anyone, so that one
+// whose lock node is not created yet (the marker comes first) or that
+// ended while waiting is not taken for a crashed holder's. Its own release deletes it before its lock
 // node; the release of a holder after a loss leaves it. Its lock node
 // being ephemeral, the marker outlives a crashed holder's session, and the
 // next acquisition granted the lock deals with every marker whose lock node
@@ -28,7 +32,8 @@ import (
 //     granted (it then holds the lock), deletes them, and only then returns
 //     its grant;
 //   - a TryAcquire fails with ErrNotAcquired and marks each one ended
-//     (setData: its mtime is then when the end was first seen); one that
+//     (setData, version 2: its mtime is then when the end was first
+//     seen); one that
 //     finds them all marked ended more than their delay ago (by the
 //     server's mtime and this client's clock) deletes them and takes the
 //     lock.
@@ -37,11 +42,22 @@ import (
 // acquisition ahead of it) makes no request for this: the delay costs
 // only where it is used. A marker blocks the lock for at most its delay
 // after its end was seen; one left by a crash stays (one node) until the
-// name is acquired again. A waiter with a lock-delay that crashes before
-// its grant delays the next holder too.
+// name is acquired again.
 
 // markerPrefix starts a marker node's name; the acquisition's guid follows.
 const markerPrefix = "delay-"
+
+// orphanMarkerAge is how old a marker never marked held, whose lock node
+// is gone, must be to be deleted by whoever is granted the lock: an
+// acquisition makes its lock node right after its marker (a few round
+// trips, or its session ends), so one that old is a crashed or given-up
+// waiter's. (Deleting one too young costs only its acquisition an error
+// when it marks it held; the server's ctime against this client's clock.)
+const orphanMarkerAge = 5 * time.Minute
+
+// heldPrefix starts the data of the marker of an acquisition that was
+// granted the lock; the delay in ms follows.
+const heldPrefix = "held:"
 
 // guidOf returns the guid of a lock node's name ("_c_<guid>-lock-<seq>"),
 // or "".
@@ -89,6 +105,9 @@ func (l *lease) createMarker() error {
 // returned: if l saw another acquisition's marker, it deals with those
 // whose lock node is gone, as the comment above says.
 func (l *lease) afterGrant(ctx context.Context, wait bool) error {
+	if err := l.markHeld(ctx); err != nil {
+		return err
+	}
 	if !l.sawMarker {
 		return nil
 	}
@@ -112,7 +131,10 @@ func (l *lease) afterGrant(ctx context.Context, wait bool) error {
 		if len(left) == 0 {
 			return nil
 		}
-		var longest time.Duration
+		var (
+			longest time.Duration
+			ended   []string // the markers of holders whose node is gone
+		)
 		blocked := false
 		for _, m := range left {
 			var (
@@ -130,21 +152,35 @@ func (l *lease) afterGrant(ctx context.Context, wait bool) error {
 			if err != nil {
 				return l.opError("read the lock-delay marker "+m, err)
 			}
-			n, _ := strconv.ParseInt(string(data), 10, 64)
+			ms, held := strings.CutPrefix(string(data), heldPrefix)
+			if !held {
+				// Not granted (yet): no holder of the lock ended. One
+				// this old belongs to an acquisition that ended while it
+				// waited, or before it made its lock node: nobody's.
+				if time.Since(time.UnixMilli(st.Ctime)) > orphanMarkerAge {
+					_ = call(ctx, func() error { return l.s.conn.Delete(m, st.Version) })
+				}
+				continue
+			}
+			ended = append(ended, m)
+			n, _ := strconv.ParseInt(ms, 10, 64)
 			delay := time.Duration(n) * time.Millisecond
 			longest = max(longest, delay)
 			switch {
 			case wait:
-			case st.Version == 0:
+			case st.Version == 1:
 				// The first to see its acquisition gone: its mtime says when.
 				_ = call(ctx, func() error {
-					_, err := l.s.conn.Set(m, data, 0)
+					_, err := l.s.conn.Set(m, data, 1)
 					return err
 				})
 				blocked = true
 			case time.Since(time.UnixMilli(st.Mtime)) < delay:
 				blocked = true
 			}
+		}
+		if len(ended) == 0 {
+			return nil
 		}
 		if blocked {
 			return fmt.Errorf("%w: zookeeper: %s is in the lock-delay of a holder whose node is gone", backend.ErrNotAcquired, l.dir)
@@ -158,13 +194,30 @@ func (l *lease) afterGrant(ctx context.Context, wait bool) error {
 				return fmt.Errorf("%w: zookeeper: in the lock-delay of a holder whose node is gone: %w", backend.ErrNotAcquired, ctx.Err())
 			}
 		}
-		for _, m := range left {
+		for _, m := range ended {
 			err := call(ctx, func() error { return l.s.conn.Delete(m, -1) })
 			if err != nil && !errors.Is(err, zk.ErrNoNode) {
 				return l.opError("delete the lock-delay marker "+m, err)
 			}
 		}
 	}
+}
+
+// markHeld marks l's marker, if it has one, as a holder's, before its
+// grant is returned (see above).
+func (l *lease) markHeld(ctx context.Context) error {
+	if l.delay <= 0 {
+		return nil
+	}
+	data := []byte(heldPrefix + strconv.FormatInt((l.delay+time.Millisecond-1).Milliseconds(), 10))
+	err := call(ctx, func() error {
+		_, err := l.s.conn.Set(l.dir+"/"+markerPrefix+l.guid, data, -1)
+		return err
+	})
+	if err != nil {
+		return l.opError("mark the lock-delay marker held", err)
+	}
+	return nil
 }
 
 // dropMarker deletes l's marker at its release, unless the release follows

@@ -107,9 +107,10 @@ type Request struct {
 	// its key deleted), nobody is
 	// granted the lock called Name, through any Locker of the driver's
 	// scheme, until at least LockDelay has passed after that end (the
-	// backend may count it from the lease's last possible expiry); it
-	// never blocks the lock for more than TTL + LockDelay after the
-	// lease's last renewal. A Release with lost false lifts it at once.
+	// backend may count it from the lease's last possible expiry, or, as
+	// ZooKeeper does, from when the next grantee saw the end); it ends on
+	// its own (it never needs a Release), each adapter documenting its
+	// bound. A Release with lost false lifts it at once.
 	// Zero: none.
 	LockDelay time.Duration
 	// Lost is how the driver reports that the backend observed the lease

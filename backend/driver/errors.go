@@ -55,6 +55,7 @@ var (
 // too (errors.Is), so that callers who do not care why still see the loss.
 type LossCause struct{ Msg string }
 
+// Error returns the cause's message.
 func (e *LossCause) Error() string { return e.Msg }
 
 // Unwrap returns ErrLeaseLost.

@@ -234,8 +234,13 @@ func (s *Server) endLocked(l *lease, why error, clean bool) {
 	l.expiry.Stop()
 	l.end()
 	q := s.queues[l.name]
-	if len(q) > 0 && q[0] == l && l.delay > 0 && !clean {
-		s.delayed[l.name] = time.Now().Add(l.delay)
+	if len(q) > 0 && q[0] == l && l.delay > 0 && !clean && isClosed(l.granted) {
+		// Only a holder leaves a delay (the head of a queue in a delay
+		// is not granted yet), and a later end never shortens one.
+		until := time.Now().Add(l.delay)
+		if cur, ok := s.delayed[l.name]; !ok || until.After(cur) {
+			s.delayed[l.name] = until
+		}
 		name := l.name
 		time.AfterFunc(l.delay, func() {
 			s.mu.Lock()
@@ -284,4 +289,14 @@ func (s *Server) wait(ctx context.Context, l *lease, cut <-chan struct{}) error 
 // cause, matching backend.ErrLeaseLost; when says when it was found.
 func (l *lease) endError(when string) error {
 	return fmt.Errorf("%w: mem lease %d%s", cmp.Or(l.endedBy, backend.ErrLeaseLost), l.id, when)
+}
+
+// isClosed reports whether ch is closed.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }

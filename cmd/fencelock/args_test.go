@@ -48,7 +48,7 @@ func TestParseInterspersed(t *testing.T) {
 	assert.Equal(t, exitUsage, code, "a bad flag after a name is a usage error")
 }
 
-// The README's examples put the flags after the name: status, advise,
+// docs/cli.md's examples put the flags after the name: status, advise,
 // leader and conformance take them there (Go's flag package alone stops
 // at the first argument that is not a flag, and this was status 64).
 func TestFlagsAfterName(t *testing.T) {
@@ -68,13 +68,13 @@ func TestFlagsAfterName(t *testing.T) {
 	require.NotNil(t, st.Holder)
 	assert.Equal(t, "worker-a", st.Holder.Holder)
 
-	// The README's status --watch: it watches, and ends with status 0.
+	// docs/cli.md's status --watch: it watches, and ends with status 0.
 	p := startLive(t, false, "status", "--url", "mem://flags-after", "nightly", "--watch", "--interval", "10ms")
 	waitLine(t, p.out.String, 0, `lock "nightly" held by worker-a`)
 	p.stop()
 	assert.Equal(t, exitOK, p.wait(t).code)
 
-	// The README's advise: --duration after the name is taken (the
+	// docs/cli.md's advise: --duration after the name is taken (the
 	// default would measure for a minute).
 	start := time.Now()
 	r = cli("advise", "--url", "mem://flags-after", "nightly", "--duration", "300ms", "--interval", "20ms")

@@ -66,7 +66,7 @@ func run(t *testing.T, c chaos.Config) (*chaos.Result, error) {
 const binEnv = "FENCELOCK_BIN"
 
 // grantsEnv sets TestCampaign's minimum of grants per backend (default
-// 1000): the README's longer campaign sets 10000.
+// 1000): docs/chaos.md's longer campaign sets 10000.
 const grantsEnv = "FENCELOCK_CHAOS_GRANTS"
 
 // minGrants reads $FENCELOCK_CHAOS_GRANTS.

@@ -68,6 +68,7 @@ if mine then
   -- Ours already: a retry of an attempt whose reply was lost, or a grant
   -- by a release whose message this waiter has not seen.
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  renew_delay(KEYS[1], owner, ttl)
   dequeue(KEYS[3], KEYS[4], owner)
   keep_value(KEYS[8], ARGV[7], ARGV[8])
   return string.sub(v, #owner + 2)

@@ -8,16 +8,14 @@
 -- in the queue (its entry renewed), 3 if it waits, is next and the lock is
 -- free (it should try now), 0 if it is neither: the lock key is gone or
 -- someone else's and no entry of it waits. It never re-creates a vanished
--- key. A holder with a lock-delay renews its marker (see issue) too.
+-- key. A holder with a lock-delay renews its marker (see issue) too; a
+-- free lock in a lock-delay is not the next waiter's to try yet (2).
 --#queue.lua
 local owner, ttl = ARGV[1], tonumber(ARGV[2])
 local v = redis.call('GET', KEYS[1])
 if token_of(v, owner) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  local d = delay_of(owner)
-  if d then
-    redis.call('SET', KEYS[1] .. ':delay', owner, 'PX', ttl + d)
-  end
+  renew_delay(KEYS[1], owner, ttl)
   if KEYS[4] then
     redis.call('PEXPIRE', KEYS[4], ARGV[3])
   end
@@ -32,7 +30,7 @@ enqueue(KEYS[2], KEYS[3], owner, ttl, now)
 if KEYS[4] then
   redis.call('PEXPIRE', KEYS[4], ARGV[3])
 end
-if not v and head(KEYS[2]) == owner then
+if not v and head(KEYS[2]) == owner and not delayed(KEYS[1]) then
   return 3
 end
 return 2

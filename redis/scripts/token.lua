@@ -12,6 +12,15 @@ local function delay_of(owner)
   return nil
 end
 
+-- renew_delay keeps the lock-delay marker of owner, which holds lock,
+-- for ttl + its delay (ms, numbers): it outlives the lock key by the delay.
+local function renew_delay(lock, owner, ttl)
+  local d = delay_of(owner)
+  if d then
+    redis.call('SET', lock .. ':delay', owner, 'PX', ttl + d)
+  end
+end
+
 -- delayed reports whether the lock whose key is lock is in the lock-delay
 -- of a holder whose lease ended other than by its release: its marker
 -- (lock .. ':delay', under the lock's hash tag) lives on. A free lock is
@@ -55,11 +64,8 @@ local function issue(lock, counter, owner, ms, floor)
     t = string.format('%d', redis.call('INCR', counter))
   end
   redis.call('SET', lock, owner .. ':' .. t, 'PX', ms)
-  local d = delay_of(owner)
-  if d then
-    -- The holder's lock-delay marker, renewed with the lock key and
-    -- deleted by its clean release: it outlives the lock key by d.
-    redis.call('SET', lock .. ':delay', owner, 'PX', tonumber(ms) + d)
-  end
+  -- The holder's lock-delay marker, renewed with the lock key and deleted
+  -- by its clean release.
+  renew_delay(lock, owner, tonumber(ms))
   return t
 end
