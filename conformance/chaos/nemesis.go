@@ -74,6 +74,12 @@ func (cp *campaign) fault(kind Fault, worker int, target string) func(err error)
 // slotMoveTimeout bounds a SlotMove fault, beyond its stop halfway.
 const slotMoveTimeout = time.Minute
 
+// hookTimeout bounds a Failover, and each step (kill, restart, pause,
+// continue) of a member fault: a hook that does not return by then (a
+// SENTINEL FAILOVER that never completes) ends as a failed fault, which
+// fails the campaign, instead of holding it past its MaxDuration.
+const hookTimeout = 2 * time.Minute
+
 // inject runs one fault of kind to its end. A fault is undone even if ctx
 // ends meanwhile (its wait is cut short).
 func (cp *campaign) inject(ctx context.Context, kind Fault) {
@@ -88,7 +94,9 @@ func (cp *campaign) inject(ctx context.Context, kind Fault) {
 			failover, target = cp.c.Sentinel.Failover, "primary, through the Sentinel"
 		}
 		end := cp.fault(kind, -1, target)
-		end(failover(context.WithoutCancel(ctx)))
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hookTimeout)
+		end(failover(fctx))
+		cancel()
 		return
 	case SlotMove:
 		// Stopped halfway for a quarter of the TTL to a TTL: the
@@ -164,15 +172,19 @@ func (cp *campaign) memberFault(ctx context.Context) {
 	if !kill {
 		verb, act, undo = "pause", m.Pause, m.Unpause
 	}
-	undoCtx := context.WithoutCancel(ctx)
 	hold := cp.jitter(cp.c.TTL, 1, 2)
 	end := cp.fault(Member, -1, verb+" "+m.String())
-	if err := act(undoCtx); err != nil {
+	actCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hookTimeout)
+	err := act(actCtx)
+	cancel()
+	if err != nil {
 		end(err)
 		return
 	}
 	sleepCtx(ctx, hold)
+	undoCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hookTimeout)
 	end(undo(undoCtx))
+	cancel()
 }
 
 // sleepCtx sleeps d; it returns false if ctx ended first.
