@@ -209,6 +209,12 @@ func checkTTLFlags(rawURL string, ttl, maxHold time.Duration) error {
 	case ttl == 0:
 		return nil
 	}
+	return checkAsParam(rawURL, "--ttl", "ttl", ttl)
+}
+
+// checkAsParam checks a flag's value d as the URL's query parameter param
+// would be checked (rawURL with param set, through backend.CheckURL).
+func checkAsParam(rawURL, flag, param string, d time.Duration) error {
 	u, err := urlkit.Parse(rawURL)
 	if err != nil {
 		return err
@@ -217,9 +223,9 @@ func checkTTLFlags(rawURL string, ttl, maxHold time.Duration) error {
 	if err != nil {
 		return err
 	}
-	q.Set("ttl", ttl.String())
+	q.Set(param, d.String())
 	if err := backend.CheckURL(withQuery(rawURL, q)); err != nil {
-		return fmt.Errorf("%w: --ttl %v: %w", backend.ErrInvalidOption, ttl, err)
+		return fmt.Errorf("%w: %s %v: %w", backend.ErrInvalidOption, flag, d, err)
 	}
 	return nil
 }
@@ -244,19 +250,7 @@ func checkLockDelayFlag(rawURL string, delay time.Duration) error {
 	case delay == 0:
 		return nil
 	}
-	u, err := urlkit.Parse(rawURL)
-	if err != nil {
-		return err
-	}
-	q, err := urlkit.Query(u)
-	if err != nil {
-		return err
-	}
-	q.Set("lock_delay", delay.String())
-	if err := backend.CheckURL(withQuery(rawURL, q)); err != nil {
-		return fmt.Errorf("%w: --lock-delay %v: %w", backend.ErrInvalidOption, delay, err)
-	}
-	return nil
+	return checkAsParam(rawURL, "--lock-delay", "lock_delay", delay)
 }
 
 // redact returns rawURL for output without its secrets (urlkit.Redact: the
