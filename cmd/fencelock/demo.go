@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -13,6 +14,7 @@ import (
 	"github.com/fencelock/fencelock/etcd"
 	"github.com/fencelock/fencelock/internal/demo"
 	"github.com/fencelock/fencelock/internal/etcdtest"
+	"github.com/fencelock/fencelock/internal/faultproxy"
 )
 
 const demoUsage = `usage: fencelock demo [--url URL] [--ttl D]
@@ -54,8 +56,15 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer srv.Close()
 	fmt.Fprintf(stdout, "etcd at %v; lock %q, TTL %v\n\n", srv.Endpoints(), "report", *ttl)
 
-	newClient := func() (*clientv3.Client, *backend.Locker, error) {
-		c, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	// A reaches etcd through a proxy, so that its pause can be a silent
+	// connection: B dials etcd directly.
+	proxyA, err := faultproxy.Start(strings.TrimPrefix(srv.Endpoints()[0], "http://"))
+	if err != nil {
+		return report(stderr, "demo", err)
+	}
+	defer proxyA.Close()
+	newClient := func(endpoint string) (*clientv3.Client, *backend.Locker, error) {
+		c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -66,22 +75,23 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return c, l, nil
 	}
-	clientA, lockerA, err := newClient()
+	clientA, lockerA, err := newClient("http://" + proxyA.Addr())
 	if err != nil {
 		return report(stderr, "demo", err)
 	}
 	defer clientA.Close()
 	defer lockerA.Close()
-	clientB, lockerB, err := newClient()
+	clientB, lockerB, err := newClient(srv.Endpoints()[0])
 	if err != nil {
 		return report(stderr, "demo", err)
 	}
 	defer clientB.Close()
 	defer lockerB.Close()
 
-	// Freezing A closes its client: no renewal or release reaches etcd, as
-	// with a stopped process, so the lease ends by expiring on the server.
-	freezeA := func() { clientA.Close() }
+	// Freezing A cuts its connection: no renewal or release reaches etcd,
+	// as with a stopped process, so the lease ends by expiring on the
+	// server, and A's own Locker reports it lost at its local deadline.
+	freezeA := proxyA.Cut
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	res, err := demo.Run(ctx, stdout, demo.Client{Locker: lockerA, Freeze: freezeA}, demo.Client{Locker: lockerB}, "report", *ttl)

@@ -24,6 +24,9 @@ func TestDemoRejectsStaleWrite(t *testing.T) {
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
 	assert.Contains(t, out.String(), "rejects A's write")
 	assert.Contains(t, out.String(), "OK: A's stale write")
+	// A's pause is a silent connection: A learns of its loss from its own
+	// local deadline, not from an error of its client.
+	assert.Contains(t, out.String(), "no renewal answered before the local deadline")
 }
 
 func TestUsageErrors(t *testing.T) {
