@@ -117,3 +117,7 @@ require (
 	k8s.io/utils v0.0.0-20260108192941-914a6e750570 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
+
+// go-zookeeper v1.0.4 with its lastZxid data race fixed (upstream PR #35, open):
+// see third_party/go-zookeeper-zk/README.md.
+replace github.com/go-zookeeper/zk => ./third_party/go-zookeeper-zk
