@@ -466,6 +466,14 @@ func (s *suite) testElectionCancelledCampaign(t *testing.T) {
 			eo := elector(t, admin)
 			leader := s.campaign(t, elector(t, s.locker(t)), name, "leader", s.prompt)
 
+			// The candidate's Locker takes and releases another lock
+			// first, so that its connections (a pool's, a listener's)
+			// are up before the deadline starts: under load, setting
+			// them up took longer than answered() on a Docker
+			// PostgreSQL, and the campaign then ended unanswered
+			// (ErrUnavailable), not queued.
+			candidate := s.locker(t)
+			release(t, s.acquire(t, candidate, name+"-warm", s.prompt))
 			var cctx context.Context
 			var cancel context.CancelFunc
 			if tc.cancel {
@@ -474,7 +482,7 @@ func (s *suite) testElectionCancelledCampaign(t *testing.T) {
 				cctx, cancel = context.WithTimeout(context.Background(), s.answered())
 			}
 			defer cancel()
-			el := elector(t, s.locker(t))
+			el := elector(t, candidate)
 			ch := goCampaign(t, cctx, el, name, "stale")
 			if tc.cancel {
 				requireCampaigning(t, ch, s.settle, "candidate before cancel")

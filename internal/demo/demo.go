@@ -14,6 +14,10 @@ import (
 	"github.com/fencelock/fencelock/fencing"
 )
 
+// timerLag is how late the loss signal, a timer, may fire after the local
+// deadline on a busy machine.
+const timerLag = time.Second
+
 // Client is one participant: a Locker with its own connection to the backend.
 type Client struct {
 	// Locker is the participant's Locker.
@@ -79,11 +83,12 @@ func Run(ctx context.Context, w io.Writer, a, b Client, name string, ttl time.Du
 	type grant struct {
 		lease *backend.Lease
 		err   error
+		at    time.Time // when Acquire returned: the grant came no later
 	}
 	granted := make(chan grant, 1)
 	go func() {
 		l, err := b.Locker.Acquire(ctx, name, backend.WithTTL(ttl))
-		granted <- grant{l, err}
+		granted <- grant{l, err, time.Now()}
 	}()
 	var g grant
 	select {
@@ -91,9 +96,22 @@ func Run(ctx context.Context, w io.Writer, a, b Client, name string, ttl time.Du
 		say("A", "local deadline passed: %v (a paused A cannot see this)", leaseA.Err())
 		g = <-granted
 	case g = <-granted:
-		if g.err == nil {
+		if g.err != nil {
+			break
+		}
+		// B's grant came first: safe only if A's deadline had passed by
+		// then, its loss signal a timer the scheduler has yet to run
+		// (a busy machine runs it up to timerLag late).
+		if g.at.Before(leaseA.Deadline()) {
 			defer g.lease.Release(context.WithoutCancel(ctx))
-			return res, fmt.Errorf("granted %q to B before A's loss signal fired", name)
+			return res, fmt.Errorf("granted %q to B %v before A's local deadline", name, leaseA.Deadline().Sub(g.at))
+		}
+		select {
+		case <-leaseA.Done():
+			say("A", "local deadline passed: %v (a paused A cannot see this)", leaseA.Err())
+		case <-time.After(timerLag):
+			defer g.lease.Release(context.WithoutCancel(ctx))
+			return res, fmt.Errorf("the loss signal of A did not fire within %v of its local deadline", timerLag)
 		}
 	}
 	leaseB, err := g.lease, g.err
