@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/internal/faultproxy"
+	"github.com/fencelock/fencelock/internal/locktest"
 )
 
 // A loss names what etcd showed (issue 33): the lease revoked (etcdctl
@@ -90,14 +91,5 @@ func TestLossCausePartitioned(t *testing.T) {
 	require.NoError(t, err)
 	px.Partition()
 	defer px.Heal()
-	select {
-	case <-ls.Done():
-	case <-time.After(10 * time.Second):
-		require.FailNow(t, "no loss signal")
-	}
-	require.ErrorIs(t, ls.Err(), backend.ErrLeaseLost)
-	require.ErrorIs(t, ls.Err(), backend.ErrDeadline)
-	for _, other := range []error{backend.ErrRevoked, backend.ErrDeleted, backend.ErrExpired, backend.ErrSessionLost} {
-		require.NotErrorIs(t, ls.Err(), other)
-	}
+	locktest.PartitionedLossIsDeadline(t, ls)
 }

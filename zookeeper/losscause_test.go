@@ -6,8 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/internal/faultproxy"
+	"github.com/fencelock/fencelock/internal/locktest"
 )
 
 // A holder cut off by a partition (a proxy that holds every byte) loses
@@ -22,14 +22,5 @@ func TestLossCausePartitioned(t *testing.T) {
 	require.NoError(t, err)
 	px.Partition()
 	defer px.Heal()
-	select {
-	case <-ls.Done():
-	case <-time.After(10 * time.Second):
-		require.FailNow(t, "no loss signal")
-	}
-	require.ErrorIs(t, ls.Err(), backend.ErrLeaseLost)
-	require.ErrorIs(t, ls.Err(), backend.ErrDeadline)
-	for _, other := range []error{backend.ErrRevoked, backend.ErrDeleted, backend.ErrExpired, backend.ErrSessionLost} {
-		require.NotErrorIs(t, ls.Err(), other)
-	}
+	locktest.PartitionedLossIsDeadline(t, ls)
 }
