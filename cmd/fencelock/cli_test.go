@@ -151,6 +151,9 @@ func TestExitCodeMapping(t *testing.T) {
 		{wrap(fmt.Errorf("%w: %w", backend.ErrNotAcquired, backend.ErrUnavailable)), 69},
 		{wrap(fmt.Errorf("%w: %w", backend.ErrUnavailable, backend.ErrPermission)), 77},
 		{errors.New("dial tcp: connection refused"), 69},
+		// A signal cancelled the wait: interrupted, not unavailable.
+		{wrap(fmt.Errorf("%w: no answer before the context ended: %w", backend.ErrUnavailable, context.Canceled)), 130},
+		{wrap(fmt.Errorf("%w: %w", backend.ErrUnavailable, context.DeadlineExceeded)), 69},
 	} {
 		assert.Equal(t, c.want, exitCode(c.err), "%v", c.err)
 	}

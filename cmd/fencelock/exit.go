@@ -17,14 +17,15 @@ import (
 // Exit statuses shared by every subcommand, after sysexits.h. fencelock run
 // exits with its command's own status when the command ran to its end.
 const (
-	exitOK          = 0  // success, and explicit help (-h, --help, help)
-	exitFailure     = 1  // demo: the stale write was accepted; conformance: a case failed; chaos: a violation; advise: too few holds
-	exitUsage       = 64 // EX_USAGE: unknown command or flag, missing or extra arguments
-	exitInvalid     = 65 // EX_DATAERR: bad URL, lock name or option
-	exitUnavailable = 69 // EX_UNAVAILABLE: backend unreachable or failing (and any error not below)
-	exitNotAcquired = 75 // EX_TEMPFAIL: the lock is held by someone else, or the wait timed out
-	exitLockLost    = 76 // EX_PROTOCOL: the lease was lost, or --max-hold ended it
-	exitPermission  = 77 // EX_NOPERM: the backend refused the request (ACL, role, credentials)
+	exitOK          = 0   // success, and explicit help (-h, --help, help)
+	exitFailure     = 1   // demo: the stale write was accepted; conformance: a case failed; chaos: a violation; advise: too few holds
+	exitUsage       = 64  // EX_USAGE: unknown command or flag, missing or extra arguments
+	exitInvalid     = 65  // EX_DATAERR: bad URL, lock name or option
+	exitUnavailable = 69  // EX_UNAVAILABLE: backend unreachable or failing (and any error not below)
+	exitNotAcquired = 75  // EX_TEMPFAIL: the lock is held by someone else, or the wait timed out
+	exitLockLost    = 76  // EX_PROTOCOL: the lease was lost, or --max-hold ended it
+	exitPermission  = 77  // EX_NOPERM: the backend refused the request (ACL, role, credentials)
+	exitInterrupted = 130 // 128+SIGINT, as shells report it: a signal (SIGINT, SIGTERM) ended the command's work
 )
 
 // exitTable is the exit-status part of the usage texts.
@@ -32,6 +33,7 @@ const exitTable = `Exit status:
   0  success (and -h)        64 usage error       65 invalid URL, name or option
   69 backend unavailable     75 not acquired      76 lease lost or max hold reached
   77 permission denied by the backend
+  130 interrupted by a signal (SIGINT, SIGTERM) before its work was done
 `
 
 // exitCode maps an error of the backend package to the exit status of
@@ -46,6 +48,11 @@ func exitCode(err error) int {
 		return exitInvalid
 	case errors.Is(err, backend.ErrPermission):
 		return exitPermission
+	case errors.Is(err, context.Canceled):
+		// Only a signal cancels a subcommand's context: the user ended
+		// the wait, the backend did not fail it (an error that also
+		// wraps ErrUnavailable says only that no answer had come yet).
+		return exitInterrupted
 	case errors.Is(err, backend.ErrUnavailable):
 		return exitUnavailable
 	case errors.Is(err, backend.ErrLeaseLost):
@@ -60,6 +67,10 @@ func exitCode(err error) int {
 // report prints err with the prefix "fencelock <command>: " and returns its
 // exit status (exitCode).
 func report(stderr io.Writer, command string, err error) int {
+	if errors.Is(err, context.Canceled) {
+		printErr(stderr, command, "interrupted: "+err.Error())
+		return exitInterrupted
+	}
 	printErr(stderr, command, err.Error())
 	return exitCode(err)
 }
