@@ -193,6 +193,11 @@ func (s *Service) worker(ctx context.Context, guard *fencing.Memory, name string
 func (s *Service) straggler(ctx context.Context, guard *fencing.Memory, ttl, every time.Duration) {
 	for ctx.Err() == nil {
 		lease, err := s.locker.Acquire(ctx, "reports", backend.WithTTL(ttl), backend.WithAutoRenew(false))
+		if errors.Is(err, backend.ErrLeaseLost) && !errors.Is(err, backend.ErrUnavailable) {
+			// Unrenewed, its lease can end while it waits behind a
+			// worker (a stalled process): it tries again.
+			continue
+		}
 		if err != nil {
 			s.fail(ctx, err)
 			return
