@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/election"
-	"github.com/fencelock/fencelock/fencing"
 )
 
 // elector returns an Elector over l.
@@ -201,179 +199,200 @@ type harnessCall struct {
 // as in the Loss case), the others the long one, so that no term is lost
 // by accident.
 func (s *suite) testElectionOneLeader(t *testing.T) {
-	const (
-		candidates = 3
-		rounds     = 8
-	)
-	// Two crashes and two revokes among the terms, the rest resigned.
-	end := func(i, r int) termEnd {
-		switch {
-		case i == 0 && r == 2, i == 1 && r == 5:
-			return endCrash
-		case i == 2 && r == 3, i == 0 && r == 6:
-			return endRevoke
-		}
-		return endResign
-	}
 	// Each candidate's Lockers: one, and one more for each of its terms
 	// that is crashed (made here: the Harness may fail the test).
-	lockers := make([][]*backend.Locker, candidates)
+	lockers := make([][]*backend.Locker, oneLeaderCandidates)
 	for i := range lockers {
 		lockers[i] = []*backend.Locker{s.locker(t)}
-		for r := range rounds {
-			if end(i, r) == endCrash {
+		for r := range oneLeaderRounds {
+			if oneLeaderEnd(i, r) == endCrash {
 				lockers[i] = append(lockers[i], s.locker(t))
 			}
 		}
 	}
-
 	name := lockName(t)
-	guard := fencing.NewMemory()
-	var (
-		hist     history
-		inside   atomic.Int32
-		overlaps atomic.Int32
-		errMu    sync.Mutex
-		errs     []string
-	)
-	fail := func(format string, args ...any) {
-		errMu.Lock()
-		errs = append(errs, fmt.Sprintf(format, args...))
-		errMu.Unlock()
-	}
-	c := ctx(t, 3*time.Minute)
-	calls := make(chan harnessCall)
-	call := func(hc harnessCall) bool {
-		hc.done = make(chan struct{})
-		select {
-		case calls <- hc:
-		case <-c.Done():
-			return false
-		}
-		select {
-		case <-hc.done:
-			return true
-		case <-c.Done():
-			return false
-		}
-	}
+	o := &oneLeader{sections: newSections(name), s: s, c: ctx(t, 3*time.Minute), calls: make(chan harnessCall), lockers: lockers}
 
 	var wg sync.WaitGroup
-	for i := range candidates {
-		wg.Go(func() {
-			who := fmt.Sprintf("candidate%d", i)
-			next := 0
-			e, err := election.New(lockers[i][next])
-			if err != nil {
-				fail("%s: election.New: %v", who, err)
-				return
-			}
-			for r := range rounds {
-				mode := end(i, r)
-				var opts []backend.Option
-				if mode != endResign {
-					opts = s.shortTTL()
-				}
-				value := fmt.Sprintf("%s/term%d", who, r)
-				term, err := e.Campaign(c, name, value, opts...)
-				if err != nil {
-					fail("%s: Campaign %d: %v", who, r, err)
-					return
-				}
-				start := time.Now()
-				if inside.Add(1) != 1 {
-					overlaps.Add(1)
-				}
-				for k := range 2 {
-					err := guard.Do(c, name, term.Token(), func(context.Context) error {
-						time.Sleep(100 * time.Microsecond)
-						return nil
-					})
-					if err != nil {
-						fail("%s: guarded write %d of term %d: %v", who, k, term.Token(), err)
-					}
-				}
-				// A backend that cannot answer says so (ErrUnavailable:
-				// a busy machine's server, a reconnecting client) and is
-				// asked again, twice at most; a wrong answer fails at once.
-				var ld election.Leader
-				for try := 0; ; try++ {
-					lctx, cancel := context.WithTimeout(c, s.prompt)
-					ld, err = e.Leader(lctx, name)
-					cancel()
-					if !errors.Is(err, backend.ErrUnavailable) || try == 2 {
-						break
-					}
-				}
-				if err != nil || ld.Token != term.Token() || ld.Value != value {
-					fail("%s: Leader during term %d (%q) shows %+v, %v", who, term.Token(), value, ld, err)
-				}
-				if err := term.Err(); err != nil {
-					fail("%s: term %d lost while leading: %v", who, term.Token(), err)
-				}
-				inside.Add(-1)
-				hist.add(holdRecord{who: who, token: term.Token(), start: start, end: time.Now()})
-
-				switch mode {
-				case endResign:
-					rctx, cancel := context.WithTimeout(c, s.prompt)
-					if err := term.Resign(rctx); err != nil {
-						fail("%s: Resign of term %d: %v", who, term.Token(), err)
-					}
-					cancel()
-					continue
-				case endCrash:
-					if !call(harnessCall{crash: lockers[i][next]}) {
-						return
-					}
-				case endRevoke:
-					if !call(harnessCall{revoke: term.Lease()}) {
-						return
-					}
-				}
-				select {
-				case <-term.Done():
-					if !errors.Is(term.Err(), backend.ErrLeaseLost) {
-						fail("%s: term %d ended by a crash or revoke with %v, not ErrLeaseLost", who, term.Token(), term.Err())
-					}
-				case <-time.After(s.expiry):
-					fail("%s: term %d did not end within %v of its crash or revoke", who, term.Token(), s.expiry)
-				}
-				if mode == endCrash {
-					next++
-					if e, err = election.New(lockers[i][next]); err != nil {
-						fail("%s: election.New: %v", who, err)
-						return
-					}
-				}
-			}
-		})
+	for i := range oneLeaderCandidates {
+		wg.Go(func() { o.candidate(i) })
 	}
 	done := make(chan struct{})
 	go func() {
 		wg.Wait()
 		close(done)
 	}()
+	o.serve(t, done)
+
+	require.Empty(t, o.errs)
+	assert.Zero(t, o.overlaps.Load(), "terms overlapped")
+	holds := o.hist.snapshot()
+	require.Len(t, holds, oneLeaderCandidates*oneLeaderRounds)
+	assert.Empty(t, checkHistory(holds), "term history (%d terms)", len(holds))
+	s.requireNoLeader(t, elector(t, s.locker(t)), name, "after every term ended")
+}
+
+// ElectionOneLeader's candidates, and the terms each wins.
+const (
+	oneLeaderCandidates = 3
+	oneLeaderRounds     = 8
+)
+
+// oneLeaderEnd is how candidate i's term of round r ends: two crashes and
+// two revokes among the terms, the rest resigned.
+func oneLeaderEnd(i, r int) termEnd {
+	switch {
+	case i == 0 && r == 2, i == 1 && r == 5:
+		return endCrash
+	case i == 2 && r == 3, i == 0 && r == 6:
+		return endRevoke
+	}
+	return endResign
+}
+
+// oneLeader is one run of ElectionOneLeader: its terms' sections, the
+// candidates' Lockers, and the channel on which candidates ask the test's
+// goroutine for a crash or a revoke.
+type oneLeader struct {
+	*sections
+	s       *suite
+	c       context.Context
+	calls   chan harnessCall
+	lockers [][]*backend.Locker // by candidate: one, and one per crashed term
+}
+
+// serve crashes and revokes what the candidates ask for (calls), on the
+// test's goroutine, until done closes.
+func (o *oneLeader) serve(t *testing.T, done <-chan struct{}) {
 	for running := true; running; {
 		select {
-		case hc := <-calls:
+		case hc := <-o.calls:
 			if hc.crash != nil {
-				s.h.Crash(t, hc.crash)
+				o.s.h.Crash(t, hc.crash)
 			} else {
-				s.h.Revoke(t, hc.revoke)
+				o.s.h.Revoke(t, hc.revoke)
 			}
 			close(hc.done)
 		case <-done:
 			running = false
 		}
 	}
+}
 
-	require.Empty(t, errs)
-	assert.Zero(t, overlaps.Load(), "terms overlapped")
-	holds := hist.snapshot()
-	require.Len(t, holds, candidates*rounds)
-	assert.Empty(t, checkHistory(holds), "term history (%d terms)", len(holds))
-	s.requireNoLeader(t, elector(t, s.locker(t)), name, "after every term ended")
+// call asks serve to make hc, and reports whether it did before the
+// run's context ended.
+func (o *oneLeader) call(hc harnessCall) bool {
+	hc.done = make(chan struct{})
+	select {
+	case o.calls <- hc:
+	case <-o.c.Done():
+		return false
+	}
+	select {
+	case <-hc.done:
+		return true
+	case <-o.c.Done():
+		return false
+	}
+}
+
+// candidate is candidate i's loop: it campaigns for each round's term
+// (the short TTL for one to be crashed or revoked), leads, and ends the
+// term; after a crash it goes on with its next Locker.
+func (o *oneLeader) candidate(i int) {
+	who := fmt.Sprintf("candidate%d", i)
+	next := 0
+	e, err := election.New(o.lockers[i][next])
+	if err != nil {
+		o.fail("%s: election.New: %v", who, err)
+		return
+	}
+	for r := range oneLeaderRounds {
+		mode := oneLeaderEnd(i, r)
+		var opts []backend.Option
+		if mode != endResign {
+			opts = o.s.shortTTL()
+		}
+		value := fmt.Sprintf("%s/term%d", who, r)
+		term, err := e.Campaign(o.c, o.name, value, opts...)
+		if err != nil {
+			o.fail("%s: Campaign %d: %v", who, r, err)
+			return
+		}
+		o.lead(who, e, term, value)
+		if !o.end(who, term, mode, o.lockers[i][next]) {
+			return
+		}
+		if mode == endCrash {
+			next++
+			if e, err = election.New(o.lockers[i][next]); err != nil {
+				o.fail("%s: election.New: %v", who, err)
+				return
+			}
+		}
+	}
+}
+
+// lead is a term's section: two guarded writes with its term number, a
+// check that Leader shows it with value and that it still holds, and its
+// record in the history.
+func (o *oneLeader) lead(who string, e *election.Elector, term *election.Term, value string) {
+	start := o.enter()
+	o.write(o.c, who, "of term", term.Token())
+	// A backend that cannot answer says so (ErrUnavailable: a busy
+	// machine's server, a reconnecting client) and is asked again, twice
+	// at most; a wrong answer fails at once.
+	var (
+		ld  election.Leader
+		err error
+	)
+	for try := 0; ; try++ {
+		lctx, cancel := context.WithTimeout(o.c, o.s.prompt)
+		ld, err = e.Leader(lctx, o.name)
+		cancel()
+		if !errors.Is(err, backend.ErrUnavailable) || try == 2 {
+			break
+		}
+	}
+	if err != nil || ld.Token != term.Token() || ld.Value != value {
+		o.fail("%s: Leader during term %d (%q) shows %+v, %v", who, term.Token(), value, ld, err)
+	}
+	if err := term.Err(); err != nil {
+		o.fail("%s: term %d lost while leading: %v", who, term.Token(), err)
+	}
+	o.leave(who, term.Token(), start)
+}
+
+// end ends term as mode says: it resigns, or has serve crash l or revoke
+// the term's lease and checks that the term ends with ErrLeaseLost within
+// the expiry bound. It reports false if the run's context ended first.
+func (o *oneLeader) end(who string, term *election.Term, mode termEnd, l *backend.Locker) bool {
+	switch mode {
+	case endResign:
+		rctx, cancel := context.WithTimeout(o.c, o.s.prompt)
+		if err := term.Resign(rctx); err != nil {
+			o.fail("%s: Resign of term %d: %v", who, term.Token(), err)
+		}
+		cancel()
+		return true
+	case endCrash:
+		if !o.call(harnessCall{crash: l}) {
+			return false
+		}
+	case endRevoke:
+		if !o.call(harnessCall{revoke: term.Lease()}) {
+			return false
+		}
+	}
+	select {
+	case <-term.Done():
+		if !errors.Is(term.Err(), backend.ErrLeaseLost) {
+			o.fail("%s: term %d ended by a crash or revoke with %v, not ErrLeaseLost", who, term.Token(), term.Err())
+		}
+	case <-time.After(o.s.expiry):
+		o.fail("%s: term %d did not end within %v of its crash or revoke", who, term.Token(), o.s.expiry)
+	}
+	return true
 }
 
 // testElectionResignHandsOver: Resign hands the election to the next

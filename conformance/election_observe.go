@@ -242,101 +242,146 @@ func (s *suite) testElectionObserve(t *testing.T) {
 	obsLocker := s.locker(t)
 	eo := elector(t, obsLocker, election.WithPollInterval(observePoll))
 	o, stop := s.observe(t, eo, name)
-	var terms []observedTerm // granted, in order, with their values and times
-	// at is the index of the first observation not yet matched.
-	at := o.await(t, 0, s.prompt, "no leader before the first campaign", func(obs election.Observation) bool {
+	r := &observeRun{s: s, t: t, name: name, obsLocker: obsLocker, eo: eo, o: o}
+	r.at = o.await(t, 0, s.prompt, "no leader before the first campaign", func(obs election.Observation) bool {
 		return obs.Err == nil && obs.Leader == nil
 	})
-	require.Equal(t, 1, at, "the first observation is no leader: %s", describe(o.snapshot()))
-	// seen waits until the observer shows term with value.
-	seen := func(term *election.Term, value, what string) {
-		t.Helper()
-		at = o.await(t, at, s.prompt, fmt.Sprintf("%s (term %d, %q)", what, term.Token(), value), func(obs election.Observation) bool {
-			return obs.Leader != nil && obs.Leader.Token == term.Token() && obs.Leader.Value == value
-		})
-	}
-	// record notes a term the test saw granted at granted, and the values
-	// it will have.
-	record := func(term *election.Term, granted time.Time, values ...string) {
-		terms = append(terms, observedTerm{token: term.Token(), values: values, granted: granted})
-	}
-	// endAt notes that the test began to end term at when (nothing ended
-	// it earlier).
-	endAt := func(term *election.Term, when time.Time) {
-		t.Helper()
-		i := slices.IndexFunc(terms, func(tm observedTerm) bool { return tm.token == term.Token() })
-		require.GreaterOrEqual(t, i, 0, "term %d not recorded", term.Token())
-		terms[i].ending = when
-	}
-	c := ctx(t, 3*time.Minute)
-	// waiting campaigns in the background, and returns once it is queued.
-	waiting := func(value string, opts ...backend.Option) chan campaignResult {
-		t.Helper()
-		ch := goCampaign(t, c, elector(t, s.locker(t)), name, value, opts...)
-		requireCampaigning(t, ch, s.settle, value)
-		s.requireQueued(t, obsLocker, name, 1)
-		return ch
-	}
+	require.Equal(t, 1, r.at, "the first observation is no leader: %s", describe(o.snapshot()))
+	r.c = ctx(t, 3*time.Minute)
 
-	// Resign, with a Proclaim before it.
-	a := s.campaign(t, elector(t, s.locker(t)), name, "a", s.prompt)
-	record(a, time.Now(), "a", "a2")
-	seen(a, "a", "the first leader")
+	b := r.resign()
+	d := r.crash(b)
+	e := r.revoke(d)
+	q := r.pause(e)
+	last, lastValue := q, "q"
+	if pt, ok := s.h.(Partitioner); ok {
+		last = r.partitionLeader(pt, q)
+		lastValue = r.partitionObserver(pt, last)
+	}
+	r.finish(last, lastValue, stop)
+}
+
+// observeRun is one run of ElectionObserve: the election, the observer,
+// the terms granted so far and how far the observer's log was matched.
+type observeRun struct {
+	s         *suite
+	t         *testing.T
+	name      string
+	obsLocker *backend.Locker   // the observer's
+	eo        *election.Elector // the observer's
+	o         *observed         // what it delivered
+	c         context.Context   // the background campaigns'
+	terms     []observedTerm    // granted, in order, with their values and times
+	at        int               // the index of the first observation not yet matched
+}
+
+// seen waits until the observer shows term with value.
+func (r *observeRun) seen(term *election.Term, value, what string) {
+	r.t.Helper()
+	r.at = r.o.await(r.t, r.at, r.s.prompt, fmt.Sprintf("%s (term %d, %q)", what, term.Token(), value), func(obs election.Observation) bool {
+		return obs.Leader != nil && obs.Leader.Token == term.Token() && obs.Leader.Value == value
+	})
+}
+
+// record notes a term the test saw granted at granted, and the values it
+// will have.
+func (r *observeRun) record(term *election.Term, granted time.Time, values ...string) {
+	r.terms = append(r.terms, observedTerm{token: term.Token(), values: values, granted: granted})
+}
+
+// endAt notes that the test began to end term at when (nothing ended it
+// earlier).
+func (r *observeRun) endAt(term *election.Term, when time.Time) {
+	r.t.Helper()
+	i := slices.IndexFunc(r.terms, func(tm observedTerm) bool { return tm.token == term.Token() })
+	require.GreaterOrEqual(r.t, i, 0, "term %d not recorded", term.Token())
+	r.terms[i].ending = when
+}
+
+// waiting campaigns in the background, and returns once it is queued.
+func (r *observeRun) waiting(value string, opts ...backend.Option) chan campaignResult {
+	r.t.Helper()
+	ch := goCampaign(r.t, r.c, elector(r.t, r.s.locker(r.t)), r.name, value, opts...)
+	requireCampaigning(r.t, ch, r.s.settle, value)
+	r.s.requireQueued(r.t, r.obsLocker, r.name, 1)
+	return ch
+}
+
+// resign: the first leader a proclaims a2, then resigns; b, waiting,
+// leads next. It returns b's term.
+func (r *observeRun) resign() *election.Term {
+	s, t := r.s, r.t
+	a := s.campaign(t, elector(t, s.locker(t)), r.name, "a", s.prompt)
+	r.record(a, time.Now(), "a", "a2")
+	r.seen(a, "a", "the first leader")
 	require.NoError(t, a.Proclaim(ctx(t, s.prompt), "a2"))
-	s.requireLeader(t, eo, a, "a2", "Proclaim keeps the term")
-	seen(a, "a2", "the first leader's Proclaim")
-	chB := waiting("b")
-	endAt(a, time.Now())
+	s.requireLeader(t, r.eo, a, "a2", "Proclaim keeps the term")
+	r.seen(a, "a2", "the first leader's Proclaim")
+	chB := r.waiting("b")
+	r.endAt(a, time.Now())
 	require.NoError(t, a.Resign(ctx(t, s.prompt)))
 	rb := elected(t, chB, s.prompt, "b after a resigned")
 	b := rb.term
-	record(b, rb.at, "b")
-	seen(b, "b", "the leader after a Resign")
+	r.record(b, rb.at, "b")
+	r.seen(b, "b", "the leader after a Resign")
+	return b
+}
 
-	// Crash: the next leads once the crashed leader's short TTL ran out.
+// crash: b resigns to c (short TTL), whose Locker is crashed; d leads
+// once c's TTL ran out. It returns d's term.
+func (r *observeRun) crash(b *election.Term) *election.Term {
+	s, t := r.s, r.t
 	cLocker := s.locker(t)
-	chC := goCampaign(t, c, elector(t, cLocker), name, "c", s.shortTTL()...)
+	chC := goCampaign(t, r.c, elector(t, cLocker), r.name, "c", s.shortTTL()...)
 	requireCampaigning(t, chC, s.settle, "c")
-	s.requireQueued(t, obsLocker, name, 1)
-	endAt(b, time.Now())
+	s.requireQueued(t, r.obsLocker, r.name, 1)
+	r.endAt(b, time.Now())
 	require.NoError(t, b.Resign(ctx(t, s.prompt)))
 	rc := elected(t, chC, s.prompt, "c after b resigned")
 	cTerm := rc.term
-	record(cTerm, rc.at, "c")
-	seen(cTerm, "c", "the leader that will crash")
-	chD := waiting("d", s.shortTTL()...) // to be revoked: see the Loss case
-	endAt(cTerm, time.Now())
+	r.record(cTerm, rc.at, "c")
+	r.seen(cTerm, "c", "the leader that will crash")
+	chD := r.waiting("d", s.shortTTL()...) // to be revoked: see the Loss case
+	r.endAt(cTerm, time.Now())
 	s.h.Crash(t, cLocker)
 	rd := elected(t, chD, s.expiry, "d after the leader crashed")
 	d := rd.term
 	require.Greater(t, d.Token(), cTerm.Token())
 	requireNotBefore(t, rd.at, cTerm.Lease())
 	requireClosed(t, cTerm.Done(), s.expiry, "the crashed leader's Done")
-	record(d, rd.at, "d")
-	seen(d, "d", "the leader after a crash")
+	r.record(d, rd.at, "d")
+	r.seen(d, "d", "the leader after a crash")
+	return d
+}
 
-	// Revoke.
-	chE := waiting("e")
-	endAt(d, time.Now())
+// revoke: d's lease is revoked; e leads next. It returns e's term.
+func (r *observeRun) revoke(d *election.Term) *election.Term {
+	s, t := r.s, r.t
+	chE := r.waiting("e")
+	r.endAt(d, time.Now())
 	s.h.Revoke(t, d.Lease())
 	re := elected(t, chE, s.expiry, "e after the leader was revoked")
 	e := re.term
 	require.Greater(t, e.Token(), d.Token())
 	requireClosed(t, d.Done(), s.expiry, "the revoked leader's Done")
-	record(e, re.at, "e")
-	seen(e, "e", "the leader after a revoke")
+	r.record(e, re.at, "e")
+	r.seen(e, "e", "the leader after a revoke")
+	return e
+}
 
-	// Pause: a leader that does not renew loses its term at its TTL. It
-	// renews by hand (Refresh) until the observer has shown it, so that a
-	// stall of a loaded machine longer than its TTL cannot end it unseen,
-	// and then stops.
+// pause: e resigns to p, a leader that does not renew and loses its term
+// at its TTL; q leads next. p renews by hand (Refresh) until the observer
+// has shown it, so that a stall of a loaded machine longer than its TTL
+// cannot end it unseen, and then stops. It returns q's term.
+func (r *observeRun) pause(e *election.Term) *election.Term {
+	s, t := r.s, r.t
 	pTTL := max(s.short, time.Second)
-	chP := waiting("p", backend.WithTTL(pTTL), backend.WithAutoRenew(false))
-	endAt(e, time.Now())
+	chP := r.waiting("p", backend.WithTTL(pTTL), backend.WithAutoRenew(false))
+	r.endAt(e, time.Now())
 	require.NoError(t, e.Resign(ctx(t, s.prompt)))
 	rp := elected(t, chP, s.prompt, "p after e resigned")
 	p := rp.term
-	record(p, rp.at, "p")
+	r.record(p, rp.at, "p")
 	stopRefresh, refreshed := make(chan struct{}), make(chan time.Time, 1)
 	go func() {
 		// last is when the last Refresh that succeeded began: the backend
@@ -361,95 +406,109 @@ func (s *suite) testElectionObserve(t *testing.T) {
 			}
 		}
 	}()
-	seen(p, "p", "the leader that will pause")
+	r.seen(p, "p", "the leader that will pause")
 	close(stopRefresh)
-	endAt(p, <-refreshed)
-	chQ := waiting("q")
+	r.endAt(p, <-refreshed)
+	chQ := r.waiting("q")
 	rq := elected(t, chQ, pTTL+s.expiry, "q after the leader paused past its TTL")
 	q := rq.term
 	require.Greater(t, q.Token(), p.Token())
 	requireLostBy(t, rq.at, p.Lease(), "the paused leader's Done, although the next leads,")
-	record(q, rq.at, "q")
-	seen(q, "q", "the leader after a pause")
-	last, lastValue := q, "q"
+	r.record(q, rq.at, "q")
+	r.seen(q, "q", "the leader after a pause")
+	return q
+}
 
-	if pt, ok := s.h.(Partitioner); ok {
-		// Partition: the cut-off leader's Done fires, the next leads.
-		fLocker := s.locker(t)
-		chF := goCampaign(t, c, elector(t, fLocker), name, "f", s.shortTTL()...)
-		requireCampaigning(t, chF, s.settle, "f")
-		s.requireQueued(t, obsLocker, name, 1)
-		endAt(q, time.Now())
-		require.NoError(t, q.Resign(ctx(t, s.prompt)))
-		rf := elected(t, chF, s.prompt, "f after q resigned")
-		f := rf.term
-		record(f, rf.at, "f")
-		seen(f, "f", "the leader that will be partitioned")
-		chG := waiting("g", s.shortTTL()...) // the observer's bound while it shows g
-		endAt(f, time.Now())
-		heal := healOnce(t, pt.Partition(t, fLocker))
-		requireClosed(t, f.Done(), s.expiry, "the partitioned leader's Done")
-		rg := elected(t, chG, s.expiry+s.prompt, "g after the leader was partitioned")
-		g := rg.term
-		require.Greater(t, g.Token(), f.Token())
-		requireNotBefore(t, rg.at, f.Lease())
-		record(g, rg.at, "g")
-		seen(g, "g", "the leader after a partition")
-		heal()
-		last, lastValue = g, "g"
+// partitionLeader: q resigns to f, which is cut off by a partition: its
+// Done fires, and g leads next with a larger term. It returns g's term.
+func (r *observeRun) partitionLeader(pt Partitioner, q *election.Term) *election.Term {
+	s, t := r.s, r.t
+	fLocker := s.locker(t)
+	chF := goCampaign(t, r.c, elector(t, fLocker), r.name, "f", s.shortTTL()...)
+	requireCampaigning(t, chF, s.settle, "f")
+	s.requireQueued(t, r.obsLocker, r.name, 1)
+	r.endAt(q, time.Now())
+	require.NoError(t, q.Resign(ctx(t, s.prompt)))
+	rf := elected(t, chF, s.prompt, "f after q resigned")
+	f := rf.term
+	r.record(f, rf.at, "f")
+	r.seen(f, "f", "the leader that will be partitioned")
+	chG := r.waiting("g", s.shortTTL()...) // the observer's bound while it shows g
+	r.endAt(f, time.Now())
+	heal := healOnce(t, pt.Partition(t, fLocker))
+	requireClosed(t, f.Done(), s.expiry, "the partitioned leader's Done")
+	rg := elected(t, chG, s.expiry+s.prompt, "g after the leader was partitioned")
+	g := rg.term
+	require.Greater(t, g.Token(), f.Token())
+	requireNotBefore(t, rg.at, f.Lease())
+	r.record(g, rg.at, "g")
+	r.seen(g, "g", "the leader after a partition")
+	heal()
+	return g
+}
 
-		// The observer partitioned while g leads: unknown, never "no
-		// leader", within g's TTL (it does not go on naming g for longer
-		// than g's term could last unrenewed); g proclaims meanwhile, and
-		// the observer shows its new value once the partition heals.
-		// (Half a TTL of slack, for a loaded machine; Observe's fixed
-		// 5s bound, before, failed it.) A backend whose Status cannot tell
-		// a holder's TTL left (ZooKeeper: another session's timeout is
-		// the ensemble's) gets Observe's 5s bound on a read.
-		unknownWithin := s.short + s.short/2
-		if st, err := obsLocker.Status(ctx(t, s.prompt), name); err != nil || st.Holder == nil || st.Holder.TTLLeft < 0 {
-			unknownWithin = observeReadTimeout + s.prompt
-		}
-		cut := len(o.snapshot())
-		healObs := healOnce(t, pt.Partition(t, obsLocker))
-		at = o.await(t, at, unknownWithin, "unknown while the observer is partitioned", func(obs election.Observation) bool {
-			return obs.Err != nil || obs.Leader == nil // "no leader" fails below
-		})
-		lastValue = "g2"
-		terms[len(terms)-1].values = append(terms[len(terms)-1].values, lastValue)
-		require.NoError(t, g.Proclaim(ctx(t, s.prompt), lastValue))
-		time.Sleep(observeReadTimeout / 2) // the observer's reads go on failing
-		during := o.snapshot()[cut:]
-		healObs()
-		unknown := 0
-		for _, obs := range during {
-			switch {
-			case obs.Err != nil:
-				unknown++
-				assert.ErrorIs(t, obs.Err, backend.ErrUnavailable, "an unknown while the observer is partitioned")
-			case obs.Leader == nil:
-				assert.Failf(t, "no leader through a partition", "the partitioned observer showed no leader while g leads, not unknown: %s", describe(during))
-			}
-		}
-		require.Positive(t, unknown, "the partitioned observer showed no unknown: %s", describe(during))
-		seen(g, lastValue, "the leader's new value once the observer's partition healed")
+// partitionObserver partitions the observer while g leads: it shows
+// unknown, never "no leader", within g's TTL (it does not go on naming g
+// for longer than g's term could last unrenewed); g proclaims meanwhile,
+// and the observer shows its new value once the partition heals. It
+// returns that value.
+//
+// (Half a TTL of slack, for a loaded machine; Observe's fixed 5s bound,
+// before, failed it.) A backend whose Status cannot tell a holder's TTL
+// left (ZooKeeper: another session's timeout is the ensemble's) gets
+// Observe's 5s bound on a read.
+func (r *observeRun) partitionObserver(pt Partitioner, g *election.Term) string {
+	s, t := r.s, r.t
+	unknownWithin := s.short + s.short/2
+	if st, err := r.obsLocker.Status(ctx(t, s.prompt), r.name); err != nil || st.Holder == nil || st.Holder.TTLLeft < 0 {
+		unknownWithin = observeReadTimeout + s.prompt
 	}
+	cut := len(r.o.snapshot())
+	healObs := healOnce(t, pt.Partition(t, r.obsLocker))
+	r.at = r.o.await(t, r.at, unknownWithin, "unknown while the observer is partitioned", func(obs election.Observation) bool {
+		return obs.Err != nil || obs.Leader == nil // "no leader" fails below
+	})
+	lastValue := "g2"
+	r.terms[len(r.terms)-1].values = append(r.terms[len(r.terms)-1].values, lastValue)
+	require.NoError(t, g.Proclaim(ctx(t, s.prompt), lastValue))
+	time.Sleep(observeReadTimeout / 2) // the observer's reads go on failing
+	during := r.o.snapshot()[cut:]
+	healObs()
+	unknown := 0
+	for _, obs := range during {
+		switch {
+		case obs.Err != nil:
+			unknown++
+			assert.ErrorIs(t, obs.Err, backend.ErrUnavailable, "an unknown while the observer is partitioned")
+		case obs.Leader == nil:
+			assert.Failf(t, "no leader through a partition", "the partitioned observer showed no leader while g leads, not unknown: %s", describe(during))
+		}
+	}
+	require.Positive(t, unknown, "the partitioned observer showed no unknown: %s", describe(during))
+	r.seen(g, lastValue, "the leader's new value once the observer's partition healed")
+	return lastValue
+}
 
-	endAt(last, time.Now())
+// finish resigns the last term (with lastValue), waits for "no leader",
+// ends the observer (stop) and checks everything it delivered against
+// the terms recorded (checkObservations).
+func (r *observeRun) finish(last *election.Term, lastValue string, stop context.CancelFunc) {
+	s, t := r.s, r.t
+	r.endAt(last, time.Now())
 	require.NoError(t, last.Resign(ctx(t, s.prompt)))
-	o.await(t, at, s.prompt, "no leader after the last Resign", func(obs election.Observation) bool {
+	r.o.await(t, r.at, s.prompt, "no leader after the last Resign", func(obs election.Observation) bool {
 		return obs.Err == nil && obs.Leader == nil
 	})
 	stop()
-	requireClosed(t, o.closed, s.prompt, "the Observe channel after its context ended")
+	requireClosed(t, r.o.closed, s.prompt, "the Observe channel after its context ended")
 
-	log, times := o.snapshotTimes()
+	log, times := r.o.snapshotTimes()
 	unknown := 0
 	for _, obs := range log {
 		if obs.Err != nil {
 			unknown++
 		}
 	}
-	t.Logf("%d observations of %d terms (%d unknown; last value %q): %s", len(log), len(terms), unknown, lastValue, describe(log))
-	assert.Empty(t, checkObservations(log, times, terms), "observations")
+	t.Logf("%d observations of %d terms (%d unknown; last value %q): %s", len(log), len(r.terms), unknown, lastValue, describe(log))
+	assert.Empty(t, checkObservations(log, times, r.terms), "observations")
 }

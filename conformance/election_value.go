@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelock/fencelock/backend"
+	"github.com/fencelock/fencelock/election"
 	"github.com/fencelock/fencelock/fencing"
 )
 
@@ -77,152 +78,162 @@ func (s *suite) testElectionProclaim(t *testing.T) {
 	admin := s.locker(t)
 	eo := elector(t, admin)
 
-	t.Run("KeepsTerm", func(t *testing.T) {
-		name := lockName(t)
-		term := s.campaign(t, elector(t, s.locker(t)), name, "v1", s.prompt)
-		token := term.Token()
-		for _, v := range []string{"v2", "v2", "välue ✓", ""} {
-			require.NoError(t, term.Proclaim(ctx(t, s.prompt), v), "Proclaim(%q)", v)
-			require.Equal(t, token, term.Token(), "Proclaim changed the term's token")
-			require.Equal(t, v, term.Value())
-			require.NoError(t, term.Err(), "the term after Proclaim")
-			s.requireLeader(t, eo, term, v, "Leader after Proclaim(%q)", v)
-			s.requireStatusValue(t, admin, name, token, v, "Status after Proclaim(%q)", v)
-		}
-		require.NoError(t, term.Resign(ctx(t, s.prompt)))
-		require.ErrorIs(t, term.Proclaim(ctx(t, s.prompt), "late"), backend.ErrReleased, "Proclaim after Resign")
-		s.requireNoLeader(t, eo, name, "after Resign and a Proclaim")
-	})
-
+	t.Run("KeepsTerm", func(t *testing.T) { s.proclaimKeepsTerm(t, admin, eo) })
 	// Revoked with nobody waiting, and with a candidate that leads next.
-	for _, next := range []bool{false, true} {
-		label := "Revoked"
-		if next {
-			label = "RevokedThenNextLeads"
-		}
-		t.Run(label, func(t *testing.T) {
-			name := lockName(t)
-			guard := fencing.NewMemory()
-			old := s.campaign(t, elector(t, s.locker(t)), name, "old", s.prompt)
-			_, err := s.fencedWrite(t, guard, name, old.Token())
-			require.NoError(t, err)
-			var ch chan campaignResult
-			if next {
-				ch = goCampaign(t, ctx(t, s.long), elector(t, s.locker(t)), name, "next")
-				requireCampaigning(t, ch, s.settle, "next candidate")
-				s.requireQueued(t, admin, name, 1)
-			}
-			s.h.Revoke(t, old.Lease())
-			// At once: before or after the old leader noticed, and maybe
-			// while the next one is granted, the outcome is the same.
-			require.ErrorIs(t, old.Proclaim(ctx(t, s.prompt), "late"), backend.ErrLeaseLost, "Proclaim right after the revoke")
-			requireClosed(t, old.Done(), s.expiry, "the revoked term's Done")
-			require.ErrorIs(t, old.Proclaim(ctx(t, s.prompt), "later"), backend.ErrLeaseLost, "Proclaim after the loss signal")
-			require.Equal(t, "old", old.Value(), "a failed Proclaim changed the term's value")
-			if !next {
-				s.requireNoLeader(t, eo, name, "after the revoke and a late Proclaim")
-				return
-			}
-			cur := elected(t, ch, s.expiry, "next candidate after the revoke").term
-			require.Greater(t, cur.Token(), old.Token())
-			require.ErrorIs(t, old.Proclaim(ctx(t, s.prompt), "latest"), backend.ErrLeaseLost, "Proclaim after the next leader was granted")
-			s.requireLeader(t, eo, cur, "next", "a late Proclaim overwrote the next leader's value")
-			_, err = s.fencedWrite(t, guard, name, cur.Token())
-			require.NoError(t, err)
-			s.requireFencedOff(t, guard, name, old.Token(), cur.Token())
-			require.NoError(t, cur.Resign(ctx(t, s.prompt)))
-		})
-	}
-
-	// A leader paused past its TTL (it does not renew) is replaced, and
-	// neither its Proclaim nor its writes get through afterwards.
-	t.Run("Paused", func(t *testing.T) {
-		name := lockName(t)
-		guard := fencing.NewMemory()
-		old := s.campaign(t, elector(t, s.locker(t)), name, "paused", s.prompt, s.shortTTL(backend.WithAutoRenew(false))...)
-		_, err := s.fencedWrite(t, guard, name, old.Token())
-		require.NoError(t, err)
-		r := elected(t, goCampaign(t, ctx(t, s.expiry), elector(t, s.locker(t)), name, "next"), s.expiry, "next candidate while the leader is paused")
-		cur := r.term
-		require.Greater(t, cur.Token(), old.Token())
-		requireNotBefore(t, r.at, old.Lease())
-		_, err = s.fencedWrite(t, guard, name, cur.Token())
-		require.NoError(t, err)
-
-		// The old leader wakes up.
-		s.requireFencedOff(t, guard, name, old.Token(), cur.Token())
-		require.ErrorIs(t, old.Proclaim(ctx(t, s.prompt), "late"), backend.ErrLeaseLost)
-		s.requireLeader(t, eo, cur, "next", "a late Proclaim overwrote the next leader's value")
-		require.True(t, isClosed(old.Done()), "the paused leader's Done has not fired although the next leads")
-		require.NoError(t, cur.Resign(ctx(t, s.prompt)))
-	})
-
-	// A Proclaim sent while the term was this lease's, held by a partition
-	// until the term was revoked on the server and the next leader
-	// proclaimed: the backend must refuse it when it arrives, as only the
-	// term's own record may be changed (a driver that writes the value
-	// unconditionally overwrites the next leader's). The old leader does
-	// not renew and has the long TTL, so that nothing ends its term before
-	// the Proclaim started: its Proclaim reaches the driver.
+	t.Run("Revoked", func(t *testing.T) { s.proclaimRevoked(t, admin, eo, false) })
+	t.Run("RevokedThenNextLeads", func(t *testing.T) { s.proclaimRevoked(t, admin, eo, true) })
+	t.Run("Paused", func(t *testing.T) { s.proclaimPaused(t, eo) })
 	if pt, ok := s.h.(Partitioner); ok {
-		t.Run("InFlight", func(t *testing.T) {
-			name := lockName(t)
-			oldLocker := s.locker(t)
-			old := s.campaign(t, elector(t, oldLocker), name, "old", s.prompt, backend.WithAutoRenew(false))
-			ch := goCampaign(t, ctx(t, s.long), elector(t, s.locker(t)), name, "next")
-			requireCampaigning(t, ch, s.settle, "next candidate")
-			s.requireQueued(t, admin, name, 1)
-
-			heal := healOnce(t, pt.Partition(t, oldLocker))
-			pctx := ctx(t, s.long)
-			proclaimed := make(chan error, 1)
-			go func() { proclaimed <- old.Proclaim(pctx, "late") }()
-			select {
-			case err := <-proclaimed:
-				require.FailNowf(t, "Proclaim returned through a partition", "Proclaim of a held term returned before its partition healed: %v", err)
-			case <-time.After(s.settle):
-			}
-			// The term was still held when Proclaim began (a loss is for
-			// good), so it went to the driver.
-			require.NoError(t, old.Err(), "the term ended before its Proclaim was sent")
-
-			s.h.Revoke(t, old.Lease())
-			cur := elected(t, ch, s.expiry, "next candidate after the revoke").term
-			require.Greater(t, cur.Token(), old.Token())
-			require.NoError(t, cur.Proclaim(ctx(t, s.prompt), "next2"))
-			s.requireLeader(t, eo, cur, "next2", "the next leader's Proclaim")
-
-			heal()
-			select {
-			case err := <-proclaimed:
-				t.Logf("the Proclaim held by the partition: %v", err)
-				require.Error(t, err, "a Proclaim that reached the backend after the term was revoked succeeded")
-				if !errors.Is(err, backend.ErrLeaseLost) {
-					require.ErrorIs(t, err, backend.ErrUnavailable, "the Proclaim held by the partition")
-				}
-			case <-time.After(s.expiry + s.prompt):
-				require.FailNowf(t, "Proclaim hung", "the Proclaim held by the partition has not returned %v after it healed", s.expiry+s.prompt)
-			}
-			require.Equal(t, "old", old.Value(), "a failed Proclaim changed the term's value")
-			// What the partition held may reach the backend after the call
-			// returned (on the loss signal): a request through the old
-			// Locker, behind it, and a moment for the rest.
-			_, _ = oldLocker.Status(ctx(t, s.prompt), name)
-			time.Sleep(s.settle)
-			s.requireLeader(t, eo, cur, "next2", "a Proclaim held by a partition overwrote the next leader's value")
-			s.requireStatusValue(t, admin, name, cur.Token(), "next2", "a Proclaim held by a partition overwrote the next leader's value")
-			require.NoError(t, cur.Resign(ctx(t, s.prompt)))
-		})
+		t.Run("InFlight", func(t *testing.T) { s.proclaimInFlight(t, pt, admin, eo) })
 	}
+	t.Run("LockLease", s.proclaimLockLease)
+}
 
-	// A lock acquired without a value has none to proclaim.
-	t.Run("LockLease", func(t *testing.T) {
-		name := lockName(t)
-		ls := s.try(t, s.locker(t), name)
-		require.ErrorIs(t, ls.Proclaim(ctx(t, s.prompt), "v"), backend.ErrInvalidOption)
-		require.NoError(t, ls.Err())
-		release(t, ls)
-	})
+// proclaimKeepsTerm: Proclaim replaces the value and keeps the token,
+// Leader and Status show each new value, and a Proclaim after Resign
+// returns ErrReleased.
+func (s *suite) proclaimKeepsTerm(t *testing.T, admin *backend.Locker, eo *election.Elector) {
+	name := lockName(t)
+	term := s.campaign(t, elector(t, s.locker(t)), name, "v1", s.prompt)
+	token := term.Token()
+	for _, v := range []string{"v2", "v2", "välue ✓", ""} {
+		require.NoError(t, term.Proclaim(ctx(t, s.prompt), v), "Proclaim(%q)", v)
+		require.Equal(t, token, term.Token(), "Proclaim changed the term's token")
+		require.Equal(t, v, term.Value())
+		require.NoError(t, term.Err(), "the term after Proclaim")
+		s.requireLeader(t, eo, term, v, "Leader after Proclaim(%q)", v)
+		s.requireStatusValue(t, admin, name, token, v, "Status after Proclaim(%q)", v)
+	}
+	require.NoError(t, term.Resign(ctx(t, s.prompt)))
+	require.ErrorIs(t, term.Proclaim(ctx(t, s.prompt), "late"), backend.ErrReleased, "Proclaim after Resign")
+	s.requireNoLeader(t, eo, name, "after Resign and a Proclaim")
+}
+
+// proclaimRevoked: a Proclaim of a revoked term returns ErrLeaseLost and
+// stores nothing, with nobody waiting or (next) with a candidate that
+// leads next, whose value a late Proclaim does not overwrite and whose
+// write fences off the old leader's.
+func (s *suite) proclaimRevoked(t *testing.T, admin *backend.Locker, eo *election.Elector, next bool) {
+	name := lockName(t)
+	guard := fencing.NewMemory()
+	old := s.campaign(t, elector(t, s.locker(t)), name, "old", s.prompt)
+	_, err := s.fencedWrite(t, guard, name, old.Token())
+	require.NoError(t, err)
+	var ch chan campaignResult
+	if next {
+		ch = goCampaign(t, ctx(t, s.long), elector(t, s.locker(t)), name, "next")
+		requireCampaigning(t, ch, s.settle, "next candidate")
+		s.requireQueued(t, admin, name, 1)
+	}
+	s.h.Revoke(t, old.Lease())
+	// At once: before or after the old leader noticed, and maybe
+	// while the next one is granted, the outcome is the same.
+	require.ErrorIs(t, old.Proclaim(ctx(t, s.prompt), "late"), backend.ErrLeaseLost, "Proclaim right after the revoke")
+	requireClosed(t, old.Done(), s.expiry, "the revoked term's Done")
+	require.ErrorIs(t, old.Proclaim(ctx(t, s.prompt), "later"), backend.ErrLeaseLost, "Proclaim after the loss signal")
+	require.Equal(t, "old", old.Value(), "a failed Proclaim changed the term's value")
+	if !next {
+		s.requireNoLeader(t, eo, name, "after the revoke and a late Proclaim")
+		return
+	}
+	cur := elected(t, ch, s.expiry, "next candidate after the revoke").term
+	require.Greater(t, cur.Token(), old.Token())
+	require.ErrorIs(t, old.Proclaim(ctx(t, s.prompt), "latest"), backend.ErrLeaseLost, "Proclaim after the next leader was granted")
+	s.requireLeader(t, eo, cur, "next", "a late Proclaim overwrote the next leader's value")
+	_, err = s.fencedWrite(t, guard, name, cur.Token())
+	require.NoError(t, err)
+	s.requireFencedOff(t, guard, name, old.Token(), cur.Token())
+	require.NoError(t, cur.Resign(ctx(t, s.prompt)))
+}
+
+// proclaimPaused: a leader paused past its TTL (it does not renew) is
+// replaced, and neither its Proclaim nor its writes get through
+// afterwards.
+func (s *suite) proclaimPaused(t *testing.T, eo *election.Elector) {
+	name := lockName(t)
+	guard := fencing.NewMemory()
+	old := s.campaign(t, elector(t, s.locker(t)), name, "paused", s.prompt, s.shortTTL(backend.WithAutoRenew(false))...)
+	_, err := s.fencedWrite(t, guard, name, old.Token())
+	require.NoError(t, err)
+	r := elected(t, goCampaign(t, ctx(t, s.expiry), elector(t, s.locker(t)), name, "next"), s.expiry, "next candidate while the leader is paused")
+	cur := r.term
+	require.Greater(t, cur.Token(), old.Token())
+	requireNotBefore(t, r.at, old.Lease())
+	_, err = s.fencedWrite(t, guard, name, cur.Token())
+	require.NoError(t, err)
+
+	// The old leader wakes up.
+	s.requireFencedOff(t, guard, name, old.Token(), cur.Token())
+	require.ErrorIs(t, old.Proclaim(ctx(t, s.prompt), "late"), backend.ErrLeaseLost)
+	s.requireLeader(t, eo, cur, "next", "a late Proclaim overwrote the next leader's value")
+	require.True(t, isClosed(old.Done()), "the paused leader's Done has not fired although the next leads")
+	require.NoError(t, cur.Resign(ctx(t, s.prompt)))
+}
+
+// proclaimInFlight: a Proclaim sent while the term was this lease's,
+// held by a partition until the term was revoked on the server and the
+// next leader proclaimed: the backend must refuse it when it arrives, as
+// only the term's own record may be changed (a driver that writes the
+// value unconditionally overwrites the next leader's). The old leader does
+// not renew and has the long TTL, so that nothing ends its term before
+// the Proclaim started: its Proclaim reaches the driver.
+func (s *suite) proclaimInFlight(t *testing.T, pt Partitioner, admin *backend.Locker, eo *election.Elector) {
+	name := lockName(t)
+	oldLocker := s.locker(t)
+	old := s.campaign(t, elector(t, oldLocker), name, "old", s.prompt, backend.WithAutoRenew(false))
+	ch := goCampaign(t, ctx(t, s.long), elector(t, s.locker(t)), name, "next")
+	requireCampaigning(t, ch, s.settle, "next candidate")
+	s.requireQueued(t, admin, name, 1)
+
+	heal := healOnce(t, pt.Partition(t, oldLocker))
+	pctx := ctx(t, s.long)
+	proclaimed := make(chan error, 1)
+	go func() { proclaimed <- old.Proclaim(pctx, "late") }()
+	select {
+	case err := <-proclaimed:
+		require.FailNowf(t, "Proclaim returned through a partition", "Proclaim of a held term returned before its partition healed: %v", err)
+	case <-time.After(s.settle):
+	}
+	// The term was still held when Proclaim began (a loss is for
+	// good), so it went to the driver.
+	require.NoError(t, old.Err(), "the term ended before its Proclaim was sent")
+
+	s.h.Revoke(t, old.Lease())
+	cur := elected(t, ch, s.expiry, "next candidate after the revoke").term
+	require.Greater(t, cur.Token(), old.Token())
+	require.NoError(t, cur.Proclaim(ctx(t, s.prompt), "next2"))
+	s.requireLeader(t, eo, cur, "next2", "the next leader's Proclaim")
+
+	heal()
+	select {
+	case err := <-proclaimed:
+		t.Logf("the Proclaim held by the partition: %v", err)
+		require.Error(t, err, "a Proclaim that reached the backend after the term was revoked succeeded")
+		if !errors.Is(err, backend.ErrLeaseLost) {
+			require.ErrorIs(t, err, backend.ErrUnavailable, "the Proclaim held by the partition")
+		}
+	case <-time.After(s.expiry + s.prompt):
+		require.FailNowf(t, "Proclaim hung", "the Proclaim held by the partition has not returned %v after it healed", s.expiry+s.prompt)
+	}
+	require.Equal(t, "old", old.Value(), "a failed Proclaim changed the term's value")
+	// What the partition held may reach the backend after the call
+	// returned (on the loss signal): a request through the old
+	// Locker, behind it, and a moment for the rest.
+	_, _ = oldLocker.Status(ctx(t, s.prompt), name)
+	time.Sleep(s.settle)
+	s.requireLeader(t, eo, cur, "next2", "a Proclaim held by a partition overwrote the next leader's value")
+	s.requireStatusValue(t, admin, name, cur.Token(), "next2", "a Proclaim held by a partition overwrote the next leader's value")
+	require.NoError(t, cur.Resign(ctx(t, s.prompt)))
+}
+
+// proclaimLockLease: a lock acquired without a value has none to
+// proclaim.
+func (s *suite) proclaimLockLease(t *testing.T) {
+	name := lockName(t)
+	ls := s.try(t, s.locker(t), name)
+	require.ErrorIs(t, ls.Proclaim(ctx(t, s.prompt), "v"), backend.ErrInvalidOption)
+	require.NoError(t, ls.Err())
+	release(t, ls)
 }
 
 // testElectionValueInStatus: a value given with WithValue is stored in

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,99 +44,26 @@ func (s *suite) testMutualExclusion(t *testing.T) {
 // pausing up to pause between rounds, and TryAcquire pollers until the
 // acquirers are done. It checks the history and returns the holds by kind.
 func (s *suite) contend(t *testing.T, acquirers, pollers []*backend.Locker, rounds int, pause time.Duration) map[string][]holdRecord {
-	name := lockName(t)
-	guard := fencing.NewMemory()
-	var (
-		hist     history
-		inside   atomic.Int32
-		overlaps atomic.Int32
-		errMu    sync.Mutex
-		errs     []string
-	)
-	fail := func(format string, args ...any) {
-		errMu.Lock()
-		errs = append(errs, fmt.Sprintf(format, args...))
-		errMu.Unlock()
-	}
-	critical := func(who string, ls *backend.Lease) {
-		start := time.Now()
-		if inside.Add(1) != 1 {
-			overlaps.Add(1)
-		}
-		for i := range 2 {
-			err := guard.Do(context.Background(), name, ls.Token(), func(context.Context) error {
-				time.Sleep(100 * time.Microsecond)
-				return nil
-			})
-			if err != nil {
-				fail("%s: guarded write %d with token %d: %v", who, i, ls.Token(), err)
-			}
-		}
-		if err := ls.Err(); err != nil {
-			fail("%s: lease lost inside the critical section (long TTL): %v", who, err)
-		}
-		inside.Add(-1)
-		hist.add(holdRecord{who: who, token: ls.Token(), start: start, end: time.Now()})
-		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := ls.Release(rctx); err != nil {
-			fail("%s: Release: %v", who, err)
-		}
-	}
-	sleep := func(d time.Duration) {
-		if d > 0 {
-			time.Sleep(time.Duration(rand.Int64N(int64(d))))
-		}
-	}
-
+	k := newSections(lockName(t))
 	c := ctx(t, 2*time.Minute)
 	var acq sync.WaitGroup
 	for i, l := range acquirers {
 		who := fmt.Sprintf("acquirer%d", i)
-		acq.Go(func() {
-			for range rounds {
-				ls, err := l.Acquire(c, name)
-				if err != nil {
-					fail("%s: Acquire: %v", who, err)
-					return
-				}
-				critical(who, ls)
-				sleep(pause)
-			}
-		})
+		acq.Go(func() { k.acquirer(c, l, who, rounds, pause) })
 	}
 	stop := make(chan struct{})
 	var pol sync.WaitGroup
 	for i, l := range pollers {
 		who := fmt.Sprintf("poller%d", i)
-		pol.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				ls, err := l.TryAcquire(c, name)
-				switch {
-				case errors.Is(err, backend.ErrNotAcquired):
-					sleep(pause / 4)
-				case err != nil:
-					fail("%s: TryAcquire: %v", who, err)
-					return
-				default:
-					critical(who, ls)
-					sleep(pause)
-				}
-			}
-		})
+		pol.Go(func() { k.poller(c, l, who, pause, stop) })
 	}
 	acq.Wait()
 	close(stop)
 	pol.Wait()
 
-	require.Empty(t, errs)
-	assert.Zero(t, overlaps.Load(), "critical sections overlapped")
-	holds := hist.snapshot()
+	require.Empty(t, k.errs)
+	assert.Zero(t, k.overlaps.Load(), "critical sections overlapped")
+	holds := k.hist.snapshot()
 	assert.Empty(t, checkHistory(holds), "hold history (%d holds)", len(holds))
 	byKind := map[string][]holdRecord{}
 	for _, h := range holds {
@@ -146,6 +72,68 @@ func (s *suite) contend(t *testing.T, acquirers, pollers []*backend.Locker, roun
 	}
 	t.Logf("%d holds by acquirers, %d by pollers", len(byKind["acquirer"]), len(byKind["poller"]))
 	return byKind
+}
+
+// acquirer is one of contend's blocking loops: rounds times, it acquires
+// the lock through l, runs a critical section, and pauses up to pause.
+func (k *sections) acquirer(c context.Context, l *backend.Locker, who string, rounds int, pause time.Duration) {
+	for range rounds {
+		ls, err := l.Acquire(c, k.name)
+		if err != nil {
+			k.fail("%s: Acquire: %v", who, err)
+			return
+		}
+		k.critical(who, ls)
+		sleepUpTo(pause)
+	}
+}
+
+// poller is one of contend's TryAcquire pollers: until stop closes, it
+// tries the lock through l (again after up to pause/4 if it is held) and
+// runs a critical section when it gets it, then pauses up to pause.
+func (k *sections) poller(c context.Context, l *backend.Locker, who string, pause time.Duration, stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		ls, err := l.TryAcquire(c, k.name)
+		switch {
+		case errors.Is(err, backend.ErrNotAcquired):
+			sleepUpTo(pause / 4)
+		case err != nil:
+			k.fail("%s: TryAcquire: %v", who, err)
+			return
+		default:
+			k.critical(who, ls)
+			sleepUpTo(pause)
+		}
+	}
+}
+
+// critical is a critical section held with ls: two guarded writes, a
+// check that the lease still holds (the long TTL), and its Release.
+func (k *sections) critical(who string, ls *backend.Lease) {
+	start := k.enter()
+	k.write(context.Background(), who, "with token", ls.Token())
+	if err := ls.Err(); err != nil {
+		k.fail("%s: lease lost inside the critical section (long TTL): %v", who, err)
+	}
+	k.leave(who, ls.Token(), start)
+	rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ls.Release(rctx); err != nil {
+		k.fail("%s: Release: %v", who, err)
+	}
+}
+
+// sleepUpTo sleeps a random time below d (not at all if d is not
+// positive).
+func sleepUpTo(d time.Duration) {
+	if d > 0 {
+		time.Sleep(time.Duration(rand.Int64N(int64(d))))
+	}
 }
 
 // testSameLockerTwoHandles: two acquisitions of one name through one Locker

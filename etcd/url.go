@@ -64,26 +64,55 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		return nil, err
 	}
 	cfg.Logger = clientLogger(driver.LoggerFrom(ctx))
-	addr := strings.TrimPrefix(strings.TrimPrefix(cfg.Endpoints[0], "https://"), "http://")
-	bound := urlkit.Bound(ctx, "dial_timeout", cfg.DialTimeout)
+	o := &opening{ctx: ctx, u: u, cfg: cfg, prefix: prefix,
+		addr:  strings.TrimPrefix(strings.TrimPrefix(cfg.Endpoints[0], "https://"), "http://"),
+		bound: urlkit.Bound(ctx, "dial_timeout", cfg.DialTimeout)}
 	dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	defer cancel()
-	unreachable := func(err error) error {
-		over := "without TLS"
-		if cfg.TLS != nil {
-			over = "over TLS"
-		}
-		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
-			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
-		}
-		return fmt.Errorf("%w: etcd: cannot reach %s %s within %s: %w", backend.ErrUnavailable, urlkit.Redact(u), over, bound, err)
+	client, err := o.newClient(dctx)
+	if err != nil {
+		return nil, err
 	}
+	if err := o.firstRead(dctx, cancel, client); err != nil {
+		_ = client.Close()
+		return nil, o.readErr(err)
+	}
+	return newDriver(client, prefix, true), nil
+}
 
+// opening is one open of an etcd URL: what its steps share.
+type opening struct {
+	ctx    context.Context // open's
+	u      *url.URL
+	cfg    clientv3.Config
+	prefix string
+	addr   string // the first endpoint's host:port, for a TLS probe
+	bound  string // the bound on the dial, as errors name it
+}
+
+// unreachable wraps err, why the cluster was not reached, as
+// ErrUnavailable naming the URL, TLS or not, and the bound.
+func (o *opening) unreachable(err error) error {
+	over := "without TLS"
+	if o.cfg.TLS != nil {
+		over = "over TLS"
+	}
+	if o.ctx.Err() != nil && !errors.Is(err, o.ctx.Err()) {
+		err = fmt.Errorf("%w (%w)", o.ctx.Err(), err)
+	}
+	return fmt.Errorf("%w: etcd: cannot reach %s %s within %s: %w", backend.ErrUnavailable, urlkit.Redact(o.u), over, o.bound, err)
+}
+
+// newClient creates the client within dctx (the dial timeout and open's
+// ctx), mapping a refused authentication to ErrPermission and a
+// cluster not reached to ErrUnavailable (with what a TLS probe finds).
+func (o *opening) newClient(dctx context.Context) (*clientv3.Client, error) {
 	// clientv3.New authenticates a user at once, within its dial timeout
 	// and its Context, which is also the client's lifetime: a context of
 	// its own, cancelled if ctx ends first.
 	clientCtx, cancelClient := context.WithCancel(context.Background())
 	stop := context.AfterFunc(dctx, cancelClient)
+	cfg := o.cfg
 	cfg.Context = clientCtx
 	client, err := clientv3.New(cfg)
 	if !stop() {
@@ -94,74 +123,79 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		if err == nil || errors.Is(err, context.Canceled) {
 			err = context.Cause(dctx)
 		}
-		return nil, unreachable(err)
+		return nil, o.unreachable(err)
 	}
 	if err != nil {
 		cancelClient()
 		if errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrPermissionDenied) {
-			return nil, fmt.Errorf("%w: etcd: %s: %w", backend.ErrPermission, urlkit.Redact(u), err)
+			return nil, fmt.Errorf("%w: etcd: %s: %w", backend.ErrPermission, urlkit.Redact(o.u), err)
 		}
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || isUnavailable(err) {
-			return nil, unreachable(withMismatch(dctx, addr, cfg.TLS, err))
+			return nil, o.unreachable(withMismatch(dctx, o.addr, o.cfg.TLS, err))
 		}
-		return nil, fmt.Errorf("etcd: new client for %s: %w", urlkit.Redact(u), err)
+		return nil, fmt.Errorf("etcd: new client for %s: %w", urlkit.Redact(o.u), err)
 	}
-	// clientv3 dials lazily: one cheap read, bounded by the dial timeout,
-	// makes an unreachable cluster an error of Open rather than a wait that
-	// looks like a held lock. While it waits, a probe looks for a TLS
-	// mismatch, which gRPC would only report as its deadline. The read is
-	// of the one key "<prefix>/", inside the range every lock key is in
-	// (and never a lock key itself: names are not empty), so a role that
-	// may read and write that range and nothing else may make it, and one
-	// that may not is refused here, with an error that says so.
+	return client, nil
+}
+
+// firstRead makes client's first read, within dctx, and returns its
+// error, with what a TLS probe finds wrong: the probe starts if the read
+// has not answered within probeDelay, and a mismatch it finds ends the
+// read (cancel ends dctx).
+//
+// clientv3 dials lazily: one cheap read, bounded by the dial timeout,
+// makes an unreachable cluster an error of Open rather than a wait that
+// looks like a held lock. While it waits, a probe looks for a TLS
+// mismatch, which gRPC would only report as its deadline. The read is of
+// the one key "<prefix>/", inside the range every lock key is in (and
+// never a lock key itself: names are not empty), so a role that may read
+// and write that range and nothing else may make it, and one that may not
+// is refused here, with an error that says so.
+func (o *opening) firstRead(dctx context.Context, cancel context.CancelFunc, client *clientv3.Client) error {
 	got := make(chan error, 1)
 	go func() {
-		_, err := client.Get(dctx, prefix+"/", clientv3.WithSerializable(), clientv3.WithCountOnly())
+		_, err := client.Get(dctx, o.prefix+"/", clientv3.WithSerializable(), clientv3.WithCountOnly())
 		got <- err
 	}()
-	fail := func(err error) (driver.Driver, error) {
-		_ = client.Close()
-		if merr := mapErr(err); errors.Is(merr, backend.ErrPermission) {
-			return nil, fmt.Errorf("%w: etcd: %s: the user may not read %q (it needs readwrite on the key range of prefix %q): %w",
-				backend.ErrPermission, urlkit.Redact(u), prefix+"/", prefix+"/", err)
-		}
-		return nil, unreachable(err)
-	}
 	timer := time.NewTimer(probeDelay)
 	defer timer.Stop()
 	select {
 	case err := <-got:
 		if err != nil && !errors.Is(mapErr(err), backend.ErrPermission) {
-			err = withMismatch(dctx, addr, cfg.TLS, err)
+			err = withMismatch(dctx, o.addr, o.cfg.TLS, err)
 		}
-		if err != nil {
-			return fail(err)
-		}
-		return newDriver(client, prefix, true), nil
+		return err
 	case <-timer.C:
 	}
 	probed := make(chan error, 1)
-	go func() { probed <- mismatch(dctx, addr, cfg.TLS) }()
+	go func() { probed <- mismatch(dctx, o.addr, o.cfg.TLS) }()
 	select {
 	case err := <-got:
 		if err != nil {
 			if perr := <-probed; perr != nil && !errors.Is(mapErr(err), backend.ErrPermission) {
 				err = fmt.Errorf("%w (%v)", err, perr)
 			}
-			return fail(err)
 		}
-		return newDriver(client, prefix, true), nil
+		return err
 	case perr := <-probed:
 		if perr != nil {
 			cancel()
 			<-got
-			return fail(perr)
+			return perr
 		}
 	}
-	if err := <-got; err != nil {
-		return fail(err)
+	return <-got
+}
+
+// readErr maps the first read's error: a role that may not read the
+// prefix's range is ErrPermission saying so, anything else the cluster
+// not reached.
+func (o *opening) readErr(err error) error {
+	if merr := mapErr(err); errors.Is(merr, backend.ErrPermission) {
+		return fmt.Errorf("%w: etcd: %s: the user may not read %q (it needs readwrite on the key range of prefix %q): %w",
+			backend.ErrPermission, urlkit.Redact(o.u), o.prefix+"/", o.prefix+"/", err)
 	}
-	return newDriver(client, prefix, true), nil
+	return o.unreachable(err)
 }
 
 // isUnavailable reports whether err is gRPC's Unavailable or

@@ -84,6 +84,8 @@ type contendedJSON struct {
 	GrantsPerContender []int   `json:"grants_per_contender"`
 }
 
+// benchCmd runs fencelock bench: it parses and checks the flags, opens
+// the -c clients, runs the benchmarks and prints their report.
 func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("bench", benchUsage)
 	url := fs.String("url", os.Getenv("FENCELOCK_URL"), "backend URL (default $FENCELOCK_URL)")
@@ -111,69 +113,116 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			return report(stderr, "bench", err)
 		}
 	}
-	cs := make([]lockbench.Contender, *c)
-	lockers := make([]*backend.Locker, *c)
-	for i := range cs {
-		l, err := openWithin(ctx, *url, *connect)
-		if err != nil {
-			return report(stderr, "bench", err)
+	lockers, err := openBenchLockers(ctx, *url, *c, *connect)
+	defer func() {
+		for _, l := range slices.Backward(lockers) {
+			l.Close()
 		}
-		defer l.Close()
-		lockers[i] = l
+	}()
+	if err != nil {
+		return report(stderr, "bench", err)
+	}
+	res, err := runBench(ctx, lockers, *name, *n, *waiters, isTerminal(stderr), stderr)
+	if err != nil {
+		return report(stderr, "bench", err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(res.json(redact(*url)))
+		return exitOK
+	}
+	res.print(stdout)
+	return exitOK
+}
+
+// openBenchLockers opens c Lockers on url, each within connect. On an
+// error it returns the Lockers it opened before it, for the caller to
+// close.
+func openBenchLockers(ctx context.Context, url string, c int, connect time.Duration) ([]*backend.Locker, error) {
+	lockers := make([]*backend.Locker, 0, c)
+	for range c {
+		l, err := openWithin(ctx, url, connect)
+		if err != nil {
+			return lockers, err
+		}
+		lockers = append(lockers, l)
+	}
+	return lockers, nil
+}
+
+// benchResults is what fencelock bench measured.
+type benchResults struct {
+	clients int // -c
+	rtt     time.Duration
+	un      lockbench.Uncontended
+	co      lockbench.Contended
+	queue   *lockbench.Drain // nil without --waiters
+}
+
+// runBench measures, on the lock called name: the round trip, n
+// uncontended cycles through the first Locker, n grants contended by all
+// of them, and with waiters > 0, that many waiters queued on another lock
+// and drained. It draws progress bars on stderr if draw.
+func runBench(ctx context.Context, lockers []*backend.Locker, name string, n, waiters int, draw bool, stderr io.Writer) (benchResults, error) {
+	res := benchResults{clients: len(lockers)}
+	cs := make([]lockbench.Contender, len(lockers))
+	for i, l := range lockers {
 		var lease *backend.Lease
 		cs[i] = lockbench.Contender{
-			Lock:   func(ctx context.Context) (err error) { lease, err = l.Acquire(ctx, *name); return err },
+			Lock:   func(ctx context.Context) (err error) { lease, err = l.Acquire(ctx, name); return err },
 			Unlock: func(ctx context.Context) error { return lease.Release(ctx) },
 		}
 	}
-
-	rtt, err := roundTrip(ctx, lockers[0], *name)
-	if err != nil {
-		return report(stderr, "bench", err)
+	var err error
+	if res.rtt, err = roundTrip(ctx, lockers[0], name); err != nil {
+		return res, err
 	}
-	draw := isTerminal(stderr)
-	bar := newProgress(stderr, "uncontended", *n, draw)
-	un, err := lockbench.RunUncontended(ctx, cs[0], 10, *n, bar.set)
+	bar := newProgress(stderr, "uncontended", n, draw)
+	res.un, err = lockbench.RunUncontended(ctx, cs[0], 10, n, bar.set)
 	bar.done()
 	if err != nil {
-		return report(stderr, "bench", err)
+		return res, err
 	}
-	bar = newProgress(stderr, fmt.Sprintf("contended x%d", *c), *n, draw)
-	co, err := lockbench.RunContended(ctx, cs, *n, bar.set)
+	bar = newProgress(stderr, fmt.Sprintf("contended x%d", res.clients), n, draw)
+	res.co, err = lockbench.RunContended(ctx, cs, n, bar.set)
 	bar.done()
 	if err != nil {
-		return report(stderr, "bench", err)
+		return res, err
 	}
-
-	var queue *lockbench.Drain
-	if *waiters > 0 {
-		d, err := lockbench.DrainQueue(ctx, lockers, *name+"-queue", *waiters)
+	if waiters > 0 {
+		d, err := lockbench.DrainQueue(ctx, lockers, name+"-queue", waiters)
 		if err != nil {
-			return report(stderr, "bench", err)
+			return res, err
 		}
-		queue = &d
+		res.queue = &d
 	}
+	return res, nil
+}
 
-	if *asJSON {
-		sec := time.Duration.Seconds
-		rep := benchJSON{
-			URL: redact(*url), RoundTripSeconds: sec(rtt),
-			Uncontended: uncontendedJSON{Ops: un.Ops, ElapsedSeconds: sec(un.Elapsed), MeanSeconds: sec(lockbench.Mean(un.Total)),
-				P50Seconds: sec(lockbench.Percentile(un.Total, 0.5)), P99Seconds: sec(lockbench.Percentile(un.Total, 0.99))},
-			Contended: contendedJSON{Contenders: *c, Grants: co.Grants, ElapsedSeconds: sec(co.Elapsed),
-				GrantsPerSecond:   co.GrantsPerSecond(),
-				HandoffP50Seconds: sec(lockbench.Percentile(co.Handoffs, 0.5)), HandoffP99Seconds: sec(lockbench.Percentile(co.Handoffs, 0.99)),
-				GrantsPerContender: co.PerContender},
-		}
-		if queue != nil {
-			rep.Queue = &queueJSON{Waiters: queue.Waiters, DrainSeconds: sec(queue.Elapsed), OutOfOrder: queue.OutOfOrder,
-				HandoffP50Seconds: sec(lockbench.Percentile(queue.Handoffs, 0.5)), HandoffP99Seconds: sec(lockbench.Percentile(queue.Handoffs, 0.99))}
-		}
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(rep)
-		return exitOK
+// json returns the --json report of res, measured on url (redacted).
+func (res benchResults) json(url string) benchJSON {
+	sec := time.Duration.Seconds
+	un, co := res.un, res.co
+	rep := benchJSON{
+		URL: url, RoundTripSeconds: sec(res.rtt),
+		Uncontended: uncontendedJSON{Ops: un.Ops, ElapsedSeconds: sec(un.Elapsed), MeanSeconds: sec(lockbench.Mean(un.Total)),
+			P50Seconds: sec(lockbench.Percentile(un.Total, 0.5)), P99Seconds: sec(lockbench.Percentile(un.Total, 0.99))},
+		Contended: contendedJSON{Contenders: res.clients, Grants: co.Grants, ElapsedSeconds: sec(co.Elapsed),
+			GrantsPerSecond:   co.GrantsPerSecond(),
+			HandoffP50Seconds: sec(lockbench.Percentile(co.Handoffs, 0.5)), HandoffP99Seconds: sec(lockbench.Percentile(co.Handoffs, 0.99)),
+			GrantsPerContender: co.PerContender},
 	}
+	if queue := res.queue; queue != nil {
+		rep.Queue = &queueJSON{Waiters: queue.Waiters, DrainSeconds: sec(queue.Elapsed), OutOfOrder: queue.OutOfOrder,
+			HandoffP50Seconds: sec(lockbench.Percentile(queue.Handoffs, 0.5)), HandoffP99Seconds: sec(lockbench.Percentile(queue.Handoffs, 0.99))}
+	}
+	return rep
+}
+
+// print writes the text report of res, with histograms, to stdout.
+func (res benchResults) print(stdout io.Writer) {
+	rtt, un, co, queue := res.rtt, res.un, res.co, res.queue
 	inRTT := func(d time.Duration) string {
 		if rtt < time.Microsecond { // in-process (mem): no network round trip to count in
 			return d.Round(time.Microsecond).String()
@@ -186,7 +235,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		lockbench.Percentile(un.Total, 0.99).Round(time.Microsecond))
 	histogram(stdout, un.Total)
 	fmt.Fprintf(stdout, "\ncontended, %d clients, %d grants: %.0f grants/s, handoff p50 %s, p99 %s, grants per client min %d max %d\n",
-		*c, co.Grants, co.GrantsPerSecond(), inRTT(lockbench.Percentile(co.Handoffs, 0.5)),
+		res.clients, co.Grants, co.GrantsPerSecond(), inRTT(lockbench.Percentile(co.Handoffs, 0.5)),
 		inRTT(lockbench.Percentile(co.Handoffs, 0.99)), minOf(co.PerContender), maxOf(co.PerContender))
 	histogram(stdout, co.Handoffs)
 	if queue != nil {
@@ -199,7 +248,6 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			inRTT(lockbench.Percentile(queue.Handoffs, 0.99)), order)
 		histogram(stdout, queue.Handoffs)
 	}
-	return exitOK
 }
 
 // roundTrips is how many Status calls roundTrip times.

@@ -46,114 +46,141 @@ type guardSpec struct {
 	Resource string `json:"resource"`
 }
 
+// openCounter opens the campaign's counter in the store g names, through
+// that store's fencing guard (GuardNone: an unfenced file).
 func openCounter(ctx context.Context, g guardSpec) (counter, error) {
 	switch g.Kind {
 	case GuardFile:
-		fg, err := filefence.New(g.Dir)
-		if err != nil {
-			return nil, err
-		}
-		return &fencedCounter[io.Writer]{g: fg, res: g.Resource,
-			read: func(context.Context) ([]byte, error) {
-				b, _, err := fg.Read(g.Resource)
-				return b, err
-			},
-			stage: func(_ context.Context, w io.Writer, v string) error {
-				_, err := io.WriteString(w, v)
-				return err
-			},
-		}, nil
+		return openFileCounter(g)
 	case GuardNone:
 		if err := os.MkdirAll(g.Dir, 0o755); err != nil {
 			return nil, err
 		}
 		return &plainCounter{path: filepath.Join(g.Dir, g.Resource+".unfenced")}, nil
 	case GuardRedis:
-		opt, err := redis.ParseURL(g.URL)
-		if err != nil {
-			return nil, fmt.Errorf("chaos: guard URL: %w", err)
-		}
-		opt.ContextTimeoutEnabled = true
-		// go-redis's retries (MaxRetries 3 unless the URL says otherwise):
-		// a fence script retried after its answer was lost reports what
-		// its first run did (redisfence's call records).
-		c := redis.NewClient(opt)
-		rg, err := redisfence.New(c)
-		if err != nil {
-			c.Close()
-			return nil, err
-		}
-		key := "{" + g.Resource + "}:value"
-		return &fencedCounter[*redisfence.Batch]{g: rg, res: g.Resource, close: c.Close,
-			read: func(ctx context.Context) ([]byte, error) {
-				b, err := c.Get(ctx, key).Bytes()
-				if errors.Is(err, redis.Nil) {
-					return nil, nil
-				}
-				return b, err
-			},
-			stage: func(_ context.Context, b *redisfence.Batch, v string) error {
-				b.Set(key, v)
-				return nil
-			},
-		}, nil
+		return openRedisCounter(g)
 	case GuardEtcd:
-		c, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(g.URL, ","), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
-		if err != nil {
-			return nil, fmt.Errorf("chaos: guard URL: %w", err)
-		}
-		eg, err := etcdfence.New(c)
-		if err != nil {
-			c.Close()
-			return nil, err
-		}
-		key := "fencelock-chaos/" + g.Resource
-		return &fencedCounter[*etcdfence.Txn]{g: eg, res: g.Resource, close: c.Close,
-			read: func(ctx context.Context) ([]byte, error) {
-				resp, err := c.Get(ctx, key)
-				if err != nil || len(resp.Kvs) == 0 {
-					return nil, err
-				}
-				return resp.Kvs[0].Value, nil
-			},
-			stage: func(_ context.Context, t *etcdfence.Txn, v string) error {
-				t.Put(key, v)
-				return nil
-			},
-		}, nil
+		return openEtcdCounter(g)
 	case GuardSQL:
-		db, err := sql.Open("pgx", g.URL)
-		if err != nil {
-			return nil, fmt.Errorf("chaos: guard URL: %w", err)
-		}
-		sg, err := sqlfence.New(db)
-		if err == nil {
-			err = sg.CreateTable(ctx)
-		}
-		if err == nil {
-			_, err = db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS fencelock_chaos (resource TEXT PRIMARY KEY, value BIGINT NOT NULL)`)
-		}
-		if err != nil {
-			db.Close()
-			return nil, err
-		}
-		return &fencedCounter[*sql.Tx]{g: sg, res: g.Resource, close: db.Close,
-			read: func(ctx context.Context) ([]byte, error) {
-				var b []byte
-				err := db.QueryRowContext(ctx, `SELECT value::text FROM fencelock_chaos WHERE resource = $1`, g.Resource).Scan(&b)
-				if errors.Is(err, sql.ErrNoRows) {
-					return nil, nil
-				}
-				return b, err
-			},
-			stage: func(ctx context.Context, tx *sql.Tx, v string) error {
-				_, err := tx.ExecContext(ctx, `INSERT INTO fencelock_chaos (resource, value) VALUES ($1, $2)
-					ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value`, g.Resource, v)
-				return err
-			},
-		}, nil
+		return openSQLCounter(ctx, g)
 	}
 	return nil, fmt.Errorf("%w: unknown guard %q", errConfig, g.Kind)
+}
+
+// openFileCounter opens the counter as a file in g.Dir, behind a
+// filefence guard.
+func openFileCounter(g guardSpec) (counter, error) {
+	fg, err := filefence.New(g.Dir)
+	if err != nil {
+		return nil, err
+	}
+	return &fencedCounter[io.Writer]{g: fg, res: g.Resource,
+		read: func(context.Context) ([]byte, error) {
+			b, _, err := fg.Read(g.Resource)
+			return b, err
+		},
+		stage: func(_ context.Context, w io.Writer, v string) error {
+			_, err := io.WriteString(w, v)
+			return err
+		},
+	}, nil
+}
+
+// openRedisCounter opens the counter as a Redis key in the resource's
+// hash slot, behind a redisfence guard.
+func openRedisCounter(g guardSpec) (counter, error) {
+	opt, err := redis.ParseURL(g.URL)
+	if err != nil {
+		return nil, fmt.Errorf("chaos: guard URL: %w", err)
+	}
+	opt.ContextTimeoutEnabled = true
+	// go-redis's retries (MaxRetries 3 unless the URL says otherwise):
+	// a fence script retried after its answer was lost reports what
+	// its first run did (redisfence's call records).
+	c := redis.NewClient(opt)
+	rg, err := redisfence.New(c)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	key := "{" + g.Resource + "}:value"
+	return &fencedCounter[*redisfence.Batch]{g: rg, res: g.Resource, close: c.Close,
+		read: func(ctx context.Context) ([]byte, error) {
+			b, err := c.Get(ctx, key).Bytes()
+			if errors.Is(err, redis.Nil) {
+				return nil, nil
+			}
+			return b, err
+		},
+		stage: func(_ context.Context, b *redisfence.Batch, v string) error {
+			b.Set(key, v)
+			return nil
+		},
+	}, nil
+}
+
+// openEtcdCounter opens the counter as an etcd key, behind an etcdfence
+// guard.
+func openEtcdCounter(g guardSpec) (counter, error) {
+	c, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(g.URL, ","), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, fmt.Errorf("chaos: guard URL: %w", err)
+	}
+	eg, err := etcdfence.New(c)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	key := "fencelock-chaos/" + g.Resource
+	return &fencedCounter[*etcdfence.Txn]{g: eg, res: g.Resource, close: c.Close,
+		read: func(ctx context.Context) ([]byte, error) {
+			resp, err := c.Get(ctx, key)
+			if err != nil || len(resp.Kvs) == 0 {
+				return nil, err
+			}
+			return resp.Kvs[0].Value, nil
+		},
+		stage: func(_ context.Context, t *etcdfence.Txn, v string) error {
+			t.Put(key, v)
+			return nil
+		},
+	}, nil
+}
+
+// openSQLCounter opens the counter as a row of the fencelock_chaos table
+// in PostgreSQL (creating the table and the guard's), behind a sqlfence
+// guard.
+func openSQLCounter(ctx context.Context, g guardSpec) (counter, error) {
+	db, err := sql.Open("pgx", g.URL)
+	if err != nil {
+		return nil, fmt.Errorf("chaos: guard URL: %w", err)
+	}
+	sg, err := sqlfence.New(db)
+	if err == nil {
+		err = sg.CreateTable(ctx)
+	}
+	if err == nil {
+		_, err = db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS fencelock_chaos (resource TEXT PRIMARY KEY, value BIGINT NOT NULL)`)
+	}
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &fencedCounter[*sql.Tx]{g: sg, res: g.Resource, close: db.Close,
+		read: func(ctx context.Context) ([]byte, error) {
+			var b []byte
+			err := db.QueryRowContext(ctx, `SELECT value::text FROM fencelock_chaos WHERE resource = $1`, g.Resource).Scan(&b)
+			if errors.Is(err, sql.ErrNoRows) {
+				return nil, nil
+			}
+			return b, err
+		},
+		stage: func(ctx context.Context, tx *sql.Tx, v string) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO fencelock_chaos (resource, value) VALUES ($1, $2)
+				ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value`, g.Resource, v)
+			return err
+		},
+	}, nil
 }
 
 // checkGuardURL checks the URL of a guard's store, without dialling.

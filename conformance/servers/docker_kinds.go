@@ -259,80 +259,110 @@ exec docker-entrypoint.sh postgres "$@"`
 // whose page cache outlives it, not a host crash), commits still
 // synchronous (written to the kernel before they return).
 func (d *dockerServer) startPostgres(pair, synchronous bool) (*Server, error) {
-	pw := randomHex(12)
+	pg := &pgStart{d: d, pw: randomHex(12), synchronous: synchronous}
 	settings := []string{"-c", "fsync=off", "-c", "full_page_writes=off", "-c", "max_connections=200"}
-	env := []string{"POSTGRES_PASSWORD=" + pw, "POSTGRES_USER=fencelock", "POSTGRES_DB=fencelock"}
-	cmd := append([]string{"postgres"}, settings...)
+	pg.env = []string{"POSTGRES_PASSWORD=" + pg.pw, "POSTGRES_USER=fencelock", "POSTGRES_DB=fencelock"}
+	pg.cmd = append([]string{"postgres"}, settings...)
 	if pair {
-		cmd = append([]string{"bash", "-c", pgScript, "pg"}, settings...)
-		env = append(env, "HOME=/var/lib/postgresql") // pg_basebackup's, as the postgres user
+		pg.cmd = append([]string{"bash", "-c", pgScript, "pg"}, settings...)
+		pg.env = append(pg.env, "HOME=/var/lib/postgresql") // pg_basebackup's, as the postgres user
 	}
-	c, err := d.run(containerSpec{name: d.name(1), cport: "5432/tcp", env: env, cmd: cmd})
+	c, err := pg.member(context.Background(), 1, pg.env)
 	if err != nil {
-		return nil, err
-	}
-	dsnOf := func(hosts string) string {
-		return fmt.Sprintf("postgres://fencelock:%s@%s/fencelock?sslmode=disable", pw, hosts)
-	}
-	primaryDSN := dsnOf(c.addr())
-	// A member is ready when it answers, as a primary or as a hot standby.
-	c.ready = func(ctx context.Context) error { return pgReady(ctx, primaryDSN) }
-	if err := c.waitReady(context.Background()); err != nil {
 		return nil, err
 	}
 	if !pair {
-		return &Server{Members: []*Member{c.newMember("")}, URL: primaryDSN}, nil
+		return &Server{Members: []*Member{c.newMember("")}, URL: pg.dsn(c.addr())}, nil
 	}
-
-	// The primary lets the standby replicate with the same password (the
-	// line goes into the standby's copy, for when it is promoted).
 	ctx, cancel := context.WithTimeout(context.Background(), ReadyTimeout)
 	defer cancel()
-	if out, err := c.exec(ctx, "sh", "-c", `echo "host replication all all scram-sha-256" >> "$PGDATA/pg_hba.conf"`); err != nil {
-		return nil, fmt.Errorf("pg_hba.conf of %s: %w: %s", c.name, err, out)
-	}
-	if err := pgExec(ctx, primaryDSN, "SELECT pg_reload_conf()"); err != nil {
-		return nil, err
-	}
-	conninfo := func(primary *container) string {
-		return fmt.Sprintf("host=%s port=5432 user=fencelock password=%s application_name=standby", primary.name, pw)
-	}
-	sb, err := d.run(containerSpec{name: d.name(2), cport: "5432/tcp",
-		env: append(env, "FOLLOW="+conninfo(c)), cmd: cmd})
+	sb, err := pg.standby(ctx, c)
 	if err != nil {
 		return nil, err
 	}
-	standbyDSN := dsnOf(sb.addr())
-	sb.ready = func(ctx context.Context) error { return pgReady(ctx, standbyDSN) }
-	if err := sb.waitReady(ctx); err != nil {
+	if err := pg.streams(ctx, c, sb); err != nil {
 		return nil, err
 	}
-	// streams waits until primary lists the standby as streaming (with
-	// synchronous, after making it its synchronous standby).
-	streams := func(ctx context.Context, primary, standby *container) error {
-		dsn := dsnOf(primary.addr())
-		if err := poll(ctx, func(ctx context.Context) error {
-			return pgTrue(ctx, dsn, "SELECT count(*) = 1 FROM pg_stat_replication WHERE application_name = 'standby' AND state = 'streaming'")
-		}); err != nil {
-			return fmt.Errorf("standby %s not streaming from %s: %w; its last lines:\n%s", standby.name, primary.name, err, standby.logs(30))
-		}
-		if !synchronous {
-			return nil
-		}
-		if err := pgExec(ctx, dsn, "ALTER SYSTEM SET synchronous_standby_names = 'standby'"); err != nil {
-			return err
-		}
-		if err := pgExec(ctx, dsn, "SELECT pg_reload_conf()"); err != nil {
-			return err
-		}
-		return poll(ctx, func(ctx context.Context) error {
-			return pgTrue(ctx, dsn, "SELECT count(*) = 1 FROM pg_stat_replication WHERE application_name = 'standby' AND sync_state = 'sync'")
-		})
-	}
-	if err := streams(ctx, c, sb); err != nil {
+	return pg.pairServer(c, sb)
+}
+
+// pgStart is what the steps of startPostgres share: the server, the
+// password, the containers' environment and command, and whether the
+// standby is synchronous.
+type pgStart struct {
+	d           *dockerServer
+	pw          string
+	env, cmd    []string
+	synchronous bool
+}
+
+// dsn is the URL of the fencelock database on hosts.
+func (pg *pgStart) dsn(hosts string) string {
+	return fmt.Sprintf("postgres://fencelock:%s@%s/fencelock?sslmode=disable", pg.pw, hosts)
+}
+
+// conninfo is a standby's primary_conninfo for following primary.
+func (pg *pgStart) conninfo(primary *container) string {
+	return fmt.Sprintf("host=%s port=5432 user=fencelock password=%s application_name=standby", primary.name, pg.pw)
+}
+
+// member runs the i-th member's container with env and waits (within ctx
+// and ReadyTimeout) until it answers, as a primary or as a hot standby.
+func (pg *pgStart) member(ctx context.Context, i int, env []string) (*container, error) {
+	c, err := pg.d.run(containerSpec{name: pg.d.name(i), cport: "5432/tcp", env: env, cmd: pg.cmd})
+	if err != nil {
 		return nil, err
 	}
-	u, err := url.Parse(dsnOf(c.addr() + "," + sb.addr()))
+	dsn := pg.dsn(c.addr())
+	c.ready = func(ctx context.Context) error { return pgReady(ctx, dsn) }
+	if err := c.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// standby lets the primary's replication in (with the same password: the
+// line goes into the standby's copy, for when it is promoted) and starts
+// a standby following it.
+func (pg *pgStart) standby(ctx context.Context, primary *container) (*container, error) {
+	if out, err := primary.exec(ctx, "sh", "-c", `echo "host replication all all scram-sha-256" >> "$PGDATA/pg_hba.conf"`); err != nil {
+		return nil, fmt.Errorf("pg_hba.conf of %s: %w: %s", primary.name, err, out)
+	}
+	if err := pgExec(ctx, pg.dsn(primary.addr()), "SELECT pg_reload_conf()"); err != nil {
+		return nil, err
+	}
+	return pg.member(ctx, 2, append(pg.env, "FOLLOW="+pg.conninfo(primary)))
+}
+
+// streams waits until primary lists the standby as streaming (with
+// synchronous, after making it its synchronous standby).
+func (pg *pgStart) streams(ctx context.Context, primary, standby *container) error {
+	dsn := pg.dsn(primary.addr())
+	if err := poll(ctx, func(ctx context.Context) error {
+		return pgTrue(ctx, dsn, "SELECT count(*) = 1 FROM pg_stat_replication WHERE application_name = 'standby' AND state = 'streaming'")
+	}); err != nil {
+		return fmt.Errorf("standby %s not streaming from %s: %w; its last lines:\n%s", standby.name, primary.name, err, standby.logs(30))
+	}
+	if !pg.synchronous {
+		return nil
+	}
+	if err := pgExec(ctx, dsn, "ALTER SYSTEM SET synchronous_standby_names = 'standby'"); err != nil {
+		return err
+	}
+	if err := pgExec(ctx, dsn, "SELECT pg_reload_conf()"); err != nil {
+		return err
+	}
+	return poll(ctx, func(ctx context.Context) error {
+		return pgTrue(ctx, dsn, "SELECT count(*) = 1 FROM pg_stat_replication WHERE application_name = 'standby' AND sync_state = 'sync'")
+	})
+}
+
+// pairServer is the Server of primary c and standby sb: its URL names
+// both, the primary first, with target_session_attrs=read-write, and
+// its failover promotes the standby and has the old primary follow it
+// (see pgPair).
+func (pg *pgStart) pairServer(c, sb *container) (*Server, error) {
+	u, err := url.Parse(pg.dsn(c.addr() + "," + sb.addr()))
 	if err != nil {
 		return nil, err
 	}
@@ -344,7 +374,7 @@ func (d *dockerServer) startPostgres(pair, synchronous bool) (*Server, error) {
 	start := map[*Member]func(context.Context) error{} // the containers' own restarts
 	pp := &pgPair{s: s,
 		promote: func(ctx context.Context, m *Member) error {
-			dsn := dsnOf(m.Addr)
+			dsn := pg.dsn(m.Addr)
 			if err := pgExec(ctx, dsn, "SELECT pg_promote(false)"); err != nil {
 				return err
 			}
@@ -352,14 +382,14 @@ func (d *dockerServer) startPostgres(pair, synchronous bool) (*Server, error) {
 		},
 		follow: func(ctx context.Context, m, primary *Member) error {
 			c, pc := containers[m], containers[primary]
-			if err := d.pool.Client.UploadToContainer(c.id, dc.UploadToContainerOptions{
-				InputStream: tarFile("follow", conninfo(pc)), Path: "/", Context: ctx}); err != nil {
+			if err := pg.d.pool.Client.UploadToContainer(c.id, dc.UploadToContainerOptions{
+				InputStream: tarFile("follow", pg.conninfo(pc)), Path: "/", Context: ctx}); err != nil {
 				return fmt.Errorf("/follow of %s: %w", c.name, err)
 			}
 			if err := start[m](ctx); err != nil {
 				return err
 			}
-			return streams(ctx, pc, c)
+			return pg.streams(ctx, pc, c)
 		},
 	}
 	for _, m := range s.Members {
