@@ -45,12 +45,17 @@ type Lease struct {
 	renewing   chan struct{} // closed when the renewal in flight returns; nil if none is
 	renewSent  time.Time     // when the renewal in flight was started
 	lastErr    error         // the last failed renewal's error, for the loss cause
-	token      fencing.Token
-	deadline   time.Time // zero while no expiry clock runs
-	renewAt    time.Time
-	acquired   time.Time
-	holding    bool   // granted and not ended: the hold is measured
-	value      string // the stored value (WithValue)
+	// suspended: a renewal failed, or went unanswered for the patience
+	// (see patience), and none has succeeded since; suspendChanged is
+	// closed and replaced at each change (Suspended).
+	suspended      bool
+	suspendChanged chan struct{}
+	token          fencing.Token
+	deadline       time.Time // zero while no expiry clock runs
+	renewAt        time.Time
+	acquired       time.Time
+	holding        bool   // granted and not ended: the hold is measured
+	value          string // the stored value (WithValue)
 
 	opMu      sync.RWMutex // Refresh holds it shared, Release exclusively
 	releaseMu sync.Mutex   // serializes driver releases
@@ -629,6 +634,15 @@ func (ls *Lease) tick() {
 	ls.renewing, ls.renewSent = done, now
 	ls.scheduleLocked() // for the deadline
 	ls.mu.Unlock()
+	// Unanswered for the patience: suspended, the renewal still in flight.
+	unanswered := time.AfterFunc(ls.patience(), func() {
+		ls.mu.Lock()
+		if ls.renewing == done && ls.ctx.Err() == nil {
+			ls.setSuspendedLocked(true)
+		}
+		ls.mu.Unlock()
+	})
+	defer unanswered.Stop()
 
 	err := ls.renew(deadline)
 	ls.locker.tel.renewed(ls, err, deadline)
@@ -636,6 +650,9 @@ func (ls *Lease) tick() {
 	ls.mu.Lock()
 	ls.renewing = nil
 	close(done)
+	if ls.ctx.Err() == nil && !ends(err) {
+		ls.setSuspendedLocked(err != nil)
+	}
 	if ends(err) {
 		ls.mu.Unlock()
 		ls.lose(fmt.Errorf("%w: %q: renewal: %w", ErrLeaseLost, ls.name, err))
@@ -673,7 +690,7 @@ func (ls *Lease) silence(now time.Time) error {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if ls.renewing != nil {
-		if d := now.Sub(ls.renewSent); d > max(ls.s.ttl/waitPatience, minWaitPatience) {
+		if d := now.Sub(ls.renewSent); d > ls.patience() {
 			return fmt.Errorf("%w: the waiter's renewal got no answer for %v", ErrUnavailable, d.Round(time.Millisecond))
 		}
 	}
@@ -681,6 +698,25 @@ func (ls *Lease) silence(now time.Time) error {
 		return fmt.Errorf("the waiter's last renewal failed: %w", ls.lastErr)
 	}
 	return nil
+}
+
+// patience is how long a renewal may go unanswered before the backend is
+// taken to have stopped answering (see waitPatience).
+func (ls *Lease) patience() time.Duration {
+	return max(ls.s.ttl/waitPatience, minWaitPatience)
+}
+
+// setSuspendedLocked records whether the lease is suspended, waking
+// Suspended's callers at a change. ls.mu is held.
+func (ls *Lease) setSuspendedLocked(on bool) {
+	if ls.suspended == on {
+		return
+	}
+	ls.suspended = on
+	if ls.suspendChanged != nil {
+		close(ls.suspendChanged)
+		ls.suspendChanged = nil
+	}
 }
 
 // ends reports whether err, from a renewal or a Proclaim, ends the lease:
@@ -723,13 +759,33 @@ func (ls *Lease) renew(deadline time.Time) error {
 	return err
 }
 
-// Suspended reports whether the connection behind ls is down now: the lease
-// may or may not still be held, the loss signal fires at the local deadline
-// unless the connection comes back first (Curator's SUSPENDED beside LOST).
-// changed is closed at the next change of that state. A holder that must
-// not act while in doubt stops on suspension; the default (ignoring it)
-// relies on the deadline. Backends that do not report suspension (etcd,
-// Redis, PostgreSQL, mem) return false and a nil channel, which never fires.
+// Suspended reports whether the backend has stopped answering ls now: the
+// lease may or may not still be held, and the loss signal fires at the
+// local deadline unless an answer comes first (Curator's SUSPENDED beside
+// LOST). changed is closed at the next change of that state. A holder
+// that must not act while in doubt stops on suspension; the default
+// (ignoring it) relies on the deadline.
+//
+// Every backend reports it: a lease is suspended once a renewal failed or
+// went unanswered for TTL/6 (200ms at least), so within about TTL/2 of
+// the backend going silent (a renewal is due every TTL/3), and no longer
+// once a renewal succeeds. ZooKeeper reports its connection's state
+// instead, which it knows sooner: suspended as soon as the client sees
+// the connection drop. Once the lease has ended, the state no longer
+// changes.
 func (ls *Lease) Suspended() (suspended bool, changed <-chan struct{}) {
-	return ls.drv.Suspended()
+	ls.mu.Lock()
+	drv := ls.drv
+	ls.mu.Unlock()
+	if drv != nil {
+		if on, ch := drv.Suspended(); ch != nil {
+			return on, ch
+		}
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.suspendChanged == nil {
+		ls.suspendChanged = make(chan struct{})
+	}
+	return ls.suspended, ls.suspendChanged
 }

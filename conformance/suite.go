@@ -70,6 +70,7 @@ func Run(t *testing.T, h Harness, opts ...RunOption) {
 			suiteCase{"ClosePartitioned", func(t *testing.T) { s.testClosePartitioned(t, p) }},
 			suiteCase{"Unavailable", func(t *testing.T) { s.testUnavailable(t, p) }},
 			suiteCase{"LossWhilePartitioned", func(t *testing.T) { s.testLossWhilePartitioned(t, p) }},
+			suiteCase{"SuspendedResumes", func(t *testing.T) { s.testSuspendedResumes(t, p) }},
 			suiteCase{"Partitioned", func(t *testing.T) { s.testPartitioned(t, p) }},
 			suiteCase{"CutWaiter", func(t *testing.T) { s.testCutWaiter(t, p) }})
 	}

@@ -100,6 +100,7 @@ func (s *suite) testLossWhilePartitioned(t *testing.T, p Partitioner) {
 	drift := s.short / 10
 	la := s.try(t, a, name, s.shortTTL(backend.WithDriftMargin(drift))...)
 	lost := make(chan time.Time, 1)
+	suspendedFirst := watchSuspended(la)
 	go func() {
 		<-la.Done()
 		lost <- time.Now()
@@ -132,6 +133,7 @@ func (s *suite) testLossWhilePartitioned(t *testing.T, p Partitioner) {
 	t.Logf("loss signal %v after the local deadline: %v", late, la.Err())
 	require.ErrorIs(t, la.Err(), backend.ErrLeaseLost)
 	require.ErrorIs(t, la.Err(), backend.ErrDeadline, "the loss names its cause")
+	assert.True(t, <-suspendedFirst, "Lease.Suspended did not report the silent backend before the loss signal")
 	assert.False(t, lostAt.Before(deadline), "the loss signal fired %v before the deadline", -late)
 	assert.Less(t, late, drift, "the loss signal fired %v after the local deadline, past the drift margin", late)
 
@@ -148,6 +150,78 @@ func (s *suite) testLossWhilePartitioned(t *testing.T, p Partitioner) {
 	requireNotBefore(t, r.at, la)
 	t.Logf("waiter granted %v after the holder's loss signal", r.at.Sub(lostAt))
 	heal()
+}
+
+// watchSuspended returns a channel that gets whether ls reported itself
+// suspended (Lease.Suspended) before its loss signal fired.
+func watchSuspended(ls *backend.Lease) <-chan bool {
+	first := make(chan bool, 1)
+	go func() {
+		for {
+			on, changed := ls.Suspended()
+			if on {
+				first <- ls.Err() == nil
+				return
+			}
+			select {
+			case <-changed:
+			case <-ls.Done():
+				first <- false
+				return
+			}
+		}
+	}()
+	return first
+}
+
+// testSuspendedResumes: a holder cut off by a partition reports itself
+// suspended (Lease.Suspended) within about TTL/2, its lease still held,
+// and no longer once the partition heals and a renewal gets through; its
+// loss signal never fires. The TTL is 3x the suite's, so that the heal
+// comes well before the local deadline on a loaded machine.
+func (s *suite) testSuspendedResumes(t *testing.T, p Partitioner) {
+	name := lockName(t)
+	a := s.locker(t)
+	ttl := 3 * s.short
+	la := s.try(t, a, name, backend.WithTTL(ttl))
+	on, changed := la.Suspended()
+	require.False(t, on, "suspended while the backend answers")
+
+	heal := healOnce(t, p.Partition(t, a))
+	cut := time.Now()
+	waitSuspended(t, la, changed, true, ttl)
+	took := time.Since(cut)
+	t.Logf("suspended %v after the partition (TTL %v)", took.Round(time.Millisecond), ttl)
+	require.NoError(t, la.Err(), "suspended is not lost")
+	_, changed = la.Suspended()
+
+	heal()
+	healed := time.Now()
+	waitSuspended(t, la, changed, false, ttl)
+	t.Logf("resumed %v after the heal", time.Since(healed).Round(time.Millisecond))
+	require.NoError(t, la.Err(), "the lease survived the partition")
+	require.NoError(t, la.Release(ctx(t, s.prompt)))
+}
+
+// waitSuspended waits, at most d, for ls's Suspended to report want, from
+// the changed channel it gave last; the loss signal ends the wait as a
+// failure.
+func waitSuspended(t *testing.T, ls *backend.Lease, changed <-chan struct{}, want bool, d time.Duration) {
+	t.Helper()
+	timeout := time.After(d)
+	for {
+		if on, _ := ls.Suspended(); on == want {
+			return
+		}
+		select {
+		case <-changed:
+			_, changed = ls.Suspended()
+		case <-ls.Done():
+			require.FailNow(t, "lease lost", "waiting for Suspended() == %v: %v", want, ls.Err())
+		case <-timeout:
+			require.FailNow(t, "no change", "Suspended() did not become %v within %v", want, d)
+		}
+	}
 }
 
 // closeSlack is how long past its bound Close or Shutdown may take: the
