@@ -109,6 +109,15 @@ end
 -- holder was last seen on it.
 local foreign_memory = '600000'
 
+-- foreign_recent is how long (ms) after a foreign holder was last seen
+-- (the mark's PTTL tells: it is set to foreign_memory at each sighting) a
+-- gap lasts three times gap_ms, for foreign clients that wait at once: a
+-- gap of one retry interval (gap_ms is longer than the foreign clients')
+-- is sure to serve one of them only, and one whose retry fails while
+-- another holds the key (which that one may take again and again, back
+-- to back) retries at least twice more in a gap three times as long.
+local foreign_recent = 60000
+
 -- seen_foreign marks the lock whose foreign-holder mark is mark with the
 -- time the key was last free, now (server ms): a foreign holder has the
 -- key, so it was free when it took it. During a gap (the mark says the
@@ -121,11 +130,13 @@ local function seen_foreign(mark, now)
 end
 
 -- gap_due reports whether a handoff at now on a lock marked by
--- seen_foreign (with always == '1', one not marked is marked now) comes
--- at least every ms (digits; '0': never) after the key was last free:
--- then the gap key lives for gap_ms, the mark says the key is free until
--- the gap ends, and the key must be left free. During a gap (a waiter
--- that was woken for it released meanwhile) the key is left free too.
+-- seen_foreign (with always == '1', one not marked is marked now, as if
+-- seen) comes at least every ms (digits; '0': never) after the key was
+-- last free: then the gap key lives for gap_ms (three times that within
+-- foreign_recent of the last sighting), the mark says the key is free
+-- until the gap ends, and the key must be left free. During a gap (a
+-- waiter that was woken for it released meanwhile) the key is left free
+-- too.
 local function gap_due(mark, gap, every, gap_ms, always, now)
   if every == '0' then
     return false
@@ -144,8 +155,12 @@ local function gap_due(mark, gap, every, gap_ms, always, now)
   if since < tonumber(every) then
     return false
   end
-  redis.call('SET', mark, now + tonumber(gap_ms), 'KEEPTTL')
-  redis.call('SET', gap, '1', 'PX', gap_ms)
+  local ms = tonumber(gap_ms)
+  if redis.call('PTTL', mark) > tonumber(foreign_memory) - foreign_recent then
+    ms = 3 * ms
+  end
+  redis.call('SET', mark, now + ms, 'KEEPTTL')
+  redis.call('SET', gap, '1', 'PX', ms)
   return true
 end
 
