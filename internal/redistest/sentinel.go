@@ -159,18 +159,15 @@ func (s *Sentinels) Failover(ctx context.Context) (*Server, error) {
 // failover from a server the Sentinels see down.
 const sentinelFailoverWait = 20 * time.Second
 
-// SentinelsFailover waits until the deployment is settled (Settled), asks
-// the first running Sentinel of sentinels to fail over (SENTINEL FAILOVER:
-// a replica is promoted, the old primary made its replica; asked again
-// while it refuses, as right after a server came back: NOGOODSLAVE, and
-// if the Sentinels still name the old primary sentinelFailoverWait after
-// it accepted) and waits until the Sentinels name another server of
-// servers and it says it is a master; it returns that server.
+// SentinelsFailover asks the first running Sentinel of sentinels to fail
+// over (SENTINEL FAILOVER: a replica is promoted, the old primary made its
+// replica; asked again while it refuses, as right after a server came
+// back: NOGOODSLAVE, and if the Sentinels still name the old primary
+// sentinelFailoverWait after it accepted: the failover was aborted) and
+// waits until the Sentinels name another server of servers and it says it
+// is a master; it returns that server.
 func SentinelsFailover[N Node](ctx context.Context, sentinels, servers []N) (N, error) {
 	var zero N
-	if err := poll(ctx, func(ctx context.Context) error { return Settled(ctx, sentinels, servers) }); err != nil {
-		return zero, fmt.Errorf("redistest: before SENTINEL FAILOVER: %w", err)
-	}
 	old, err := SentinelsMaster(ctx, sentinels, servers)
 	if err != nil {
 		return zero, err
@@ -213,9 +210,10 @@ func SentinelsFailover[N Node](ctx context.Context, sentinels, servers []N) (N, 
 // Settled says (nil) whether the servers of a Sentinel deployment are as
 // the Sentinels say: the server the first running Sentinel names as the
 // primary is a master, and every other running server its replica with
-// its link up. After a failover, or after a former primary comes back (a
-// real one, with the role it had: see RestartRole), Sentinel reconfigures
-// the others, the last one 8s at least after it sees it.
+// its link up. After a failover, or after a former primary comes back as
+// a master (a paused one, or a real one, with the role it had: see
+// RestartRole), Sentinel reconfigures the others, the last one 8s at
+// least after it sees it.
 func Settled[N Node](ctx context.Context, sentinels, servers []N) error {
 	m, err := SentinelsMaster(ctx, sentinels, servers)
 	if err != nil {
