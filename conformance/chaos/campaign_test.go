@@ -96,33 +96,30 @@ func sentinelOf(s *servers.Server) *chaos.Sentinel {
 	return sn
 }
 
-// roleMember is the member of an etcd or ZooKeeper cluster that leads, or
-// one that follows, when a member fault begins: String finds it (the
-// nemesis names its target first), and the fault's hooks act on it.
+// roleMember is the member that has a role (the leader, the primary, …)
+// when a member fault begins: String finds it with find (the nemesis names
+// its target first), and the fault's hooks act on it. Failovers and
+// elections move the roles.
 type roleMember struct {
-	s      *servers.Server
-	leader bool
-	cur    *servers.Member
+	role string
+	find func(context.Context) (*servers.Member, error)
+	cur  *servers.Member
 }
 
 func (r *roleMember) String() string {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	lead, err := r.s.Leader(ctx)
-	r.cur = nil
-	if err != nil {
-		return fmt.Sprintf("the leader? (%v)", err)
+	var err error
+	if r.cur, err = r.find(ctx); err != nil {
+		r.cur = nil
+		return fmt.Sprintf("the %s? (%v)", r.role, err)
 	}
-	role := "leader"
-	if r.cur = lead; !r.leader {
-		role, r.cur = "follower", r.s.Members[(slices.Index(r.s.Members, lead)+1)%len(r.s.Members)]
-	}
-	return fmt.Sprintf("%s (the %s)", r.cur.Name, role)
+	return fmt.Sprintf("%s (the %s)", r.cur.Name, r.role)
 }
 
 func (r *roleMember) do(f func(*servers.Member) error) error {
 	if r.cur == nil {
-		return errors.New("no leader was found")
+		return fmt.Errorf("no member was the %s", r.role)
 	}
 	return f(r.cur)
 }
@@ -143,6 +140,56 @@ func (r *roleMember) Unpause(ctx context.Context) error {
 	return r.do(func(m *servers.Member) error { return m.Unpause(ctx) })
 }
 
+// leaderAndFollower are an etcd or ZooKeeper cluster's leader and a
+// follower (the member after the leader), as they are when a fault begins.
+func leaderAndFollower(s *servers.Server) []chaos.ServerMember {
+	follower := func(ctx context.Context) (*servers.Member, error) {
+		lead, err := s.Leader(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return s.Members[(slices.Index(s.Members, lead)+1)%len(s.Members)], nil
+	}
+	return []chaos.ServerMember{&roleMember{role: "leader", find: s.Leader}, &roleMember{role: "follower", find: follower}}
+}
+
+// primaryAndStandby are a PostgreSQL pair's members whose Role is
+// "primary" and "standby" when a fault begins.
+func primaryAndStandby(s *servers.Server) []chaos.ServerMember {
+	var ms []chaos.ServerMember
+	for _, role := range []string{"primary", "standby"} {
+		ms = append(ms, &roleMember{role: role, find: func(context.Context) (*servers.Member, error) {
+			for _, m := range s.Members {
+				if m.Role == role {
+					return m, nil
+				}
+			}
+			return nil, errors.New("none")
+		}})
+	}
+	return ms
+}
+
+// primaryAndReplica are the primary of a Redis deployment that fails
+// over (s.Primary: the server the Sentinels name, or slot 0's master) and
+// the other server of pair (that primary as started and its replica) when
+// a fault begins.
+func primaryAndReplica(s *servers.Server, pair [2]*servers.Member) []chaos.ServerMember {
+	replica := func(ctx context.Context) (*servers.Member, error) {
+		p, err := s.Primary(ctx)
+		switch {
+		case err != nil:
+			return nil, err
+		case p == pair[0]:
+			return pair[1], nil
+		case p == pair[1]:
+			return pair[0], nil
+		}
+		return nil, fmt.Errorf("the primary is %s, not %s or %s", p.Name, pair[0].Name, pair[1].Name)
+	}
+	return []chaos.ServerMember{&roleMember{role: "primary", find: s.Primary}, &roleMember{role: "replica", find: replica}}
+}
+
 // TestCampaign is CI's bounded campaign: on each backend, on the suite's
 // own servers (a cluster where the provider is Docker, else a single
 // server), at least 1,000 fenced grants ($FENCELOCK_CHAOS_GRANTS) with
@@ -153,16 +200,19 @@ func (r *roleMember) Unpause(ctx context.Context) error {
 //	           a follower, in turn
 //	ZooKeeper  guard sqlfence on PostgreSQL; members: the leader and a
 //	           follower, in turn
-//	Redis      guard redisfence on the primary; members: the replica
-//	           (wait_replicas=1: grants stop while it is down)
 //	PostgreSQL guard sqlfence on a second PostgreSQL; members: the server
 //	           itself, single (grants stop while it is down; the tokens
 //	           must grow across its kills)
 //
+// Redis twice with a client of its own (client faults, guard redisfence
+// on the server; the docs' client on a Sentinel, with its failovers),
 // and, named by their URLs, on local deployments that fail over (see
-// failoverCampaignOn): a Redis Cluster, and a PostgreSQL primary with its
-// asynchronous standby (postgres/cluster: kill + promote, every other
-// failover losing the primary's last commits).
+// failoverCampaignOn): a Redis primary with its replica and three
+// Sentinels (redis/sentinel), a Redis Cluster (redis/sharded), and a
+// PostgreSQL primary with its asynchronous standby (postgres/cluster:
+// kill + promote, every other failover losing the primary's last
+// commits). Redis's member faults are the failover campaigns': the
+// primary and its replica as they are when each fault begins.
 //
 // campaignsAtOnce is how many campaigns TestCampaign runs at once: each
 // has five workers hammering one lock and a cluster of servers. Three at
@@ -185,7 +235,7 @@ func TestCampaign(t *testing.T) {
 		client chaos.RedisClient
 		topo   servers.Topology // "": the kind's cluster with Docker, else single
 	}
-	campaigns := []campaign{{kind: servers.Etcd}, {kind: servers.ZooKeeper}, {kind: servers.Redis}, {kind: servers.Postgres},
+	campaigns := []campaign{{kind: servers.Etcd}, {kind: servers.ZooKeeper}, {kind: servers.Postgres},
 		// Client configurations matter as much as servers: a go-redis
 		// client built as the redis package's docs show (on a cluster, the
 		// Sentinel's failover client, with failovers of the primary), and
@@ -194,11 +244,13 @@ func TestCampaign(t *testing.T) {
 		// half the grants.
 		{kind: servers.Redis, client: chaos.RedisClientDocs},
 		{kind: servers.Redis, client: chaos.RedisClientNoContextTimeout},
-		// A Redis deployment that fails over by itself, named by its
-		// URL: a Redis Cluster (local processes). (The Sentinel's
-		// failovers are the docs client's campaign's, above; its URL's
-		// campaign passes the same way, and a third campaign here made
-		// the run too long for CI's two cores.)
+		// The Redis deployments that fail over by themselves, named by
+		// their URLs (local processes): a primary, its replica and three
+		// Sentinels, and a Redis Cluster. The Sentinel deployment's
+		// campaign replaced the one on the Docker primary + replica
+		// (member faults on the replica, wait_replicas=1), whose faults
+		// it covers, so that the run stays as long.
+		{kind: servers.Redis, topo: servers.Sentinel},
 		{kind: servers.Redis, topo: servers.Sharded},
 		// A PostgreSQL primary and its asynchronous standby, named by
 		// their multi-host URL, failed over (kill + promote) again and
@@ -259,8 +311,10 @@ func runClean(t *testing.T, c chaos.Config, grants int) {
 //
 // A Redis topology (servers.Sentinel or servers.Sharded: chaos puts a
 // proxy in front of each address redis.Nodes lists): the member faults
-// are on the primary and its replica (on the cluster, those of slot 0,
-// where the lock name "06S" lives), the failovers SENTINEL FAILOVER or
+// are on the primary and its replica as they are when the fault begins
+// (on the cluster, those of slot 0, where the lock name "06S" lives; a
+// restarted Sentinel deployment's server comes back as the replica of
+// the primary the Sentinels name), the failovers SENTINEL FAILOVER or
 // CLUSTER FAILOVER TAKEOVER, on the cluster slot moves of the lock's slot
 // too (servers.Server.MoveSlot), the clock floor alone keeping tokens
 // growing.
@@ -285,7 +339,7 @@ func failoverCampaignOn(t *testing.T, kind servers.Kind, topo servers.Topology) 
 		Failover: func(ctx context.Context) error { _, err := s.Failover(ctx); return err },
 	}
 	if kind == servers.Postgres {
-		c.Members = []chaos.ServerMember{&pgRoleMember{s: s, role: "primary"}, &pgRoleMember{s: s, role: "standby"}}
+		c.Members = primaryAndStandby(s)
 		c.TTL = 2 * time.Second
 		c.Failover = pgFailover(t, s, c.TTL)
 		runClean(t, c, grants)
@@ -303,15 +357,17 @@ func failoverCampaignOn(t *testing.T, kind servers.Kind, topo servers.Topology) 
 		c.SlotMove = s.MoveSlot
 		c.FaultGap = 1250 * time.Millisecond // the TTL is 2s
 	}
+	// The primary and its replica as they are when a fault begins:
+	// failovers (and, after a kill or pause of the primary, the
+	// deployment itself) swap them.
+	pair := [2]*servers.Member{s.Members[0], s.Members[1]}
+	if topo == servers.Sharded {
+		pair[1] = s.Members[3] // redis-4 replicates redis-1, slot 0's master
+	}
 	primary, err := s.Primary(context.Background())
 	require.NoError(t, err)
-	c.Members = append(c.Members, primary)
-	for _, m := range s.Members {
-		if m.Role == "replica" && (topo == servers.Sentinel || m.Name == "redis-4") { // redis-4 replicates redis-1, slot 0's master
-			c.Members = append(c.Members, m)
-		}
-	}
-	require.Len(t, c.Members, 2)
+	require.Equal(t, pair[0], primary)
+	c.Members = primaryAndReplica(s, pair)
 	runClean(t, c, grants)
 }
 
@@ -338,50 +394,6 @@ func pgFailover(t *testing.T, s *servers.Server, ttl time.Duration) func(context
 		_, err := s.Failover(ctx)
 		return err
 	}
-}
-
-// pgRoleMember is the member of a PostgreSQL primary and standby that has
-// role ("primary" or "standby") when a member fault begins: String finds
-// it (the nemesis names its target first), and the fault's hooks act on
-// it. Failovers swap the roles.
-type pgRoleMember struct {
-	s    *servers.Server
-	role string
-	cur  *servers.Member
-}
-
-func (r *pgRoleMember) String() string {
-	r.cur = nil
-	for _, m := range r.s.Members {
-		if m.Role == r.role {
-			r.cur = m
-			return fmt.Sprintf("%s (the %s)", m.Name, r.role)
-		}
-	}
-	return fmt.Sprintf("the %s? (none)", r.role)
-}
-
-func (r *pgRoleMember) do(f func(*servers.Member) error) error {
-	if r.cur == nil {
-		return fmt.Errorf("no member was the %s", r.role)
-	}
-	return f(r.cur)
-}
-
-func (r *pgRoleMember) Kill(ctx context.Context) error {
-	return r.do(func(m *servers.Member) error { return m.Kill(ctx) })
-}
-
-func (r *pgRoleMember) Restart(ctx context.Context) error {
-	return r.do(func(m *servers.Member) error { return m.Restart(ctx) })
-}
-
-func (r *pgRoleMember) Pause(ctx context.Context) error {
-	return r.do(func(m *servers.Member) error { return m.Pause(ctx) })
-}
-
-func (r *pgRoleMember) Unpause(ctx context.Context) error {
-	return r.do(func(m *servers.Member) error { return m.Unpause(ctx) })
 }
 
 // campaignOn runs TestCampaign's campaign on kind with client (for Redis;
@@ -426,7 +438,7 @@ func campaignOn(t *testing.T, p servers.Provider, kind servers.Kind, client chao
 			}
 		}
 	case topo == servers.Cluster: // the leader, then a follower, in turn
-		c.Members = []chaos.ServerMember{&roleMember{s: s, leader: true}, &roleMember{s: s}}
+		c.Members = leaderAndFollower(s)
 	case kind == servers.Postgres: // single, on any provider
 		c.Members = []chaos.ServerMember{s.Members[0]}
 	}

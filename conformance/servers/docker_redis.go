@@ -212,7 +212,16 @@ func (d *dockerServer) startRedisSentinel() (*Server, error) {
 	for _, sn := range sns {
 		members = append(members, sn.c.newMember("sentinel"))
 	}
-	return newSentinelServer([]*dockerRedis{p, r}, sns, members), nil
+	// A container comes back with its command line (redis-2 a replica
+	// of redis-1), so its role is set once it answers.
+	restart := map[*dockerRedis]func(context.Context) error{p: members[0].h.restart, r: members[1].h.restart}
+	return newSentinelServer([]*dockerRedis{p, r}, sns, members,
+		func(ctx context.Context, n *dockerRedis, replicaOf string) error {
+			if err := restart[n](ctx); err != nil {
+				return err
+			}
+			return redistest.SetReplicaOf(ctx, n, replicaOf)
+		}), nil
 }
 
 // startRedisSharded runs a Redis Cluster of three masters with a replica

@@ -34,7 +34,10 @@ func startLocalRedisSentinel(t testing.TB) *Server {
 	for i, sn := range s.Sentinels {
 		members = append(members, localRedisMember(fmt.Sprint("sentinel-", i+1), "sentinel", sn))
 	}
-	return newSentinelServer([]*redistest.Server{s.Primary, s.Replica}, s.Sentinels, members)
+	return newSentinelServer([]*redistest.Server{s.Primary, s.Replica}, s.Sentinels, members,
+		func(_ context.Context, n *redistest.Server, replicaOf string) error {
+			return n.RestartReplicaOf(replicaOf)
+		})
 }
 
 // startLocalRedisCluster starts a Redis Cluster of three masters with a

@@ -3,9 +3,11 @@ package servers
 import (
 	"context"
 	"errors"
+	"net"
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelock/fencelock/backend"
@@ -43,8 +45,10 @@ func TestDockerRedisTopologies(t *testing.T) {
 // members and roles, that Primary names the primary as started (Sharded:
 // the first master, which serves slot 0), that its URL opens and grants,
 // that Failover promotes another member, which Primary then names, and
-// that the URL then grants the same lock again with a larger token, and
-// that the last member can be paused, killed and restarted.
+// that the URL then grants the same lock again with a larger token, that
+// the former primary of a Sentinel deployment comes back from a kill as
+// the new primary's replica, and that the last member can be paused,
+// killed and restarted.
 func redisTopologyWorks(t *testing.T, s *Server) {
 	want := []string{"primary", "replica", "sentinel", "sentinel", "sentinel"}
 	if s.Topology == Sharded {
@@ -82,6 +86,20 @@ func redisTopologyWorks(t *testing.T, s *Server) {
 	require.Greater(t, ls.Token(), first, "the token after the failover")
 	second := ls.Token()
 	require.NoError(t, ls.Release(ctx))
+
+	// The former primary of a Sentinel deployment, killed and restarted,
+	// comes back as the new primary's replica, not as a second master.
+	if s.Topology == Sentinel {
+		require.NoError(t, before.Kill(ctx))
+		require.NoError(t, before.Restart(ctx))
+		c := goredis.NewClient(&goredis.Options{Addr: before.Addr})
+		defer c.Close()
+		info, err := c.Info(ctx, "replication").Result()
+		require.NoError(t, err)
+		_, port, _ := net.SplitHostPort(after.Addr)
+		require.Contains(t, info, "role:slave\r\n")
+		require.Contains(t, info, "master_port:"+port+"\r\n")
+	}
 
 	// The last member (a replica of the cluster, a Sentinel) has the
 	// hooks, Disconnect aside; the URL grants once it is back.

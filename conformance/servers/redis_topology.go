@@ -23,9 +23,21 @@ import (
 // that monitor them, whose Members are members, in that order (servers,
 // then Sentinels). Its URL is redis+sentinel:// over the Sentinels;
 // Primary is the server the Sentinels name, and Failover a SENTINEL
-// FAILOVER.
-func newSentinelServer[N redistest.Node](servers, sentinels []N, members []*Member) *Server {
+// FAILOVER once the deployment is settled (redistest.Settled). A server's Restart brings it back in the role the Sentinels
+// give it (redistest.RestartRole: a replica of the primary they name, or
+// that primary), through restartAs(ctx, n, replicaOf) ("": as a primary).
+func newSentinelServer[N redistest.Node](servers, sentinels []N, members []*Member,
+	restartAs func(ctx context.Context, n N, replicaOf string) error) *Server {
 	member := memberOf(append(slices.Clone(servers), sentinels...), members)
+	for i, n := range servers {
+		members[i].h.restart = func(ctx context.Context) error {
+			replicaOf, err := redistest.RestartRole(ctx, sentinels, servers, n)
+			if err != nil {
+				return err
+			}
+			return restartAs(ctx, n, replicaOf)
+		}
+	}
 	srv := &Server{
 		URL: "redis+sentinel://" + strings.Join(redistest.Addrs(sentinels), ",") +
 			"/0?master_name=" + redistest.SentinelMaster + "&prefix=" + prefix(),
@@ -39,6 +51,13 @@ func newSentinelServer[N redistest.Node](servers, sentinels []N, members []*Memb
 		return member(n), nil
 	}
 	srv.failover = func(ctx context.Context) (*Member, error) {
+		// Once the deployment is settled, as an operator would ask: a
+		// SENTINEL FAILOVER while a former primary is still a master
+		// (after a pause, until Sentinel turns it into a replica) never
+		// completed once.
+		if err := poll(ctx, func(ctx context.Context) error { return redistest.Settled(ctx, sentinels, servers) }); err != nil {
+			return nil, fmt.Errorf("before SENTINEL FAILOVER: %w", err)
+		}
 		n, err := redistest.SentinelsFailover(ctx, sentinels, servers)
 		if err != nil {
 			return nil, err

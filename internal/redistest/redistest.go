@@ -269,8 +269,11 @@ func (s *Server) args() ([]string, error) {
 				"--tls-client-cert-file", f.ClientCert, "--tls-client-key-file", f.ClientKey)
 		}
 	}
-	if s.cfg.replicaOf != "" {
-		host, port, _ := net.SplitHostPort(s.cfg.replicaOf)
+	s.mu.Lock()
+	replicaOf := s.cfg.replicaOf // RestartReplicaOf sets it
+	s.mu.Unlock()
+	if replicaOf != "" {
+		host, port, _ := net.SplitHostPort(replicaOf)
 		a = append(a, "--replicaof", host, port)
 		if f := s.cfg.tls; f != nil {
 			// The primary serves TLS only and wants a client certificate.
@@ -422,6 +425,19 @@ func (s *Server) Restart() error {
 		return fmt.Errorf("redistest: restart: %w", err)
 	}
 	return nil
+}
+
+// RestartReplicaOf is Restart, but the server comes back as a replica of
+// the server at addr, or as a primary if addr is "", whatever it was
+// started as; later Restarts keep that role. (A server started with a
+// configuration file keeps a REPLICAOF it was sent there through CONFIG
+// REWRITE, as Sentinel asks; a Server has no configuration file: see
+// RestartRole.)
+func (s *Server) RestartReplicaOf(addr string) error {
+	s.mu.Lock()
+	s.cfg.replicaOf = addr
+	s.mu.Unlock()
+	return s.Restart()
 }
 
 // Promote turns a replica into a primary (REPLICAOF NO ONE), as a failover

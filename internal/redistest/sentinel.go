@@ -152,44 +152,161 @@ func (s *Sentinels) Failover(ctx context.Context) (*Server, error) {
 	return SentinelsFailover(ctx, s.Sentinels, s.servers())
 }
 
+// sentinelFailoverWait is how long SentinelsFailover waits for the
+// Sentinels to name another primary after a SENTINEL FAILOVER they
+// accepted before it asks again (a failover that times out is aborted:
+// its failover-timeout is 10s), and how long RestartRole waits for a
+// failover from a server the Sentinels see down.
+const sentinelFailoverWait = 20 * time.Second
+
 // SentinelsFailover asks the first running Sentinel of sentinels to fail
 // over (SENTINEL FAILOVER: a replica is promoted, the old primary made its
 // replica; asked again while it refuses, as right after a server came
-// back: NOGOODSLAVE) and waits until the Sentinels name another server of
-// servers and it says it is a master; it returns that server.
+// back: NOGOODSLAVE, and if the Sentinels still name the old primary
+// sentinelFailoverWait after it accepted: the failover was aborted) and
+// waits until the Sentinels name another server of servers and it says it
+// is a master; it returns that server.
 func SentinelsFailover[N Node](ctx context.Context, sentinels, servers []N) (N, error) {
 	var zero N
 	old, err := SentinelsMaster(ctx, sentinels, servers)
 	if err != nil {
 		return zero, err
 	}
-	err = poll(ctx, func(ctx context.Context) error {
-		for _, sn := range sentinels {
-			if sn.Running() {
-				return sn.Admin().Do(ctx, "SENTINEL", "FAILOVER", SentinelMaster).Err()
+	for {
+		err = poll(ctx, func(ctx context.Context) error {
+			for _, sn := range sentinels {
+				if sn.Running() {
+					return sn.Admin().Do(ctx, "SENTINEL", "FAILOVER", SentinelMaster).Err()
+				}
+			}
+			return fmt.Errorf("no running Sentinel")
+		})
+		if err != nil {
+			return zero, fmt.Errorf("redistest: SENTINEL FAILOVER: %w", err)
+		}
+		var now N
+		wctx, cancel := context.WithTimeout(ctx, sentinelFailoverWait)
+		err = poll(wctx, func(ctx context.Context) error {
+			m, err := SentinelsMaster(ctx, sentinels, servers)
+			if err != nil {
+				return err
+			}
+			if m == old {
+				return fmt.Errorf("the Sentinels still name %s", m.Addr())
+			}
+			if role, err := InfoField(ctx, m.Admin(), "role"); err != nil || role != "master" {
+				return fmt.Errorf("%s is %q (%v)", m.Addr(), role, err)
+			}
+			now = m
+			return nil
+		})
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return now, err
+		}
+	}
+}
+
+// Settled says (nil) whether the servers of a Sentinel deployment are as
+// the Sentinels say: the server the first running Sentinel names as the
+// primary is a master, and every other running server its replica with
+// its link up. After a failover, or after a former primary comes back as
+// a master (a paused one, or a real one, with the role it had: see
+// RestartRole), Sentinel reconfigures the others, the last one 8s at
+// least after it sees it.
+func Settled[N Node](ctx context.Context, sentinels, servers []N) error {
+	m, err := SentinelsMaster(ctx, sentinels, servers)
+	if err != nil {
+		return err
+	}
+	if role, err := InfoField(ctx, m.Admin(), "role"); err != nil || role != "master" {
+		return fmt.Errorf("the Sentinels name %s, which is %q (%v)", m.Addr(), role, err)
+	}
+	for _, n := range servers {
+		if n == m || !n.Running() {
+			continue
+		}
+		info, err := n.Admin().Info(ctx, "replication").Result()
+		if err != nil {
+			return fmt.Errorf("%s: %w", n.Addr(), err)
+		}
+		host, port, _ := net.SplitHostPort(m.Addr())
+		for _, want := range []string{"role:slave", "master_host:" + host, "master_port:" + port, "master_link_status:up"} {
+			if !strings.Contains(info, want+"\r\n") {
+				return fmt.Errorf("%s is not a replica of %s with its link up yet (no %s)", n.Addr(), m.Addr(), want)
 			}
 		}
-		return fmt.Errorf("no running Sentinel")
-	})
-	if err != nil {
-		return zero, fmt.Errorf("redistest: SENTINEL FAILOVER: %w", err)
 	}
-	var now N
-	err = poll(ctx, func(ctx context.Context) error {
+	return nil
+}
+
+// RestartRole returns the role in which server n of a Sentinel deployment
+// (sentinels monitoring servers) comes back from a restart: replicaOf is
+// the address of the primary the Sentinels name now, or "" if they name
+// n. A real deployment's server comes back in the role it had (Sentinel
+// persists each REPLICAOF it sends with CONFIG REWRITE in the server's
+// configuration file), and Sentinel turns a former primary that comes
+// back as one into the new primary's replica 8s at least after it sees
+// it; this package's servers keep no configuration file, so a restarted
+// former primary would be a second master, and a restarted replica would
+// follow the primary it was started with (as deployments do that ask the
+// Sentinels at start, Bitnami's chart for one).
+//
+// While the Sentinels name n and see it down (it crashed, and their
+// failover is under way), RestartRole waits for the failover, up to
+// sentinelFailoverWait, so that n does not come back as a second master
+// as it ends; then, n comes back as the primary. The error is ctx's, or
+// that no running Sentinel answers.
+func RestartRole[N Node](ctx context.Context, sentinels, servers []N, n N) (replicaOf string, err error) {
+	deadline := time.Now().Add(sentinelFailoverWait)
+	for {
 		m, err := SentinelsMaster(ctx, sentinels, servers)
 		if err != nil {
-			return err
+			return "", err
 		}
-		if m == old {
-			return fmt.Errorf("the Sentinels still name %s", m.Addr())
+		if m != n {
+			return m.Addr(), nil
 		}
-		if role, err := InfoField(ctx, m.Admin(), "role"); err != nil || role != "master" {
-			return fmt.Errorf("%s is %q (%v)", m.Addr(), role, err)
+		if !sentinelsSeeDown(ctx, sentinels) || time.Now().After(deadline) {
+			return "", nil
 		}
-		now = m
-		return nil
-	})
-	return now, err
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// SetReplicaOf makes n a replica of the server at addr (REPLICAOF host
+// port), or a primary if addr is "" (REPLICAOF NO ONE).
+func SetReplicaOf[N Node](ctx context.Context, n N, addr string) error {
+	host, port := "NO", "ONE"
+	if addr != "" {
+		host, port, _ = net.SplitHostPort(addr)
+	}
+	if err := n.Admin().ReplicaOf(ctx, host, port).Err(); err != nil {
+		return fmt.Errorf("redistest: REPLICAOF %s %s on %s: %w", host, port, n.Addr(), err)
+	}
+	return nil
+}
+
+// sentinelsSeeDown says whether the first running Sentinel of sentinels
+// flags the primary it names down (s_down, o_down) or a failover of it
+// under way.
+func sentinelsSeeDown[N Node](ctx context.Context, sentinels []N) bool {
+	for _, sn := range sentinels {
+		if !sn.Running() {
+			continue
+		}
+		v, err := sn.Admin().Do(ctx, "SENTINEL", "MASTER", SentinelMaster).Result()
+		if err != nil {
+			return false
+		}
+		f := fmt.Sprint(field(v, "flags"))
+		return strings.Contains(f, "s_down") || strings.Contains(f, "o_down") || strings.Contains(f, "failover")
+	}
+	return false
 }
 
 // sentinelArgs writes the Sentinel's configuration file (Sentinel rewrites
@@ -212,4 +329,20 @@ func (s *Server) sentinelArgs() ([]string, error) {
 			"--tls-client-cert-file", f.ClientCert, "--tls-client-key-file", f.ClientKey)
 	}
 	return a, nil
+}
+
+// field returns the value of key in a reply that is a map (RESP3) or a
+// flat list of keys and values (RESP2), or nil.
+func field(reply any, key string) any {
+	switch r := reply.(type) {
+	case map[any]any:
+		return r[key]
+	case []any:
+		for i := 0; i+1 < len(r); i += 2 {
+			if r[i] == key {
+				return r[i+1]
+			}
+		}
+	}
+	return nil
 }
