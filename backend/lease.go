@@ -769,23 +769,34 @@ func (ls *Lease) renew(deadline time.Time) error {
 // Every backend reports it: a lease is suspended once a renewal failed or
 // went unanswered for TTL/6 (200ms at least), so within about TTL/2 of
 // the backend going silent (a renewal is due every TTL/3), and no longer
-// once a renewal succeeds. ZooKeeper reports its connection's state
-// instead, which it knows sooner: suspended as soon as the client sees
-// the connection drop. Once the lease has ended, the state no longer
-// changes.
+// once a renewal succeeds. ZooKeeper also reports its connection's state,
+// which it may know sooner: suspended as soon as the client sees the
+// connection drop (either suffices). Once the lease has ended, the state
+// no longer changes.
 func (ls *Lease) Suspended() (suspended bool, changed <-chan struct{}) {
 	ls.mu.Lock()
-	drv := ls.drv
-	ls.mu.Unlock()
-	if drv != nil {
-		if on, ch := drv.Suspended(); ch != nil {
-			return on, ch
-		}
-	}
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
 	if ls.suspendChanged == nil {
 		ls.suspendChanged = make(chan struct{})
 	}
-	return ls.suspended, ls.suspendChanged
+	own, ownChanged, drv := ls.suspended, ls.suspendChanged, ls.drv
+	ls.mu.Unlock()
+	if drv == nil {
+		return own, ownChanged
+	}
+	drvOn, drvChanged := drv.Suspended()
+	if drvChanged == nil {
+		return own, ownChanged
+	}
+	// Either may change: one channel for both, closed by a goroutine
+	// that lives until the first change or the lease's end.
+	both := make(chan struct{})
+	go func() {
+		defer close(both)
+		select {
+		case <-ownChanged:
+		case <-drvChanged:
+		case <-ls.ctx.Done():
+		}
+	}()
+	return own || drvOn, both
 }
