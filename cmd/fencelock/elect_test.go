@@ -696,7 +696,11 @@ func TestElectForeverDoesNotSpin(t *testing.T) {
 	}, 60*time.Second, 20*time.Millisecond, "elect --forever did not campaign again")
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	r := p.wait(t)
-	assert.Equal(t, exitOK, r.code, "%+v", r)
+	// 0 when the signal came while campaigning or pausing; the command's
+	// own 143 (killed by the SIGTERM passed on) when it came while the
+	// command ran, as documented: on a loaded machine sh runs long enough
+	// to be caught (seen in a quick-tier run at a load average of 13).
+	assert.Contains(t, []int{exitOK, 128 + int(syscall.SIGTERM)}, r.code, "%+v", r)
 	b, err := os.ReadFile(filepath.Join(dir, "runs"))
 	require.NoError(t, err)
 	runs := strings.Count(string(b), "run")
