@@ -119,6 +119,10 @@ func (s *suite) testWaiterRevoked(t *testing.T) {
 			a, b, c := s.locker(t), s.locker(t), s.locker(t)
 			la := s.try(t, a, name)
 			chB := goAcquire(t, ctx(t, s.long), b, name)
+			// Queued in the backend before the revoke, not only blocked
+			// (on a loaded machine, ZooKeeper's node came later than the
+			// settle time, and nothing was revoked).
+			s.requireQueued(t, c, name, 1)
 			requireWaiting(t, chB, s.settle, "waiter before the revoke")
 			require.Equal(t, 1, wr.RevokeWaiters(t, name), "waiters revoked")
 			if releaseToo {
