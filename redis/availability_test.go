@@ -275,58 +275,15 @@ func measureGaps(tb testing.TB, g *gapTopology, faults []gapFault, report func(f
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for ctx.Err() == nil {
-				actx, acancel := context.WithTimeout(ctx, 30*time.Second)
-				ls, err := l.Acquire(actx, "n")
-				acancel()
-				if err != nil {
-					time.Sleep(20 * time.Millisecond) // an unreachable backend fails fast: do not spin
-					continue
-				}
-				run.granted(time.Now())
-				time.Sleep(10 * time.Millisecond)
-				_ = ls.Release(ctx)
-			}
+			run.work(ctx, l)
 		}()
 	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		clients := map[string]*goredis.Client{}
-		defer func() {
-			for _, c := range clients {
-				_ = c.Close()
-			}
-		}()
-		var downSince time.Time
-		for ctx.Err() == nil {
-			start := time.Now()
-			ok := g.probe(ctx, clients)
-			switch {
-			case !ok && downSince.IsZero():
-				downSince = start
-			case ok && !downSince.IsZero():
-				run.mu.Lock()
-				run.downs = append(run.downs, [2]time.Time{downSince, start})
-				run.mu.Unlock()
-				downSince = time.Time{}
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		run.watch(ctx, g)
 	}()
-	// steady waits until grants flow: n grants after now, within a minute.
-	steady := func(what string, n int) {
-		tb.Helper()
-		since := time.Now()
-		deadline := since.Add(time.Minute)
-		for run.grantsSince(since) < n {
-			if time.Now().After(deadline) {
-				tb.Fatalf("%s: %d grants in a minute", what, run.grantsSince(since))
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	steady("start", 20)
+	run.steady(tb, "start", 20)
 	for _, f := range faults {
 		t0 := time.Now()
 		undo, err := f.inject(ctx, g)
@@ -340,33 +297,97 @@ func measureGaps(tb testing.TB, g *gapTopology, faults []gapFault, report func(f
 		if err := undo(); err != nil {
 			tb.Fatalf("%s: undo: %v", f.name, err)
 		}
-		steady(f.name, 20)
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
-			_, end, _ := run.longest(t0, time.Now())
-			if !run.fullRate(end.Add(-time.Nanosecond)).IsZero() {
-				break
-			}
-			if time.Now().After(deadline) {
-				tb.Fatalf("%s: grants not at full rate again within a minute", f.name)
-			}
-		}
-		// The probes too must have found the deployment able to grant
-		// again, and for a while.
-		for {
-			run.mu.Lock()
-			n := len(run.downs)
-			last := time.Time{}
-			if n > 0 {
-				last = run.downs[n-1][1]
-			}
-			run.mu.Unlock()
-			if time.Since(last) > time.Second {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		run.recovered(tb, f.name, t0)
 		gap, end, down := run.longest(t0, time.Now())
 		report(f.name, gap, down, run.fullRate(end.Add(-time.Nanosecond)).Sub(t0))
+	}
+}
+
+// work is one of measureGaps' workers: until ctx ends, it takes lock "n"
+// of l, notes the grant, holds it for 10ms and releases it.
+func (r *gapRun) work(ctx context.Context, l *backend.Locker) {
+	for ctx.Err() == nil {
+		actx, acancel := context.WithTimeout(ctx, 30*time.Second)
+		ls, err := l.Acquire(actx, "n")
+		acancel()
+		if err != nil {
+			time.Sleep(20 * time.Millisecond) // an unreachable backend fails fast: do not spin
+			continue
+		}
+		r.granted(time.Now())
+		time.Sleep(10 * time.Millisecond)
+		_ = ls.Release(ctx)
+	}
+}
+
+// watch probes g every 10ms until ctx ends (gapTopology.probe) and notes
+// the times it was down: from the first failed probe to the next good one.
+func (r *gapRun) watch(ctx context.Context, g *gapTopology) {
+	clients := map[string]*goredis.Client{}
+	defer func() {
+		for _, c := range clients {
+			_ = c.Close()
+		}
+	}()
+	var downSince time.Time
+	for ctx.Err() == nil {
+		start := time.Now()
+		ok := g.probe(ctx, clients)
+		switch {
+		case !ok && downSince.IsZero():
+			downSince = start
+		case ok && !downSince.IsZero():
+			r.mu.Lock()
+			r.downs = append(r.downs, [2]time.Time{downSince, start})
+			r.mu.Unlock()
+			downSince = time.Time{}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// steady waits until grants flow: n grants after now, within a minute.
+func (r *gapRun) steady(tb testing.TB, what string, n int) {
+	tb.Helper()
+	since := time.Now()
+	deadline := since.Add(time.Minute)
+	for r.grantsSince(since) < n {
+		if time.Now().After(deadline) {
+			tb.Fatalf("%s: %d grants in a minute", what, r.grantsSince(since))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// recovered waits, after fault what injected at t0 and undone, until
+// grants flow, come at full rate after the longest gap since t0, and the
+// probes have found the deployment up for a second.
+func (r *gapRun) recovered(tb testing.TB, what string, t0 time.Time) {
+	tb.Helper()
+	r.steady(tb, what, 20)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		_, end, _ := r.longest(t0, time.Now())
+		if !r.fullRate(end.Add(-time.Nanosecond)).IsZero() {
+			break
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("%s: grants not at full rate again within a minute", what)
+		}
+	}
+	// The probes too must have found the deployment able to grant
+	// again, and for a while.
+	for {
+		r.mu.Lock()
+		n := len(r.downs)
+		last := time.Time{}
+		if n > 0 {
+			last = r.downs[n-1][1]
+		}
+		r.mu.Unlock()
+		if time.Since(last) > time.Second {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

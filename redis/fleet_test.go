@@ -133,21 +133,9 @@ func (l *redsyncLock) release(ctx context.Context) error {
 func foreignChild(impl string) int {
 	c := goredis.NewClient(&goredis.Options{Addr: os.Getenv("FENCELOCK_FOREIGN_ADDR")})
 	defer c.Close()
-	key := os.Getenv("FENCELOCK_FOREIGN_KEY")
-	ms, err := strconv.Atoi(os.Getenv("FENCELOCK_FOREIGN_TTL"))
+	lk, err := newForeignLock(c, impl)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "foreign child:", err)
-		return 2
-	}
-	ttl := time.Duration(ms) * time.Millisecond
-	var lk foreignLock
-	switch impl {
-	case "redislock":
-		lk = &redislockLock{c: redislock.New(c), key: key, ttl: ttl}
-	case "redsync":
-		lk = &redsyncLock{rs: redsync.New(rsgoredis.NewPool(c)), key: key, ttl: ttl}
-	default:
-		fmt.Fprintln(os.Stderr, "foreign child: unknown library", impl)
 		return 2
 	}
 	// ctx ends with stdin: a child whose parent died (a test that
@@ -168,72 +156,123 @@ func foreignChild(impl string) int {
 		eof()
 	}()
 	for cmd := range cmds {
+		var err error
 		switch cmd {
 		case "hold":
-			for {
-				ok, err := lk.obtain(ctx)
-				if err != nil {
-					return fail(err)
-				}
-				if ok {
-					break
-				}
-				time.Sleep(time.Millisecond)
-			}
-			fmt.Println("held")
+			err = foreignHold(ctx, lk)
 		case "release":
-			if err := lk.release(ctx); err != nil {
-				return fail(err)
-			}
-			fmt.Println("released", time.Now().UnixNano())
+			err = foreignRelease(ctx, lk)
 		case "hammer":
-			var obtains, misses int
-		loop:
-			for {
-				select {
-				case <-cmds: // "stop", or the end of stdin
-					break loop
-				default:
-				}
-				ok, err := lk.obtain(ctx)
-				if err != nil {
-					return fail(err)
-				}
-				if !ok {
-					misses++
-					continue
-				}
-				if obtains++; obtains == 1 {
-					fmt.Println("hammering")
-				}
-				time.Sleep(foreignWork)
-				if err := lk.release(ctx); err != nil {
-					return fail(err)
-				}
-			}
-			fmt.Println("stopped", obtains, misses)
+			err = foreignHammer(ctx, lk, cmds)
 		default:
-			var n, hold, pause int
-			if _, err := fmt.Sscanf(cmd, "rounds %d %d %d", &n, &hold, &pause); err != nil {
-				return fail(fmt.Errorf("unknown command %q", cmd))
-			}
-			for range n {
-				start := time.Now()
-				if err := lk.wait(ctx); err != nil {
-					return fail(err)
-				}
-				took := time.Since(start)
-				time.Sleep(time.Duration(hold) * time.Millisecond)
-				if err := lk.release(ctx); err != nil {
-					return fail(err)
-				}
-				fmt.Println("took", took.Nanoseconds())
-				time.Sleep(time.Duration(pause) * time.Millisecond)
-			}
-			fmt.Println("done")
+			err = foreignRounds(ctx, lk, cmd)
+		}
+		if err != nil {
+			return fail(err)
 		}
 	}
 	return 0
+}
+
+// newForeignLock is the foreign child's lock over c: of library impl, on
+// the key and with the TTL its environment names.
+func newForeignLock(c *goredis.Client, impl string) (foreignLock, error) {
+	key := os.Getenv("FENCELOCK_FOREIGN_KEY")
+	ms, err := strconv.Atoi(os.Getenv("FENCELOCK_FOREIGN_TTL"))
+	if err != nil {
+		return nil, err
+	}
+	ttl := time.Duration(ms) * time.Millisecond
+	switch impl {
+	case "redislock":
+		return &redislockLock{c: redislock.New(c), key: key, ttl: ttl}, nil
+	case "redsync":
+		return &redsyncLock{rs: redsync.New(rsgoredis.NewPool(c)), key: key, ttl: ttl}, nil
+	}
+	return nil, errors.New("unknown library " + impl)
+}
+
+// foreignHold is the child's hold command: obtain, trying every 1ms until
+// the lock is free, then "held".
+func foreignHold(ctx context.Context, lk foreignLock) error {
+	for {
+		ok, err := lk.obtain(ctx)
+		if err != nil {
+			return err
+		}
+		if ok {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	fmt.Println("held")
+	return nil
+}
+
+// foreignRelease is the child's release command: release, then
+// "released <unix ns>".
+func foreignRelease(ctx context.Context, lk foreignLock) error {
+	if err := lk.release(ctx); err != nil {
+		return err
+	}
+	fmt.Println("released", time.Now().UnixNano())
+	return nil
+}
+
+// foreignHammer is the child's hammer command: obtain, hold for
+// foreignWork, release, and again at once, until the next line of cmds
+// ("stop") or their end.
+func foreignHammer(ctx context.Context, lk foreignLock, cmds <-chan string) error {
+	var obtains, misses int
+loop:
+	for {
+		select {
+		case <-cmds: // "stop", or the end of stdin
+			break loop
+		default:
+		}
+		ok, err := lk.obtain(ctx)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			misses++
+			continue
+		}
+		if obtains++; obtains == 1 {
+			fmt.Println("hammering")
+		}
+		time.Sleep(foreignWork)
+		if err := lk.release(ctx); err != nil {
+			return err
+		}
+	}
+	fmt.Println("stopped", obtains, misses)
+	return nil
+}
+
+// foreignRounds is the child's rounds command, cmd: n rounds of obtain
+// with the library's own retries, hold, release, pause.
+func foreignRounds(ctx context.Context, lk foreignLock, cmd string) error {
+	var n, hold, pause int
+	if _, err := fmt.Sscanf(cmd, "rounds %d %d %d", &n, &hold, &pause); err != nil {
+		return fmt.Errorf("unknown command %q", cmd)
+	}
+	for range n {
+		start := time.Now()
+		if err := lk.wait(ctx); err != nil {
+			return err
+		}
+		took := time.Since(start)
+		time.Sleep(time.Duration(hold) * time.Millisecond)
+		if err := lk.release(ctx); err != nil {
+			return err
+		}
+		fmt.Println("took", took.Nanoseconds())
+		time.Sleep(time.Duration(pause) * time.Millisecond)
+	}
+	fmt.Println("done")
+	return nil
 }
 
 // child is a running foreign child process.

@@ -115,6 +115,8 @@ func (l *lease) lockError(ctx context.Context, err error) error {
 	})
 }
 
+// lock is Lock before its errors are mapped (lockError): a first attempt
+// if the wake channel is not subscribed yet, then, for a waiter, wait.
 func (l *lease) lock(ctx context.Context, wait bool) (driver.Grant, error) {
 	l.mu.Lock()
 	if l.st != stIdle || l.queued {
@@ -127,24 +129,28 @@ func (l *lease) lock(ctx context.Context, wait bool) (driver.Grant, error) {
 	// subscribed yet (a TryAcquire, or a Locker's first wait): it queues the
 	// waiter, and the one after the subscription finds a grant made
 	// meanwhile.
-	var (
-		sent time.Time
-		res  acquireResult
-		err  error
-	)
-	tried := !wait || !l.d.hub.subscribed()
-	if tried {
-		sent, res, err = l.attempt(ctx, wait)
-		if err != nil || res.granted {
-			return l.result(sent, res, err)
-		}
-		if !wait {
-			if !res.next {
-				return driver.Grant{}, fmt.Errorf("%w: free, but promised to an earlier waiter", backend.ErrNotAcquired)
-			}
-			return driver.Grant{}, fmt.Errorf("%w: held by another holder", backend.ErrNotAcquired)
-		}
+	if wait && l.d.hub.subscribed() {
+		return l.wait(ctx, false, time.Time{}, acquireResult{})
 	}
+	sent, res, err := l.attempt(ctx, wait)
+	if err != nil || res.granted {
+		return l.result(sent, res, err)
+	}
+	if !wait {
+		if !res.next {
+			return driver.Grant{}, fmt.Errorf("%w: free, but promised to an earlier waiter", backend.ErrNotAcquired)
+		}
+		return driver.Grant{}, fmt.Errorf("%w: held by another holder", backend.ErrNotAcquired)
+	}
+	return l.wait(ctx, true, sent, res)
+}
+
+// wait is Lock's wait in the lock's queue: it registers with the wake
+// channel, then tries again after each pause (waiter.pause) unless woken
+// sooner (waiter.sleep), until an attempt or a release grants it the lock
+// or an error ends the wait (waitEnds). tried says that an attempt, sent
+// at sent and answered with res, queued it before the registration.
+func (l *lease) wait(ctx context.Context, tried bool, sent time.Time, res acquireResult) (driver.Grant, error) {
 	s, err := l.d.hub.register(l.owner)
 	if err != nil {
 		return driver.Grant{}, err
@@ -154,76 +160,107 @@ func (l *lease) lock(ctx context.Context, wait bool) (driver.Grant, error) {
 		l.setSub(nil)
 		s.close()
 	}()
-	// ready fires once, when the subscription is confirmed, if it was not
-	// when the last attempt was sent: messages may have been missed.
-	ready := s.ready()
-	if !tried {
-		ready = nil // subscribed before the first attempt
-	}
-
-	backoff := 50 * time.Millisecond
-	poll := foreignPollMin
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	var lastSent time.Time // of the last attempt that reached the server
+	w := waiter{l: l, s: s, backoff: 50 * time.Millisecond, poll: foreignPollMin, timer: time.NewTimer(time.Hour)}
+	defer w.timer.Stop()
 	if tried {
-		lastSent = sent
+		w.ready = s.ready()
+		w.lastSent = sent
 	}
 	for {
 		if !tried {
 			sent, res, err = l.attempt(ctx, true)
 			if err == nil {
-				lastSent = sent
+				w.lastSent = sent
 			}
 		}
 		tried = false
-		var after time.Duration
 		switch {
 		case err == nil && res.granted:
 			return l.result(sent, res, nil)
-		case err != nil:
-			if ctx.Err() != nil || errors.Is(err, goredis.ErrClosed) || errors.Is(err, ErrNotReplicated) ||
-				errors.Is(err, backend.ErrLeaseLost) || errors.Is(err, backend.ErrPermission) {
-				return l.result(sent, res, err)
-			}
-			// Try again; if the server stays unreachable, renewals fail
-			// too and the lease's deadline ends the wait with
-			// ErrLeaseLost, as for a holder.
-			after, backoff = backoff, min(2*backoff, retryMax)
-		default:
-			backoff = 50 * time.Millisecond
-			after = l.fallback(res.wait)
-			if res.next && res.foreign {
-				// Nobody will tell us when this holder lets go.
-				after = min(after, poll/2+rand.N(poll/2+1))
-				poll = min(2*poll, foreignPollMax)
-			} else {
-				poll = foreignPollMin
-			}
+		case err != nil && waitEnds(ctx, err):
+			return l.result(sent, res, err)
 		}
-		timer.Reset(after)
-		select {
-		case <-ctx.Done():
-			return driver.Grant{}, ctx.Err()
-		case <-s.refused():
-			// Nobody can tell this waiter that a release granted it the
-			// lock: it gives up at once, and the release that follows
-			// (backend.Locker's) drops its queue entry or hands on a
-			// grant it was given.
-			return driver.Grant{}, s.refusal()
-		case <-ready:
-			ready = nil
-		case <-s.notify:
-			if token := s.granted(); token != 0 {
-				// A release granted the lock to us. Its expiry started when
-				// that release ran, after our last attempt queued us: that
-				// attempt's send time is an earlier start, so the local
-				// deadline counted from it comes first.
-				return l.result(lastSent, acquireResult{granted: true, token: token}, nil)
-			}
-		case <-timer.C:
+		w.timer.Reset(w.pause(res, err))
+		if g, done, err := w.sleep(ctx); done {
+			return g, err
 		}
 	}
+}
+
+// waiter is what a waiter keeps between its attempts (lease.wait).
+type waiter struct {
+	l *lease
+	s *sub
+	// ready fires once, when the subscription is confirmed, if it was not
+	// when the last attempt was sent: messages may have been missed (nil
+	// if subscribed before the first attempt).
+	ready    <-chan struct{}
+	timer    *time.Timer
+	lastSent time.Time     // of the last attempt that reached the server
+	backoff  time.Duration // the pause after the next failed attempt
+	poll     time.Duration // the next poll's gap behind a foreign holder
+}
+
+// waitEnds says whether err, an attempt's error, ends the wait; after the
+// others the waiter tries again.
+func waitEnds(ctx context.Context, err error) bool {
+	return ctx.Err() != nil || errors.Is(err, goredis.ErrClosed) || errors.Is(err, ErrNotReplicated) ||
+		errors.Is(err, backend.ErrLeaseLost) || errors.Is(err, backend.ErrPermission)
+}
+
+// pause is how long the waiter waits for a notice before it tries again,
+// after an attempt answered with res or failed with err (one that does not
+// end the wait): the backoff after a failure, else the fallback for a lost
+// notice, or, next in line behind a foreign holder, the poll's gap.
+func (w *waiter) pause(res acquireResult, err error) time.Duration {
+	var after time.Duration
+	if err != nil {
+		// Try again; if the server stays unreachable, renewals fail
+		// too and the lease's deadline ends the wait with
+		// ErrLeaseLost, as for a holder.
+		after, w.backoff = w.backoff, min(2*w.backoff, retryMax)
+		return after
+	}
+	w.backoff = 50 * time.Millisecond
+	after = w.l.fallback(res.wait)
+	if res.next && res.foreign {
+		// Nobody will tell us when this holder lets go.
+		after = min(after, w.poll/2+rand.N(w.poll/2+1))
+		w.poll = min(2*w.poll, foreignPollMax)
+	} else {
+		w.poll = foreignPollMin
+	}
+	return after
+}
+
+// sleep waits for the pause's timer, a release's notice or the
+// subscription's confirmation, after which the waiter tries again; done
+// if the wait ends instead: the context ended, the server refused the
+// subscription, or a release granted the lock to the waiter.
+func (w *waiter) sleep(ctx context.Context) (g driver.Grant, done bool, err error) {
+	select {
+	case <-ctx.Done():
+		return driver.Grant{}, true, ctx.Err()
+	case <-w.s.refused():
+		// Nobody can tell this waiter that a release granted it the
+		// lock: it gives up at once, and the release that follows
+		// (backend.Locker's) drops its queue entry or hands on a
+		// grant it was given.
+		return driver.Grant{}, true, w.s.refusal()
+	case <-w.ready:
+		w.ready = nil
+	case <-w.s.notify:
+		if token := w.s.granted(); token != 0 {
+			// A release granted the lock to us. Its expiry started when
+			// that release ran, after our last attempt queued us: that
+			// attempt's send time is an earlier start, so the local
+			// deadline counted from it comes first.
+			g, err = w.l.result(w.lastSent, acquireResult{granted: true, token: token}, nil)
+			return g, true, err
+		}
+	case <-w.timer.C:
+	}
+	return driver.Grant{}, false, nil
 }
 
 // wakeWaiter makes Lock try again now, if it waits.

@@ -46,6 +46,26 @@ func TestNoContextTimeoutPartitioned(t *testing.T) {
 	defer a.Close()
 	b := locker(t, srv.Addr(), Config{Prefix: prefix})
 
+	la := noCtxLostBeforeGranted(t, p, a, b)
+	noCtxCallsReturn(t, a, la)
+
+	p.Heal()
+	require.NoError(t, c.Close())
+	p.Close()
+	require.NoError(t, b.Close())
+	for end := time.Now().Add(10 * time.Second); runtime.NumGoroutine() > before; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			buf := make([]byte, 1<<20)
+			require.FailNowf(t, "goroutines left behind", "were %d, now:\n%s", before, buf[:runtime.Stack(buf, true)])
+		}
+	}
+}
+
+// noCtxLostBeforeGranted has a (behind proxy p) take lock "l", partitions
+// p, and requires that a's lease, returned, signals its loss at its local
+// deadline (noCtxLossLate at most after it), before b, waiting, is granted
+// the lock.
+func noCtxLostBeforeGranted(t *testing.T, p *faultproxy.Proxy, a, b *backend.Locker) *backend.Lease {
 	const ttl = 500 * time.Millisecond
 	la, err := a.TryAcquire(tctx(t, 5*time.Second), "l", backend.WithTTL(ttl), backend.WithDriftMargin(ttl/10))
 	require.NoError(t, err)
@@ -88,8 +108,15 @@ func TestNoContextTimeoutPartitioned(t *testing.T) {
 	assert.Greater(t, g.ls.Token(), la.Token())
 	assert.True(t, lostAt.Before(g.at), "granted %v before the old holder's loss signal", lostAt.Sub(g.at))
 	require.NoError(t, g.ls.Release(tctx(t, 5*time.Second)))
+	return la
+}
 
+// noCtxCallsReturn requires that, through the partition, a's TryAcquire
+// and Acquire fail with ErrUnavailable, and the release of its lost lease
+// la and its Shutdown return, within noCtxReturn after their contexts end.
+func noCtxCallsReturn(t *testing.T, a *backend.Locker, la *backend.Lease) {
 	const bound = 200 * time.Millisecond
+	var err error
 	for _, wait := range []bool{false, true} {
 		ctx, cancel := context.WithTimeout(context.Background(), bound)
 		start := time.Now()
@@ -122,15 +149,4 @@ func TestNoContextTimeoutPartitioned(t *testing.T) {
 	took := time.Since(start)
 	t.Logf("Shutdown: %v after %v", err, took)
 	assert.Less(t, took, bound+noCtxReturn, "Shutdown")
-
-	p.Heal()
-	require.NoError(t, c.Close())
-	p.Close()
-	require.NoError(t, b.Close())
-	for end := time.Now().Add(10 * time.Second); runtime.NumGoroutine() > before; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(end) {
-			buf := make([]byte, 1<<20)
-			require.FailNowf(t, "goroutines left behind", "were %d, now:\n%s", before, buf[:runtime.Stack(buf, true)])
-		}
-	}
 }

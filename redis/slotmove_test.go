@@ -145,85 +145,124 @@ func slotMoved(t *testing.T, c *redistest.Cluster) {
 // their deadlines, as any outage); once the migration finishes,
 // everything works and tokens only grow.
 func slotHalfway(t *testing.T, c *redistest.Cluster) {
+	h := newHalfway(t, c)
+	la, wb, wd := h.queue()
+	lb, from := h.shortStop(la, wb, wd)
+	h.longStop(lb, wd, from)
+
+	lc, err := h.cl.Acquire(tctx(t, 2*halfwayTTL), "halfway")
+	require.NoError(t, err)
+	assert.Greater(t, lc.Token(), lb.Token())
+	release(t, lc)
+}
+
+// halfwayTTL is the TTL of slotHalfway's Lockers.
+const halfwayTTL = 4 * time.Second
+
+// halfway is slotHalfway's lock "halfway", its slot, and the Lockers that
+// take it: a holds, b and d wait, e and cl call during the stops.
+type halfway struct {
+	t              *testing.T
+	ctx            context.Context
+	c              *redistest.Cluster
+	k              keys
+	slot           int
+	a, b, d, e, cl *backend.Locker
+}
+
+// newHalfway opens slotHalfway's Lockers and finds the lock's slot.
+func newHalfway(t *testing.T, c *redistest.Cluster) *halfway {
 	ctx := tctx(t, 2*time.Minute)
-	const ttl = 4 * time.Second
 	ls := openLockers(t, ctx, clusterURL(c, "prefix=mig&ttl=4s"), 5)
-	a, b, d, e, cl := ls[0], ls[1], ls[2], ls[3], ls[4]
-	k := keysOf("mig", "halfway")
-	slot, err := c.Slot(ctx, k.lock)
+	h := &halfway{t: t, ctx: ctx, c: c, k: keysOf("mig", "halfway"), a: ls[0], b: ls[1], d: ls[2], e: ls[3], cl: ls[4]}
+	var err error
+	h.slot, err = c.Slot(ctx, h.k.lock)
 	require.NoError(t, err)
-	cc := c.NewClient(t)
+	return h
+}
 
-	// a holds, b then d wait: the lock key, the counter, the queue and
-	// its expiries exist.
-	la, err := a.TryAcquire(ctx, "halfway", backend.WithDriftMargin(slotDrift))
+// queue has a hold the lock and b then d wait for it: the lock key, the
+// counter, the queue and its expiries exist.
+func (h *halfway) queue() (la *backend.Lease, wb, wd <-chan acquired) {
+	t, ctx, k := h.t, h.ctx, h.k
+	cc := h.c.NewClient(t)
+	la, err := h.a.TryAcquire(ctx, "halfway", backend.WithDriftMargin(slotDrift))
 	require.NoError(t, err)
-	wb := goAcquire(ctx, b, "halfway", backend.WithDriftMargin(slotDrift))
+	wb = goAcquire(ctx, h.b, "halfway", backend.WithDriftMargin(slotDrift))
 	require.Eventually(t, func() bool { return cc.ZCard(ctx, k.queue).Val() == 1 }, 10*time.Second, 10*time.Millisecond)
-	wd := goAcquire(ctx, d, "halfway")
+	wd = goAcquire(ctx, h.d, "halfway")
 	require.Eventually(t, func() bool { return cc.ZCard(ctx, k.queue).Val() == 2 }, 10*time.Second, 10*time.Millisecond)
+	return la, wb, wd
+}
 
-	// split stops a migration of the slot to master to (nil: another)
-	// halfway: the lock key and the queue on the target, the counter and
-	// the queue's expiries on the source.
-	split := func(to *redistest.Server) *redistest.Migration {
-		m, err := c.StartMigration(ctx, slot, to)
-		require.NoError(t, err)
-		keys, err := m.Remaining(ctx, 100)
-		require.NoError(t, err)
-		require.Subset(t, keys, []string{k.lock, k.counter, k.queue, k.expiry}, "the lock's keys")
-		require.NoError(t, m.Move(ctx, k.lock, k.queue))
-		left, err := m.Remaining(ctx, 100)
-		require.NoError(t, err)
-		require.ElementsMatch(t, slices.DeleteFunc(keys, func(s string) bool { return s == k.lock || s == k.queue }), left)
-		return m
-	}
-	// During a stop: a renewal, a TryAcquire and a new waiter's Acquire
-	// each fail with ErrUnavailable, when their contexts end at the
-	// latest.
-	calls := map[string]func(ctx context.Context, holder *backend.Lease) error{
-		"the holder's refresh": func(ctx context.Context, holder *backend.Lease) error { return holder.Refresh(ctx) },
-		"TryAcquire": func(ctx context.Context, _ *backend.Lease) error {
-			_, err := cl.TryAcquire(ctx, "halfway")
+// split stops a migration of the slot to master to (nil: another)
+// halfway: the lock key and the queue on the target, the counter and
+// the queue's expiries on the source.
+func (h *halfway) split(to *redistest.Server) *redistest.Migration {
+	t, ctx, k := h.t, h.ctx, h.k
+	m, err := h.c.StartMigration(ctx, h.slot, to)
+	require.NoError(t, err)
+	keys, err := m.Remaining(ctx, 100)
+	require.NoError(t, err)
+	require.Subset(t, keys, []string{k.lock, k.counter, k.queue, k.expiry}, "the lock's keys")
+	require.NoError(t, m.Move(ctx, k.lock, k.queue))
+	left, err := m.Remaining(ctx, 100)
+	require.NoError(t, err)
+	require.ElementsMatch(t, slices.DeleteFunc(keys, func(s string) bool { return s == k.lock || s == k.queue }), left)
+	return m
+}
+
+// duringStop requires that during a stop a renewal of holder, a
+// TryAcquire and a new waiter's Acquire each fail with ErrUnavailable,
+// when their contexts end at the latest.
+func (h *halfway) duringStop(holder *backend.Lease) {
+	calls := map[string]func(ctx context.Context) error{
+		"the holder's refresh": func(ctx context.Context) error { return holder.Refresh(ctx) },
+		"TryAcquire": func(ctx context.Context) error {
+			_, err := h.cl.TryAcquire(ctx, "halfway")
 			return err
 		},
-		"a new waiter's Acquire": func(ctx context.Context, _ *backend.Lease) error {
-			_, err := e.Acquire(ctx, "halfway")
+		"a new waiter's Acquire": func(ctx context.Context) error {
+			_, err := h.e.Acquire(ctx, "halfway")
 			return err
 		},
 	}
-	duringStop := func(holder *backend.Lease) {
-		var (
-			wg   sync.WaitGroup
-			mu   sync.Mutex
-			errs = map[string]error{}
-			took = map[string]time.Duration{}
-		)
-		for what, f := range calls {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				fctx, cancel := context.WithTimeout(ctx, time.Second)
-				defer cancel()
-				start := time.Now()
-				err := f(fctx, holder)
-				mu.Lock()
-				errs[what], took[what] = err, time.Since(start)
-				mu.Unlock()
-			}()
-		}
-		wg.Wait()
-		for what, err := range errs {
-			requireSlotUnavailable(t, err, what)
-			require.Less(t, took[what], 3*time.Second, "%s returned long after its context ended", what)
-		}
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs = map[string]error{}
+		took = map[string]time.Duration{}
+	)
+	for what, f := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fctx, cancel := context.WithTimeout(h.ctx, time.Second)
+			defer cancel()
+			start := time.Now()
+			err := f(fctx)
+			mu.Lock()
+			errs[what], took[what] = err, time.Since(start)
+			mu.Unlock()
+		}()
 	}
+	wg.Wait()
+	for what, err := range errs {
+		requireSlotUnavailable(h.t, err, what)
+		require.Less(h.t, took[what], 3*time.Second, "%s returned long after its context ended", what)
+	}
+}
 
-	// A stop shorter than the TTL.
-	m := split(nil)
+// shortStop is a stop shorter than the TTL while a holds (la) and b and d
+// wait (wb, wd): the holder renews after it, the waiters still wait, and
+// b gets the lock when a releases it; from is the master that served the
+// slot before the stop.
+func (h *halfway) shortStop(la *backend.Lease, wb, wd <-chan acquired) (lb *backend.Lease, from *redistest.Server) {
+	t := h.t
+	m := h.split(nil)
 	stopped := time.Now()
-	duringStop(la)
-	require.NoError(t, m.Finish(ctx))
+	h.duringStop(la)
+	require.NoError(t, m.Finish(h.ctx))
 	t.Logf("first stop: %v with the keys split", time.Since(stopped))
 	renewedSince(t, la, time.Now(), "the holder after a stop shorter than its TTL")
 	requireBlocked(t, wb, 50*time.Millisecond)
@@ -231,19 +270,23 @@ func slotHalfway(t *testing.T, c *redistest.Cluster) {
 	release(t, la)
 	rb := waitAcquired(t, wb, 10*time.Second)
 	require.NoError(t, rb.Err, "the first waiter, after the holder's release")
-	lb := rb.Lease
+	lb = rb.Lease
 	assert.Greater(t, lb.Token(), la.Token())
+	return lb, m.From
+}
 
-	// A stop longer than the TTL, with b holding and d waiting: both
-	// lose their leases at their deadlines, their renewals' TRYAGAIN kept
-	// in the cause; nobody is told that the lock is held, whether it
-	// still is or not.
-	m = split(m.From)
-	stopped = time.Now()
-	duringStop(lb)
+// longStop is a stop longer than the TTL, moving the slot back to from,
+// with b holding (lb) and d waiting (wd): both lose their leases at their
+// deadlines, their renewals' TRYAGAIN kept in the cause; nobody is told
+// that the lock is held, whether it still is or not.
+func (h *halfway) longStop(lb *backend.Lease, wd <-chan acquired, from *redistest.Server) {
+	t, ctx, k := h.t, h.ctx, h.k
+	m := h.split(from)
+	stopped := time.Now()
+	h.duringStop(lb)
 	select {
 	case <-lb.Done():
-	case <-time.After(2 * ttl):
+	case <-time.After(2 * halfwayTTL):
 		require.Fail(t, "the holder's lease outlived its deadline without a renewal")
 	}
 	// (The losses match ErrUnavailable; their text names TRYAGAIN
@@ -256,7 +299,7 @@ func slotHalfway(t *testing.T, c *redistest.Cluster) {
 	t.Logf("the holder's loss: %v", lost)
 	// Its release cannot clean up: the lock key expires with its TTL.
 	requireSlotUnavailable(t, lb.Release(ctx), "the lost holder's release")
-	rd := waitAcquired(t, wd, 2*ttl)
+	rd := waitAcquired(t, wd, 2*halfwayTTL)
 	require.ErrorIs(t, rd.Err, backend.ErrLeaseLost)
 	require.ErrorIs(t, rd.Err, backend.ErrUnavailable)
 	t.Logf("the waiter's loss: %v", rd.Err)
@@ -269,16 +312,11 @@ func slotHalfway(t *testing.T, c *redistest.Cluster) {
 		n := p.Exists(ctx, k.lock)
 		_, err := p.Exec(ctx)
 		return err == nil && n.Val() == 0
-	}, 2*ttl, 10*time.Millisecond, "the lock key on the importing master")
-	_, err = cl.TryAcquire(ctx, "halfway")
+	}, 2*halfwayTTL, 10*time.Millisecond, "the lock key on the importing master")
+	_, err := h.cl.TryAcquire(ctx, "halfway")
 	requireSlotUnavailable(t, err, "TryAcquire on the lock freed during the stop")
 	require.NoError(t, m.Finish(ctx))
 	t.Logf("second stop: %v with the keys split", time.Since(stopped))
-
-	lc, err := cl.Acquire(tctx(t, 2*ttl), "halfway")
-	require.NoError(t, err)
-	assert.Greater(t, lc.Token(), lb.Token())
-	release(t, lc)
 }
 
 // A migration that finishes while a call meets TRYAGAIN costs the call

@@ -79,47 +79,73 @@ func parseEndpoint(u *url.URL) (endpoint, Config, error) {
 		}
 		return endpoint{opt: opt, addrs: []string{opt.Addr}}, cfg, nil
 	}
-	bad := func(format string, args ...any) (endpoint, Config, error) {
-		return endpoint{}, Config{}, fmt.Errorf("%w: %s: %s", backend.ErrInvalidURL, urlkit.Redact(u), fmt.Sprintf(format, args...))
-	}
-	// addr may be given more than once (go-redis's form); the rest of
-	// the query is read strictly (urlkit.Query).
-	all, err := url.ParseQuery(u.RawQuery)
+	all, q, err := topologyQuery(u)
 	if err != nil {
-		_, err = urlkit.Query(u)
 		return endpoint{}, Config{}, err
 	}
-	rest := url.Values{}
+	addrs, err := topologyAddrs(u, s.topo, all["addr"])
+	if err != nil {
+		return endpoint{}, Config{}, err
+	}
+	e := endpoint{topo: s.topo, addrs: addrs}
+	if err := e.readTopologyParams(u, q); err != nil {
+		return endpoint{}, Config{}, err
+	}
+	opt, cfg, err := dataNodeOptions(u, q, s.topo, addrs[0])
+	if err != nil {
+		return endpoint{}, Config{}, err
+	}
+	e.opt = opt
+	return e, cfg, nil
+}
+
+// topologyQuery reads the query of a Sentinel or cluster URL u: all of it,
+// where addr may be given more than once (go-redis's form), and the rest,
+// read strictly (urlkit.Query).
+func topologyQuery(u *url.URL) (all, rest url.Values, err error) {
+	all, err = url.ParseQuery(u.RawQuery)
+	if err != nil {
+		_, err = urlkit.Query(u)
+		return nil, nil, err
+	}
+	others := url.Values{}
 	for k, v := range all {
 		if k != "addr" {
-			rest[k] = v
+			others[k] = v
 		}
 	}
 	ru := *u
-	ru.RawQuery = rest.Encode()
-	q, err := urlkit.Query(&ru)
+	ru.RawQuery = others.Encode()
+	rest, err = urlkit.Query(&ru)
 	if err != nil {
-		return endpoint{}, Config{}, err
+		return nil, nil, err
 	}
+	return all, rest, nil
+}
+
+// topologyAddrs are the host:port addresses of a Sentinel or cluster URL
+// u, from its host and its addr parameters, with topology t's default
+// port where none is given, each once and in the order given.
+func topologyAddrs(u *url.URL, t topology, addrParams []string) ([]string, error) {
 	defaultPort := "6379"
-	if s.topo == sentinel {
+	if t == sentinel {
 		defaultPort = "26379"
 	}
 	var hosts []string
 	if u.Host != "" {
 		hosts = strings.Split(u.Host, ",")
 	}
-	for _, a := range all["addr"] {
+	for _, a := range addrParams {
 		hosts = append(hosts, strings.Split(a, ",")...)
 	}
 	if len(hosts) == 0 {
-		return bad("no host: want %s://host:port,host:port,...", u.Scheme)
+		return nil, invalidURL(u, "no host: want %s://host:port,host:port,...", u.Scheme)
 	}
 	var addrs []string
 	for _, h := range hosts {
 		hp, err := urlkit.HostPort(h, defaultPort)
 		if err != nil {
-			return bad("%v", err)
+			return nil, invalidURL(u, "%v", err)
 		}
 		if host, port, err := net.SplitHostPort(hp); err == nil && host != "" {
 			hp = net.JoinHostPort(host, port)
@@ -130,46 +156,57 @@ func parseEndpoint(u *url.URL) (endpoint, Config, error) {
 			addrs = append(addrs, hp)
 		}
 	}
-	e := endpoint{topo: s.topo, addrs: addrs}
-	switch s.topo {
+	return addrs, nil
+}
+
+// readTopologyParams checks what u (with query q) says that only e's
+// topology takes: a Sentinel URL's master name and Sentinel credentials,
+// which it sets in e, or a cluster URL's database (0 only).
+func (e *endpoint) readTopologyParams(u *url.URL, q url.Values) error {
+	switch e.topo {
 	case sentinel:
 		if e.masterName = q.Get("master_name"); e.masterName == "" {
-			return bad("master_name is missing: the name the Sentinels monitor the primary under (sentinel monitor NAME ...)")
+			return invalidURL(u, "master_name is missing: the name the Sentinels monitor the primary under (sentinel monitor NAME ...)")
 		}
 		e.sentinelUser, e.sentinelPassword = q.Get("sentinel_username"), q.Get("sentinel_password")
 		if q.Has("sentinel_password") && e.sentinelPassword == "" {
-			return bad("sentinel_password is empty")
+			return invalidURL(u, "sentinel_password is empty")
 		}
 		if e.sentinelUser != "" && !q.Has("sentinel_password") {
-			return bad("sentinel_username without sentinel_password")
+			return invalidURL(u, "sentinel_username without sentinel_password")
 		}
 	case cluster:
 		if p := strings.Trim(u.Path, "/"); p != "" && p != "0" {
-			return bad("path %q: a Redis Cluster has database 0 only (leave the path out)", u.Path)
+			return invalidURL(u, "path %q: a Redis Cluster has database 0 only (leave the path out)", u.Path)
 		}
 	}
-	// The data nodes' settings are those of a redis:// URL of the first
-	// host, without the topology's own parameters.
+	return nil
+}
+
+// dataNodeOptions are the go-redis options and the Config of the data
+// nodes of a Sentinel or cluster URL u (query q, topology t): those of a
+// redis:// URL of the first host, first, without the topology's own
+// parameters, and with no TLS server name.
+func dataNodeOptions(u *url.URL, q url.Values, t topology, first string) (*goredis.Options, Config, error) {
 	base := *u
 	base.Scheme = strings.TrimSuffix(strings.TrimSuffix(u.Scheme, "+sentinel"), "+cluster")
-	base.Host = addrs[0]
+	base.Host = first
 	for _, k := range sentinelParams {
 		q.Del(k)
 	}
 	base.RawQuery = q.Encode()
-	if s.topo == cluster {
+	if t == cluster {
 		base.Path = ""
 	}
 	opt, cfg, err := parseURL(&base)
 	if err != nil {
-		return endpoint{}, Config{}, err
+		return nil, Config{}, err
 	}
 	if opt.TLSConfig != nil {
 		// Each node is verified for its own host name (see dialTLS).
 		opt.TLSConfig.ServerName = ""
 	}
-	e.opt = opt
-	return e, cfg, nil
+	return opt, cfg, nil
 }
 
 // failoverOptions are the Sentinel client's settings: opt's, for the

@@ -419,110 +419,163 @@ func ParseURL(rawURL string) (*goredis.Options, Config, error) {
 // adapter's Config. Every error matches backend.ErrInvalidURL and none
 // holds the password.
 func parseURL(u *url.URL) (*goredis.Options, Config, error) {
-	bad := func(format string, args ...any) (*goredis.Options, Config, error) {
-		return nil, Config{}, fmt.Errorf("%w: %s: %s", backend.ErrInvalidURL, urlkit.Redact(u), fmt.Sprintf(format, args...))
+	if err := checkServerURL(u); err != nil {
+		return nil, Config{}, err
 	}
+	q, err := urlkit.Query(u)
+	if err != nil {
+		return nil, Config{}, err
+	}
+	cfg, err := queryConfig(u, q)
+	if err != nil {
+		return nil, Config{}, err
+	}
+	if err := checkClientParams(u, q); err != nil {
+		return nil, Config{}, err
+	}
+	opt, err := clientOptions(u, q)
+	if err != nil {
+		return nil, Config{}, err
+	}
+	return opt, cfg, nil
+}
+
+// invalidURL is an error about u that matches backend.ErrInvalidURL, with
+// u's password left out and the message format, args after it.
+func invalidURL(u *url.URL, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", backend.ErrInvalidURL, urlkit.Redact(u), fmt.Sprintf(format, args...))
+}
+
+// checkServerURL checks the parts of a redis or rediss URL before its
+// query: the scheme, one host and its port, the user and the database
+// number in the path.
+func checkServerURL(u *url.URL) error {
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
-		return bad("scheme must be redis or rediss")
+		return invalidURL(u, "scheme must be redis or rediss")
 	}
 	if u.Opaque != "" {
-		return bad("want redis://host:port/db")
+		return invalidURL(u, "want redis://host:port/db")
 	}
 	if u.Fragment != "" {
-		return bad("unexpected fragment")
+		return invalidURL(u, "unexpected fragment")
 	}
 	if u.Host == "" {
-		return bad("no host: want redis://host:port/db")
+		return invalidURL(u, "no host: want redis://host:port/db")
 	}
 	if strings.Contains(u.Host, ",") {
-		return bad("one host only: %s:// reaches one server (for Sentinel use %s+sentinel://, for a Redis Cluster %s+cluster://)", u.Scheme, u.Scheme, u.Scheme)
+		return invalidURL(u, "one host only: %s:// reaches one server (for Sentinel use %s+sentinel://, for a Redis Cluster %s+cluster://)", u.Scheme, u.Scheme, u.Scheme)
 	}
 	if _, err := urlkit.HostPort(u.Host, "6379"); err != nil {
-		return bad("%v", err)
+		return invalidURL(u, "%v", err)
 	}
 	if u.User != nil && u.User.Username() == "" {
 		if _, hasPass := u.User.Password(); !hasPass {
-			return bad("empty user name")
+			return invalidURL(u, "empty user name")
 		}
 	}
 	if db := strings.Trim(u.Path, "/"); db != "" {
 		// SELECT takes a non-negative int32 at most (the server's
 		// databases setting is an int).
 		if _, err := strconv.ParseUint(db, 10, 31); err != nil {
-			return bad("path %q is not a database number such as /0 (0 to %d)", u.Path, math.MaxInt32)
+			return invalidURL(u, "path %q is not a database number such as /0 (0 to %d)", u.Path, math.MaxInt32)
 		}
 	}
-	q, err := urlkit.Query(u)
-	if err != nil {
-		return nil, Config{}, err
-	}
+	return nil
+}
+
+// queryConfig reads the adapter's Config from the query q of u: prefix and
+// clock_floor, the replication wait (waitConfig) and the mixed-fleet
+// settings (foreignConfig), then checks it (Config.check).
+func queryConfig(u *url.URL, q url.Values) (Config, error) {
 	var cfg Config
 	if q.Has("prefix") {
 		if cfg.Prefix = q.Get("prefix"); cfg.Prefix == "" {
-			return bad("prefix is empty")
+			return Config{}, invalidURL(u, "prefix is empty")
 		}
 	}
 	if q.Has("clock_floor") {
 		on, err := strconv.ParseBool(q.Get("clock_floor"))
 		if err != nil {
-			return nil, Config{}, fmt.Errorf("%w: clock_floor=%q is not true or false", backend.ErrInvalidURL, q.Get("clock_floor"))
+			return Config{}, fmt.Errorf("%w: clock_floor=%q is not true or false", backend.ErrInvalidURL, q.Get("clock_floor"))
 		}
 		cfg.NoClockFloor = !on
 	}
+	if err := waitConfig(q, &cfg); err != nil {
+		return Config{}, err
+	}
+	if err := foreignConfig(q, &cfg); err != nil {
+		return Config{}, err
+	}
+	cfg, err := cfg.check()
+	if err != nil {
+		return Config{}, invalidURL(u, "%v", err)
+	}
+	return cfg, nil
+}
+
+// waitConfig sets cfg's WaitReplicas and WaitTimeout from q's
+// wait_replicas and wait_timeout.
+func waitConfig(q url.Values, cfg *Config) error {
 	if q.Has("wait_replicas") {
 		n, err := strconv.Atoi(q.Get("wait_replicas"))
 		if err != nil {
-			return nil, Config{}, fmt.Errorf("%w: wait_replicas=%q is not a number of replicas", backend.ErrInvalidURL, q.Get("wait_replicas"))
+			return fmt.Errorf("%w: wait_replicas=%q is not a number of replicas", backend.ErrInvalidURL, q.Get("wait_replicas"))
 		}
 		if n < 0 {
-			return nil, Config{}, urlkit.ValueError("wait_replicas", q.Get("wait_replicas"), "must not be negative")
+			return urlkit.ValueError("wait_replicas", q.Get("wait_replicas"), "must not be negative")
 		}
 		cfg.WaitReplicas = n
 	}
 	if d, ok, err := urlkit.Duration(q, "wait_timeout"); err != nil {
-		return nil, Config{}, err
+		return err
 	} else if ok {
 		if d < time.Millisecond {
-			return nil, Config{}, urlkit.ValueError("wait_timeout", q.Get("wait_timeout"), "must be at least 1ms (WAIT 0 blocks forever)")
+			return urlkit.ValueError("wait_timeout", q.Get("wait_timeout"), "must be at least 1ms (WAIT 0 blocks forever)")
 		}
 		cfg.WaitTimeout = d
 	}
 	if q.Has("wait_timeout") && cfg.WaitReplicas == 0 {
-		return nil, Config{}, fmt.Errorf("%w: wait_timeout without wait_replicas: it bounds the wait for replicas", backend.ErrInvalidURL)
+		return fmt.Errorf("%w: wait_timeout without wait_replicas: it bounds the wait for replicas", backend.ErrInvalidURL)
 	}
+	return nil
+}
+
+// foreignConfig sets cfg's ForeignInterval, ForeignGap and MixedFleet from
+// q's foreign_interval, foreign_gap and mixed_fleet.
+func foreignConfig(q url.Values, cfg *Config) error {
 	if q.Get("foreign_interval") == "off" {
 		cfg.ForeignInterval = -1
 	} else if d, ok, err := urlkit.Duration(q, "foreign_interval"); err != nil {
-		return nil, Config{}, err
+		return err
 	} else if ok {
 		if d < time.Millisecond || d%time.Millisecond != 0 {
-			return nil, Config{}, urlkit.ValueError("foreign_interval", q.Get("foreign_interval"), "must be whole milliseconds, at least 1ms, or off")
+			return urlkit.ValueError("foreign_interval", q.Get("foreign_interval"), "must be whole milliseconds, at least 1ms, or off")
 		}
 		cfg.ForeignInterval = d
 	}
 	if d, ok, err := urlkit.Duration(q, "foreign_gap"); err != nil {
-		return nil, Config{}, err
+		return err
 	} else if ok {
 		if d < time.Millisecond || d%time.Millisecond != 0 {
-			return nil, Config{}, urlkit.ValueError("foreign_gap", q.Get("foreign_gap"), "must be whole milliseconds, at least 1ms")
+			return urlkit.ValueError("foreign_gap", q.Get("foreign_gap"), "must be whole milliseconds, at least 1ms")
 		}
 		cfg.ForeignGap = d
 	}
 	if q.Has("mixed_fleet") {
 		on, err := strconv.ParseBool(q.Get("mixed_fleet"))
 		if err != nil {
-			return nil, Config{}, fmt.Errorf("%w: mixed_fleet=%q is not true or false", backend.ErrInvalidURL, q.Get("mixed_fleet"))
+			return fmt.Errorf("%w: mixed_fleet=%q is not true or false", backend.ErrInvalidURL, q.Get("mixed_fleet"))
 		}
 		cfg.MixedFleet = on
 	}
-	cfg, err = cfg.check()
-	if err != nil {
-		return bad("%v", err)
-	}
-	if err := checkClientParams(u, q); err != nil {
-		return nil, Config{}, err
-	}
+	return nil
+}
 
+// clientOptions are the go-redis options of u, whose query q has been
+// checked: go-redis parses u with the client parameters of q only, the
+// dial timeout defaults to DefaultDialTimeout, and the URL's TLS files
+// are added (addTLSFiles).
+func clientOptions(u *url.URL, q url.Values) (*goredis.Options, error) {
 	// go-redis parses the rest; it must not see our parameters.
 	cu := *u
 	cq := url.Values{}
@@ -541,16 +594,25 @@ func parseURL(u *url.URL) (*goredis.Options, Config, error) {
 			msg = strings.ReplaceAll(msg, url.QueryEscape(p), "xxxxx")
 			msg = strings.ReplaceAll(msg, url.PathEscape(p), "xxxxx")
 		}
-		return bad("%s", msg)
+		return nil, invalidURL(u, "%s", msg)
 	}
 	if opt.DialTimeout == 0 {
 		opt.DialTimeout = DefaultDialTimeout
 	}
+	if err := addTLSFiles(u, opt); err != nil {
+		return nil, err
+	}
+	return opt, nil
+}
+
+// addTLSFiles adds what the TLS files of a rediss URL (urlkit.TLS) give
+// to opt's TLS settings.
+func addTLSFiles(u *url.URL, opt *goredis.Options) error {
 	// go-redis's own TLS settings (ServerName from the host, skip_verify)
 	// stay; the files add the roots and the client certificate.
 	tc, err := urlkit.TLS(u, "rediss")
 	if err != nil {
-		return nil, Config{}, err
+		return err
 	}
 	if tc != nil && opt.TLSConfig == nil {
 		opt.TLSConfig = tc
@@ -559,5 +621,5 @@ func parseURL(u *url.URL) (*goredis.Options, Config, error) {
 		opt.TLSConfig.RootCAs = tc.RootCAs
 		opt.TLSConfig.Certificates = tc.Certificates
 	}
-	return opt, cfg, nil
+	return nil
 }
