@@ -189,36 +189,13 @@ var allowInProcess bool
 // errConfig marks an invalid Config; it wraps backend.ErrInvalidOption.
 var errConfig = fmt.Errorf("chaos: invalid campaign: %w", backend.ErrInvalidOption)
 
-// withDefaults validates c and fills in its defaults, without dialling.
+// withDefaults validates c and fills in its defaults, without dialling:
+// the URL, the workers, the times, the faults, the guard and the Redis
+// client, in that order.
 func (c Config) withDefaults() (Config, error) {
-	bad := func(format string, a ...any) (Config, error) {
-		return c, fmt.Errorf("%w: "+format, append([]any{errConfig}, a...)...)
-	}
-	if err := backend.CheckURL(c.URL); err != nil {
+	u, err := c.checkURL()
+	if err != nil {
 		return c, err
-	}
-	u, _ := url.Parse(c.URL)
-	if u.Scheme == "mem" {
-		// Each worker process would get a mem:// of its own: they would
-		// not exclude each other. The planted-bug test does this on
-		// purpose (see allowInProcess).
-		if !allowInProcess {
-			return bad("%s is in-process: each worker would have a lock of its own; use a server's URL", urlkit.Redact(u))
-		}
-	} else if u.Host == "" {
-		return bad("%s names no host:port the workers' proxies could forward to", urlkit.Redact(u))
-	}
-	switch u.Scheme {
-	case "etcds", "zks":
-		// The certificate would be checked against the proxy's
-		// 127.0.0.1, not the server's name. (A Redis URL's workers dial
-		// their proxies through a hook and check the server's name:
-		// rediss works.)
-		return bad("%s:// is TLS, which the workers' proxies would break (the server's certificate is checked against its host name): run the campaign over the plain scheme", u.Scheme)
-	case "postgres", "postgresql":
-		if u.Query().Get("sslmode") == "verify-full" {
-			return bad("sslmode=verify-full checks the server's certificate against its host name, which the workers' proxies would break: run the campaign with sslmode require, verify-ca or disable")
-		}
 	}
 	if c.Name == "" {
 		c.Name = "chaos"
@@ -226,6 +203,87 @@ func (c Config) withDefaults() (Config, error) {
 	if err := backend.ValidateName(c.Name); err != nil {
 		return c, err
 	}
+	for _, step := range []func(*url.URL) error{c.withWorkers, c.withTimes, c.checkFaults, c.withGuard, c.withRedisClient} {
+		if err := step(u); err != nil {
+			return c, err
+		}
+	}
+	if c.Out == "" {
+		return c, invalidf("no output directory")
+	}
+	if c.Seed == 0 {
+		c.Seed = time.Now().UnixNano()
+	}
+	return c, nil
+}
+
+// invalidf is an error of an invalid Config (errConfig).
+func invalidf(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{errConfig}, a...)...)
+}
+
+// checkURL checks the campaign's URL: one the workers can reach through
+// their proxies.
+func (c *Config) checkURL() (*url.URL, error) {
+	if err := backend.CheckURL(c.URL); err != nil {
+		return nil, err
+	}
+	u, _ := url.Parse(c.URL)
+	if u.Scheme == "mem" {
+		// Each worker process would get a mem:// of its own: they would
+		// not exclude each other. The planted-bug test does this on
+		// purpose (see allowInProcess).
+		if !allowInProcess {
+			return nil, invalidf("%s is in-process: each worker would have a lock of its own; use a server's URL", urlkit.Redact(u))
+		}
+	} else if u.Host == "" {
+		return nil, invalidf("%s names no host:port the workers' proxies could forward to", urlkit.Redact(u))
+	}
+	switch u.Scheme {
+	case "etcds", "zks":
+		// The certificate would be checked against the proxy's
+		// 127.0.0.1, not the server's name. (A Redis URL's workers dial
+		// their proxies through a hook and check the server's name:
+		// rediss works.)
+		return nil, invalidf("%s:// is TLS, which the workers' proxies would break (the server's certificate is checked against its host name): run the campaign over the plain scheme", u.Scheme)
+	case "postgres", "postgresql":
+		if u.Query().Get("sslmode") == "verify-full" {
+			return nil, invalidf("sslmode=verify-full checks the server's certificate against its host name, which the workers' proxies would break: run the campaign with sslmode require, verify-ca or disable")
+		}
+	}
+	return u, nil
+}
+
+// withWorkers checks the counts and the worker binary, and defaults the
+// number of workers to 5.
+func (c *Config) withWorkers(*url.URL) error {
+	if c.Workers < 0 || c.MinGrants < 0 || c.MinFaults < 0 {
+		return invalidf("negative workers, minimum grants or minimum faults")
+	}
+	if c.Workers == 0 {
+		c.Workers = 5
+	}
+	if c.Worker != "" {
+		if st, err := os.Stat(c.Worker); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			return invalidf("worker %q is not an executable file", c.Worker)
+		}
+		// As checked: a bare name is a file here, not one on $PATH.
+		abs, err := filepath.Abs(c.Worker)
+		if err != nil {
+			return invalidf("worker %q: %v", c.Worker, err)
+		}
+		c.Worker = abs
+	}
+	if c.Workers < 2 {
+		return invalidf("%d worker: a campaign needs two to contend", c.Workers)
+	}
+	return nil
+}
+
+// withTimes defaults the TTL (2s), hold (10ms), duration (1m), maximum
+// duration (3x the duration) and fault gap (the TTL), and checks the TTL
+// against the adapter's rules.
+func (c *Config) withTimes(u *url.URL) error {
 	def := func(d *time.Duration, v time.Duration, what string) error {
 		if *d < 0 {
 			return fmt.Errorf("%w: negative %s %v", errConfig, what, *d)
@@ -235,40 +293,20 @@ func (c Config) withDefaults() (Config, error) {
 		}
 		return nil
 	}
-	if c.Workers < 0 || c.MinGrants < 0 || c.MinFaults < 0 {
-		return bad("negative workers, minimum grants or minimum faults")
-	}
-	if c.Workers == 0 {
-		c.Workers = 5
-	}
-	if c.Worker != "" {
-		if st, err := os.Stat(c.Worker); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
-			return bad("worker %q is not an executable file", c.Worker)
-		}
-		// As checked: a bare name is a file here, not one on $PATH.
-		abs, err := filepath.Abs(c.Worker)
-		if err != nil {
-			return bad("worker %q: %v", c.Worker, err)
-		}
-		c.Worker = abs
-	}
-	if c.Workers < 2 {
-		return bad("%d worker: a campaign needs two to contend", c.Workers)
-	}
 	for _, e := range []error{
 		def(&c.TTL, 2*time.Second, "TTL"),
 		def(&c.HoldMax, 10*time.Millisecond, "hold"),
 		def(&c.Duration, time.Minute, "duration"),
 	} {
 		if e != nil {
-			return c, e
+			return e
 		}
 	}
 	if err := def(&c.MaxDuration, 3*c.Duration, "maximum duration"); err != nil {
-		return c, err
+		return err
 	}
 	if err := def(&c.FaultGap, c.TTL, "fault gap"); err != nil {
-		return c, err
+		return err
 	}
 	// The adapter checks the TTL's shape (etcd: whole seconds; Redis:
 	// milliseconds, at least its minimum) in the URL, before any dial.
@@ -277,60 +315,77 @@ func (c Config) withDefaults() (Config, error) {
 	q.Set("ttl", c.TTL.String())
 	withTTL.RawQuery = q.Encode()
 	if err := backend.CheckURL(withTTL.String()); err != nil {
-		return c, fmt.Errorf("%w: TTL %v: %w", errConfig, c.TTL, err)
+		return fmt.Errorf("%w: TTL %v: %w", errConfig, c.TTL, err)
 	}
 	if c.MaxDuration < c.Duration {
-		return bad("maximum duration %v is below the duration %v", c.MaxDuration, c.Duration)
+		return invalidf("maximum duration %v is below the duration %v", c.MaxDuration, c.Duration)
 	}
+	return nil
+}
+
+// checkFaults defaults the faults to the client faults and checks that
+// each is known, listed once, and has what it needs.
+func (c *Config) checkFaults(u *url.URL) error {
 	if c.Faults == nil {
 		c.Faults = slices.Clone(ClientFaults)
 	}
 	seen := map[Fault]bool{}
 	for _, f := range c.Faults {
 		if !slices.Contains(AllFaults, f) {
-			return bad("unknown fault %q (known: %s)", f, joinFaults(AllFaults))
+			return invalidf("unknown fault %q (known: %s)", f, joinFaults(AllFaults))
 		}
 		if seen[f] {
-			return bad("fault %q listed twice", f)
+			return invalidf("fault %q listed twice", f)
 		}
 		seen[f] = true
 	}
 	if seen[Member] && len(c.Members) == 0 {
-		return bad("member faults need servers this campaign controls (Members); against a cluster of your own only %s run", joinFaults(ClientFaults))
+		return invalidf("member faults need servers this campaign controls (Members); against a cluster of your own only %s run", joinFaults(ClientFaults))
 	}
 	if seen[Failover] && c.Failover == nil && (c.Sentinel == nil || c.Sentinel.Failover == nil) {
-		return bad("failover faults need a way to fail over (Config.Failover, or Config.Sentinel with its Failover)")
+		return invalidf("failover faults need a way to fail over (Config.Failover, or Config.Sentinel with its Failover)")
 	}
 	if seen[SlotMove] && c.SlotMove == nil {
-		return bad("slot-move faults need a way to move the lock's slot (Config.SlotMove)")
+		return invalidf("slot-move faults need a way to move the lock's slot (Config.SlotMove)")
 	}
 	if c.Failover != nil && c.Sentinel != nil {
-		return bad("Config.Failover and Config.Sentinel: the Sentinel's Failover is the failover fault")
+		return invalidf("Config.Failover and Config.Sentinel: the Sentinel's Failover is the failover fault")
 	}
 	if c.Sentinel != nil && (u.Scheme != "redis" || c.Sentinel.Master == "" || c.Sentinel.Addr == "") {
-		return bad("a Sentinel is for redis:// URLs, and needs its master name and address")
+		return invalidf("a Sentinel is for redis:// URLs, and needs its master name and address")
 	}
 	if u.Scheme == "mem" && (seen[Partition] || seen[Latency]) {
-		return bad("mem:// has no network link to partition or slow")
+		return invalidf("mem:// has no network link to partition or slow")
 	}
+	return nil
+}
+
+// withGuard defaults the guard to the file guard and checks its URL.
+func (c *Config) withGuard(*url.URL) error {
 	if c.Guard == "" {
 		c.Guard = GuardFile
 	}
 	switch c.Guard {
 	case GuardFile, GuardNone:
 		if c.GuardURL != "" {
-			return bad("guard %s takes no URL (it lives in %s)", c.Guard, "the output directory")
+			return invalidf("guard %s takes no URL (it lives in %s)", c.Guard, "the output directory")
 		}
 	case GuardRedis, GuardEtcd, GuardSQL:
 		if c.GuardURL == "" {
-			return bad("guard %s needs a URL of its store", c.Guard)
+			return invalidf("guard %s needs a URL of its store", c.Guard)
 		}
 		if err := checkGuardURL(c.Guard, c.GuardURL); err != nil {
-			return bad("guard %s: %s", c.Guard, scrubPasswords(err.Error(), c.GuardURL))
+			return invalidf("guard %s: %s", c.Guard, scrubPasswords(err.Error(), c.GuardURL))
 		}
 	default:
-		return bad("unknown guard %q (known: %s)", c.Guard, joinGuards())
+		return invalidf("unknown guard %q (known: %s)", c.Guard, joinGuards())
 	}
+	return nil
+}
+
+// withRedisClient defaults the Redis client (the URL's; with a Sentinel,
+// the docs' failover client) and checks it fits the URL.
+func (c *Config) withRedisClient(u *url.URL) error {
 	switch c.RedisClient {
 	case "":
 		c.RedisClient = RedisClientURL
@@ -339,25 +394,19 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	case RedisClientURL:
 		if c.Sentinel != nil {
-			return bad("Redis client %q and a Sentinel: the Sentinel's client is the docs' failover client", c.RedisClient)
+			return invalidf("Redis client %q and a Sentinel: the Sentinel's client is the docs' failover client", c.RedisClient)
 		}
 	case RedisClientDocs, RedisClientNoContextTimeout:
 		if c.Sentinel != nil && c.RedisClient != RedisClientDocs {
-			return bad("Redis client %q and a Sentinel: the Sentinel's client is the docs' failover client", c.RedisClient)
+			return invalidf("Redis client %q and a Sentinel: the Sentinel's client is the docs' failover client", c.RedisClient)
 		}
 		if u.Scheme != "redis" {
-			return bad("Redis client %q is for redis:// URLs, not %s://", c.RedisClient, u.Scheme)
+			return invalidf("Redis client %q is for redis:// URLs, not %s://", c.RedisClient, u.Scheme)
 		}
 	default:
-		return bad("unknown Redis client %q (known: url, docs, no-context-timeout)", c.RedisClient)
+		return invalidf("unknown Redis client %q (known: url, docs, no-context-timeout)", c.RedisClient)
 	}
-	if c.Out == "" {
-		return bad("no output directory")
-	}
-	if c.Seed == 0 {
-		c.Seed = time.Now().UnixNano()
-	}
-	return c, nil
+	return nil
 }
 
 func joinFaults(fs []Fault) string {
