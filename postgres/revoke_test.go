@@ -106,16 +106,23 @@ func TestLossCauses(t *testing.T) {
 				held, err := admin.TryAcquire(tctx(t, 10*time.Second), "listen")
 				require.NoError(t, err)
 				ch := goAcquire(tctx(t, 30*time.Second), l, "listen")
+				// Queued, not only blocked: under load its first attempt
+				// could come after the release below, find the lock free
+				// and never wait, so no listener would start.
+				require.Eventually(t, func() bool {
+					st, err := admin.Status(tctx(t, 10*time.Second), "listen")
+					return err == nil && len(st.Waiters) == 1
+				}, 10*time.Second, 5*time.Millisecond, "the waiter queued")
 				requireBlocked(t, ch, 100*time.Millisecond)
 				release(t, held)
 				r := waitAcquired(t, ch, 10*time.Second)
 				require.NoError(t, r.Err)
 				release(t, r.Lease)
 				// Listening before the revoke: on a loaded machine the
-				// waiter could be granted by its fallback poll before the
-				// listener's LISTEN took effect, and the revocation's
-				// notification then went unheard (ErrDeleted at the next
-				// renewal, seen twice in quick-tier runs at a load of 13).
+				// waiter could be granted before the listener's LISTEN
+				// took effect, and the revocation's notification then
+				// went unheard (ErrDeleted at the next renewal, seen in
+				// quick-tier runs at a load of 13).
 				require.Eventually(t, d.hub.listening, 10*time.Second, 5*time.Millisecond, "the Locker's listener")
 			}
 			ls, err := l.TryAcquire(tctx(t, 10*time.Second), c.name)

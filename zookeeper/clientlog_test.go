@@ -25,6 +25,7 @@ func TestClientLogsOffStderr(t *testing.T) {
 		clientLogsChild(t)
 		return
 	}
+	t.Parallel() // a server of its own
 	s := zktest.Start(t)
 	p := stderrcheck.Start(t, "ZK_ADDR="+s.Addr())
 	p.WaitFor(t, "held", time.Minute)

@@ -61,5 +61,6 @@ func (h *harness) Capabilities() conformance.Capabilities {
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel() // lock names of its own; beside the package's other long tests
 	conformance.Run(t, &harness{prefix: testPrefix(t), admin: srv.Connect(t, 10*time.Second)})
 }

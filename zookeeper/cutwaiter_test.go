@@ -15,6 +15,7 @@ import (
 // returns ErrUnavailable, never ErrNotAcquired, within its TTL (its
 // session timeout).
 func TestCutWaiter(t *testing.T) {
+	t.Parallel() // a prefix and proxy of its own
 	prefix := testPrefix(t)
 	const ttl = 6 * time.Second
 	other := dialLocker(t, srv.Addr(), prefix, ttl)

@@ -24,6 +24,7 @@ const ensembleRounds = 300
 // second read made it rarer, not impossible. What a read finds after our
 // own create, a write through the leader, is current.
 func TestTryAcquireAfterReleaseThroughAnotherServer(t *testing.T) {
+	t.Parallel() // an ensemble of its own
 	s := servers.StartWith(t, servers.Docker, servers.ZooKeeper, servers.Cluster)
 	prefix := testPrefix(t)
 	// Members 1 and 2: a three-server ensemble mostly elects the server

@@ -14,6 +14,7 @@ import (
 // a job that skips its work when the lock is held must not skip it
 // silently when ZooKeeper is down.
 func TestWaiterServerGone(t *testing.T) {
+	t.Parallel() // a server of its own
 	s := zktest.Start(t)
 	prefix := testPrefix(t)
 	la := dialLocker(t, s.Addr(), prefix, 20*time.Second)

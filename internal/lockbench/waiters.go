@@ -88,6 +88,10 @@ func DrainQueue(ctx context.Context, lockers []*backend.Locker, name string, n i
 	if err != nil {
 		cancel()
 		wg.Wait()
+		if failed != nil {
+			// A waiter's failure cancelled the enqueueing: the cause.
+			return Drain{}, fmt.Errorf("%w (while queueing: %v)", failed, err)
+		}
 		return Drain{}, err
 	}
 	mu.Lock()
