@@ -99,8 +99,8 @@
 // proxies in front of every address a Locker dials).
 //
 // Server.URL carries a prefix unique to the Server. For a Redis cluster it
-// names the primary with wait_replicas=1, so every grant is on the replica
-// before it is handed out. The ZooKeeper servers use tickTime 200ms
+// names the primary with wait_replicas=1 (and wait_timeout=1s), so every
+// grant is on the replica before it is handed out. The ZooKeeper servers use tickTime 200ms
 // (ZooKeeperTick) and accept sessions of 400ms to 120s, as
 // internal/zktest's do.
 //

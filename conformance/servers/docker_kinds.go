@@ -214,7 +214,10 @@ func (d *dockerServer) startRedis(cluster bool) (*Server, error) {
 	if err := poll(ctx, func(ctx context.Context) error { return sentinelReady(ctx, saddr, primary) }); err != nil {
 		return nil, fmt.Errorf("sentinel %s: %w; its last lines:\n%s", sn.name, err, sn.logs(30))
 	}
-	s.URL = "redis://" + paddr + "/0?prefix=" + prefix() + "&wait_replicas=1"
+	// wait_timeout 1s (the default is 500ms; a 2s TTL caps it at 1s): the
+	// replica's container, starved on a loaded two-core machine, did not
+	// acknowledge a grant within 500ms (.ci/run at a load average of 21).
+	s.URL = "redis://" + paddr + "/0?prefix=" + prefix() + "&wait_replicas=1&wait_timeout=1s"
 	return s, nil
 }
 
