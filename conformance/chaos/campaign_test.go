@@ -465,6 +465,7 @@ func campaignOn(t *testing.T, p servers.Provider, kind servers.Kind, client chao
 		require.NoError(t, err)
 		q := lu.Query()
 		q.Del("wait_replicas")
+		q.Del("wait_timeout") // it bounds the wait for replicas: not without one
 		lu.RawQuery = q.Encode()
 		c.URL = lu.String()
 	}
