@@ -206,7 +206,9 @@ func watchdogMain(args []string, in io.Reader, out, stderr io.Writer) int {
 	// must not end it before it kills.
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
 		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE)
-	lines := make(chan string)
+	// Buffered: a line read is handed over at once, so that an expiry
+	// seen meanwhile finds it (see pending).
+	lines := make(chan string, 64)
 	go func() {
 		defer close(lines)
 		sc := bufio.NewScanner(in)
@@ -221,45 +223,69 @@ func watchdogMain(args []string, in io.Reader, out, stderr io.Writer) int {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
+		var line string
+		var ok bool
 		select {
-		case line, ok := <-lines:
-			if !ok { // fencelock has died: its end of the pipe closed
-				if dir != "" {
-					_ = os.RemoveAll(dir) // fencelock cannot
-				}
-				return killGroup(out, alone)
-			}
-			if line == "done" {
-				return exitOK
-			}
-			if d, ok := strings.CutPrefix(line, "dir "); ok {
-				dir = d
-				continue
-			}
-			if p, ok := strings.CutPrefix(line, "pid "); ok {
-				pid, err := strconv.Atoi(p)
-				if err != nil { // not fencelock speaking
-					return killGroup(out, alone)
-				}
-				alone = pid
-				continue
-			}
-			d, err := strconv.ParseInt(line, 10, 64)
-			if err != nil { // not fencelock speaking: hold nothing longer
-				return killGroup(out, alone)
-			}
-			if !armed || d > deadline {
-				armed, deadline = true, d
-				timer.Reset(time.Duration(deadline - monoNow()))
-			}
+		case line, ok = <-lines:
 		case <-timer.C:
 			if left := deadline - monoNow(); left > 0 {
 				timer.Reset(time.Duration(left))
 				continue
 			}
+			// fencelock may have extended the deadline in time, this
+			// process only slow to read it (started late on a loaded
+			// machine): a line read or still in the pipe is taken first.
+			select {
+			case line, ok = <-lines:
+			default:
+				if pending(in) {
+					timer.Reset(time.Millisecond)
+					continue
+				}
+				return killGroup(out, alone)
+			}
+		}
+		if !ok { // fencelock has died: its end of the pipe closed
+			if dir != "" {
+				_ = os.RemoveAll(dir) // fencelock cannot
+			}
 			return killGroup(out, alone)
 		}
+		if line == "done" {
+			return exitOK
+		}
+		if d, ok := strings.CutPrefix(line, "dir "); ok {
+			dir = d
+			continue
+		}
+		if p, ok := strings.CutPrefix(line, "pid "); ok {
+			pid, err := strconv.Atoi(p)
+			if err != nil { // not fencelock speaking
+				return killGroup(out, alone)
+			}
+			alone = pid
+			continue
+		}
+		d, err := strconv.ParseInt(line, 10, 64)
+		if err != nil { // not fencelock speaking: hold nothing longer
+			return killGroup(out, alone)
+		}
+		if !armed || d > deadline {
+			armed, deadline = true, d
+			timer.Reset(time.Duration(deadline - monoNow()))
+		}
 	}
+}
+
+// pending reports whether in, the pipe from fencelock, holds bytes not
+// read yet.
+func pending(in io.Reader) bool {
+	f, ok := in.(*os.File)
+	if !ok {
+		return false
+	}
+	n, err := unix.IoctlGetInt(int(f.Fd()), unix.TIOCINQ) // FIONREAD, which pipes answer too
+	return err == nil && n > 0
 }
 
 // killGroup says "killed" on out, sends SIGKILL to process alone if not 0
