@@ -298,13 +298,31 @@ func (r *observeRun) endAt(term *election.Term, when time.Time) {
 	r.terms[i].ending = when
 }
 
-// waiting campaigns in the background, and returns once it is queued.
+// waiting campaigns in the background on a Locker of its own, and
+// returns once it is queued.
 func (r *observeRun) waiting(value string, opts ...backend.Option) chan campaignResult {
 	r.t.Helper()
-	ch := goCampaign(r.t, r.c, elector(r.t, r.s.locker(r.t)), r.name, value, opts...)
+	return r.waitingOn(r.s.locker(r.t), value, opts...)
+}
+
+// waitingOn is waiting on Locker l (one the case will crash or cut off).
+func (r *observeRun) waitingOn(l *backend.Locker, value string, opts ...backend.Option) chan campaignResult {
+	r.t.Helper()
+	ch := goCampaign(r.t, r.c, elector(r.t, l), r.name, value, opts...)
 	requireCampaigning(r.t, ch, r.s.settle, value)
 	r.s.requireQueued(r.t, r.obsLocker, r.name, 1)
 	return ch
+}
+
+// handOver: prev resigns, and the candidate waiting on ch, value, leads
+// next (what names it in a failure); its term is recorded.
+func (r *observeRun) handOver(prev *election.Term, ch chan campaignResult, value, what string) campaignResult {
+	r.t.Helper()
+	r.endAt(prev, time.Now())
+	require.NoError(r.t, prev.Resign(ctx(r.t, r.s.prompt)))
+	next := elected(r.t, ch, r.s.prompt, what)
+	r.record(next.term, next.at, value)
+	return next
 }
 
 // resign: the first leader a proclaims a2, then resigns; b, waiting,
@@ -317,12 +335,7 @@ func (r *observeRun) resign() *election.Term {
 	require.NoError(t, a.Proclaim(ctx(t, s.prompt), "a2"))
 	s.requireLeader(t, r.eo, a, "a2", "Proclaim keeps the term")
 	r.seen(a, "a2", "the first leader's Proclaim")
-	chB := r.waiting("b")
-	r.endAt(a, time.Now())
-	require.NoError(t, a.Resign(ctx(t, s.prompt)))
-	rb := elected(t, chB, s.prompt, "b after a resigned")
-	b := rb.term
-	r.record(b, rb.at, "b")
+	b := r.handOver(a, r.waiting("b"), "b", "b after a resigned").term
 	r.seen(b, "b", "the leader after a Resign")
 	return b
 }
@@ -332,14 +345,7 @@ func (r *observeRun) resign() *election.Term {
 func (r *observeRun) crash(b *election.Term) *election.Term {
 	s, t := r.s, r.t
 	cLocker := s.locker(t)
-	chC := goCampaign(t, r.c, elector(t, cLocker), r.name, "c", s.shortTTL()...)
-	requireCampaigning(t, chC, s.settle, "c")
-	s.requireQueued(t, r.obsLocker, r.name, 1)
-	r.endAt(b, time.Now())
-	require.NoError(t, b.Resign(ctx(t, s.prompt)))
-	rc := elected(t, chC, s.prompt, "c after b resigned")
-	cTerm := rc.term
-	r.record(cTerm, rc.at, "c")
+	cTerm := r.handOver(b, r.waitingOn(cLocker, "c", s.shortTTL()...), "c", "c after b resigned").term
 	r.seen(cTerm, "c", "the leader that will crash")
 	chD := r.waiting("d", s.shortTTL()...) // to be revoked: see the Loss case
 	r.endAt(cTerm, time.Now())
@@ -376,12 +382,8 @@ func (r *observeRun) revoke(d *election.Term) *election.Term {
 func (r *observeRun) pause(e *election.Term) *election.Term {
 	s, t := r.s, r.t
 	pTTL := max(s.short, time.Second)
-	chP := r.waiting("p", backend.WithTTL(pTTL), backend.WithAutoRenew(false))
-	r.endAt(e, time.Now())
-	require.NoError(t, e.Resign(ctx(t, s.prompt)))
-	rp := elected(t, chP, s.prompt, "p after e resigned")
+	rp := r.handOver(e, r.waiting("p", backend.WithTTL(pTTL), backend.WithAutoRenew(false)), "p", "p after e resigned")
 	p := rp.term
-	r.record(p, rp.at, "p")
 	stopRefresh, refreshed := make(chan struct{}), make(chan time.Time, 1)
 	go func() {
 		// last is when the last Refresh that succeeded began: the backend
@@ -424,14 +426,7 @@ func (r *observeRun) pause(e *election.Term) *election.Term {
 func (r *observeRun) partitionLeader(pt Partitioner, q *election.Term) *election.Term {
 	s, t := r.s, r.t
 	fLocker := s.locker(t)
-	chF := goCampaign(t, r.c, elector(t, fLocker), r.name, "f", s.shortTTL()...)
-	requireCampaigning(t, chF, s.settle, "f")
-	s.requireQueued(t, r.obsLocker, r.name, 1)
-	r.endAt(q, time.Now())
-	require.NoError(t, q.Resign(ctx(t, s.prompt)))
-	rf := elected(t, chF, s.prompt, "f after q resigned")
-	f := rf.term
-	r.record(f, rf.at, "f")
+	f := r.handOver(q, r.waitingOn(fLocker, "f", s.shortTTL()...), "f", "f after q resigned").term
 	r.seen(f, "f", "the leader that will be partitioned")
 	chG := r.waiting("g", s.shortTTL()...) // the observer's bound while it shows g
 	r.endAt(f, time.Now())
