@@ -174,8 +174,9 @@ func urlTopologies(t *testing.T, p servers.Provider, kind servers.Kind) []server
 }
 
 // runURL runs the suite against u with the capabilities its scheme
-// declares, passed through adjust if not nil.
-func runURL(t *testing.T, u string, adjust func(*conformance.Capabilities)) {
+// declares, passed through adjust if not nil, with the suite's options
+// opts.
+func runURL(t *testing.T, u string, adjust func(*conformance.Capabilities), opts ...conformance.RunOption) {
 	if pu, err := url.Parse(u); err == nil {
 		t.Logf("backend: %s", urlkit.Redact(pu)) // a user's URL may hold a password
 	}
@@ -190,7 +191,7 @@ func runURL(t *testing.T, u string, adjust func(*conformance.Capabilities)) {
 	h, err := conformance.NewURLHarness(u, caps)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = h.Close() })
-	conformance.Run(t, h)
+	conformance.Run(t, h, opts...)
 }
 
 // CheckURL refuses, without dialling, what the URL harness cannot run

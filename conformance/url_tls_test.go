@@ -36,7 +36,8 @@ import (
 // TestURLTLS/postgres/refused checks that a wrong CA, a missing or foreign
 // client certificate, no TLS or a host the certificate does not name fails
 // Open. It never skips: a server that cannot start fails it. The suites
-// run at a 3s TTL (tlsTTL).
+// run at a 3s TTL (tlsTTL); with -short (the quick tier), the cases of
+// tlsShortCases only.
 func TestURLTLS(t *testing.T) {
 	skipForUserURL(t)
 	f := tlstest.New(t)
@@ -44,30 +45,30 @@ func TestURLTLS(t *testing.T) {
 		t.Parallel()
 		s := etcdtest.Start(t, etcdtest.WithClientTLS(f))
 		host := strings.TrimPrefix(s.Endpoints()[0], "https://")
-		runURL(t, "etcds://"+host+"/fencelock-tls?"+f.Query(), tlsTTL)
+		runURL(t, "etcds://"+host+"/fencelock-tls?"+f.Query(), tlsTTL, tlsCases())
 	})
 	t.Run("rediss", func(t *testing.T) {
 		t.Parallel()
 		s := redistest.Start(t, redistest.WithTLS(f))
-		runURL(t, "rediss://"+s.Addr()+"/0?prefix=fencelock-tls&"+f.Query(), tlsTTL)
+		runURL(t, "rediss://"+s.Addr()+"/0?prefix=fencelock-tls&"+f.Query(), tlsTTL, tlsCases())
 	})
 	t.Run("rediss_replicated", func(t *testing.T) {
 		t.Parallel()
 		s := redistest.Start(t, redistest.WithTLS(f))
 		redistest.StartReplica(t, s, redistest.WithTLS(f))
-		runURL(t, "rediss://"+s.Addr()+"/0?prefix=fencelock-tls&wait_replicas=1&"+f.Query(), tlsTTL)
+		runURL(t, "rediss://"+s.Addr()+"/0?prefix=fencelock-tls&wait_replicas=1&"+f.Query(), tlsTTL, tlsCases())
 	})
 	t.Run("zks", func(t *testing.T) {
 		t.Parallel()
 		s := zktest.Start(t, zktest.WithTLS(f))
-		runURL(t, "zks://"+s.Addr()+"/fencelock-tls?"+f.Query(), tlsTTL)
+		runURL(t, "zks://"+s.Addr()+"/fencelock-tls?"+f.Query(), tlsTTL, tlsCases())
 	})
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
 		c := pgtest.Start(t, pgtest.WithTLS(f))
 		dsn := c.NewDatabase(t) // sslmode=verify-full&sslrootcert=..&sslcert=..&sslkey=..
 		t.Run("refused", func(t *testing.T) { pgTLSRefused(t, dsn) })
-		runURL(t, dsn+"&prefix=fencelock_tls", tlsTTL)
+		runURL(t, dsn+"&prefix=fencelock_tls", tlsTTL, tlsCases())
 	})
 }
 
@@ -164,3 +165,22 @@ func forward(t *testing.T, target string) string {
 // tier at a load average of 10 to 13 (TestURLTLS/etcds/AutoRenew/Holder:
 // the renewal in flight unanswered for a whole TTL; .ci/flaky.txt).
 func tlsTTL(c *conformance.Capabilities) { c.TTL = max(c.TTL, 3*time.Second) }
+
+// tlsShortCases are the cases TestURLTLS runs with -short (the quick
+// tier): what a connection carries (grants, queues and their wake-ups,
+// renewals, fencing, election values) and what a cut one does (through
+// the harness's TLS-passing proxies). The whole suite runs over TLS in the
+// full run; the quick tier runs it over plain connections (TestURL/local
+// and each adapter's package), and all of it at once over TLS on five
+// servers was the longest part of the quick tier.
+var tlsShortCases = []string{"MutualExclusion", "FIFO", "TryAcquire", "AutoRenew", "StaleHolderFenced",
+	"ElectionProclaim", "WaiterRevoked", "Errors", "Unavailable", "LossWhilePartitioned"}
+
+// tlsCases returns the suite's option for TestURLTLS: all cases, or with
+// -short those of tlsShortCases.
+func tlsCases() conformance.RunOption {
+	if testing.Short() {
+		return conformance.OnlyCases(tlsShortCases...)
+	}
+	return conformance.OnlyCases()
+}
