@@ -35,7 +35,7 @@ type leaseDB struct {
 }
 
 func openLeaseDB(t *testing.T, prefix string) *leaseDB {
-	c := pgtest.Start(t)
+	c := pgtest.Shared(t)
 	dsn := c.NewDatabase(t)
 	ctx := context.Background()
 	pool := newPool(t, dsn)
@@ -127,6 +127,7 @@ func waitBlockedBy(t *testing.T, db *sql.DB, pid int, stmt string, finished func
 }
 
 func TestLeaseGuardHolderWrites(t *testing.T) {
+	t.Parallel()
 	l := openLeaseDB(t, sqlfence.DefaultLockPrefix)
 	ctx := context.Background()
 	lease, err := l.locker(t, l.dsn).Acquire(ctx, "report", backend.WithTTL(time.Minute))
@@ -160,6 +161,7 @@ func TestLeaseGuardHolderWrites(t *testing.T) {
 // After a holder's lease expires its token is refused, before anyone else
 // takes the lock and after; the newer grant is named.
 func TestLeaseGuardRejects(t *testing.T) {
+	t.Parallel()
 	l := openLeaseDB(t, sqlfence.DefaultLockPrefix)
 	ctx := context.Background()
 	mustNotRun := func(context.Context, *sql.Tx) error {
@@ -198,6 +200,7 @@ func TestLeaseGuardRejects(t *testing.T) {
 // A write that holds its check while the lease expires makes the next
 // grant wait for its commit: it lands before the newer grant, never after.
 func TestLeaseGuardGrantWaitsForWrite(t *testing.T) {
+	t.Parallel()
 	l := openLeaseDB(t, sqlfence.DefaultLockPrefix)
 	ctx := context.Background()
 	a, b := l.locker(t, l.dsn), l.locker(t, l.dsn)
@@ -242,6 +245,7 @@ func TestLeaseGuardGrantWaitsForWrite(t *testing.T) {
 // granted meanwhile), and the renewal that waited then finds the lease
 // expired: the lease is lost.
 func TestLeaseGuardLongWriteDelaysRenewal(t *testing.T) {
+	t.Parallel()
 	l := openLeaseDB(t, sqlfence.DefaultLockPrefix)
 	ctx := context.Background()
 	lease, err := l.locker(t, l.dsn).Acquire(ctx, "r", backend.WithTTL(2*time.Second)) // renewing
@@ -273,6 +277,7 @@ func TestLeaseGuardLongWriteDelaysRenewal(t *testing.T) {
 // newer token. (The adapter's grants commit at once; here one is held
 // open in a transaction to meet the check.)
 func TestLeaseGuardCheckWaitsForGrant(t *testing.T) {
+	t.Parallel()
 	l := openLeaseDB(t, sqlfence.DefaultLockPrefix)
 	ctx := context.Background()
 	tok := acquire(t, l.locker(t, l.dsn), "r", time.Minute).Token()
@@ -303,6 +308,7 @@ expires = clock_timestamp() + interval '1 minute' WHERE name = 'r' RETURNING tok
 // lease expires, B takes the lock and writes; A resumes and writes with the
 // token it still has, and is refused.
 func TestLeaseGuardPausedHolder(t *testing.T) {
+	t.Parallel()
 	l := openLeaseDB(t, sqlfence.DefaultLockPrefix)
 	ctx := context.Background()
 	proxy, err := faultproxy.Start(fmt.Sprintf("127.0.0.1:%d", l.c.Port()))
@@ -342,6 +348,7 @@ func TestLeaseGuardPausedHolder(t *testing.T) {
 // the guard's outlives it. Writers of many goroutines share few server
 // connections; the stale token is refused as directly.
 func TestLeaseGuardThroughPgBouncer(t *testing.T) {
+	t.Parallel()
 	l := openLeaseDB(t, sqlfence.DefaultLockPrefix)
 	ctx := context.Background()
 	// No named prepared statements: they would not survive the transaction
@@ -379,6 +386,7 @@ func portOf(addr string) string {
 }
 
 func TestNewLeaseGuard(t *testing.T) {
+	t.Parallel()
 	l := openLeaseDB(t, "app_locking")
 	_, err := sqlfence.NewLeaseGuard(nil)
 	assert.Error(t, err)

@@ -55,6 +55,7 @@ func openGuard(t *testing.T, dsn string, opts ...sqlfence.Option) *guardStore {
 }
 
 func TestGuardConformance(t *testing.T) {
+	t.Parallel()
 	c := pgtest.Start(t)
 	var mu sync.Mutex
 	dsns := map[*testing.T]string{}
@@ -107,7 +108,8 @@ func proxiedDSN(t *testing.T, dsn string, p *faultproxy.Proxy) string {
 }
 
 func TestGuardTokenRange(t *testing.T) {
-	c := pgtest.Start(t)
+	t.Parallel()
+	c := pgtest.Shared(t)
 	s := openGuard(t, c.NewDatabase(t))
 	ctx := context.Background()
 	require.NoError(t, s.CreateTable(ctx))
@@ -123,7 +125,8 @@ func TestGuardTokenRange(t *testing.T) {
 }
 
 func TestGuardDoTxInCallerTransaction(t *testing.T) {
-	c := pgtest.Start(t)
+	t.Parallel()
+	c := pgtest.Shared(t)
 	s := openGuard(t, c.NewDatabase(t))
 	ctx := context.Background()
 	require.NoError(t, s.CreateTable(ctx))
@@ -140,7 +143,8 @@ func TestGuardDoTxInCallerTransaction(t *testing.T) {
 }
 
 func TestTableUpdateAndUpsert(t *testing.T) {
-	c := pgtest.Start(t)
+	t.Parallel()
+	c := pgtest.Shared(t)
 	db := pgtest.Open(t, c.NewDatabase(t))
 	ctx := context.Background()
 	_, err := db.Exec(`CREATE TABLE accounts (id INT PRIMARY KEY, balance INT NOT NULL)`)
@@ -183,7 +187,8 @@ func TestTableUpdateAndUpsert(t *testing.T) {
 // Concurrent fenced UPDATEs with interleaved tokens: the row only ever moves
 // to higher tokens, and ends at the highest admitted one.
 func TestTableConcurrentUpdates(t *testing.T) {
-	c := pgtest.Start(t)
+	t.Parallel()
+	c := pgtest.Shared(t)
 	db := pgtest.Open(t, c.NewDatabase(t))
 	ctx := context.Background()
 	_, err := db.Exec(`CREATE TABLE docs (id TEXT PRIMARY KEY, body BIGINT NOT NULL, fence_token BIGINT NOT NULL DEFAULT 0,
@@ -277,7 +282,8 @@ func ExampleGuard_Do() {
 // statement run on the *sql.DB in the same write function (the escape the
 // typed argument is there to make unnecessary) has already landed.
 func TestGuardTxIsTheAtomicHandle(t *testing.T) {
-	c := pgtest.Start(t)
+	t.Parallel()
+	c := pgtest.Shared(t)
 	s := openGuard(t, c.NewDatabase(t))
 	ctx := context.Background()
 	require.NoError(t, s.CreateTable(ctx))
@@ -318,7 +324,8 @@ CREATE TABLE audit (id TEXT PRIMARY KEY REFERENCES docs DEFERRABLE INITIALLY DEF
 }
 
 func TestNewOptions(t *testing.T) {
-	c := pgtest.Start(t)
+	t.Parallel()
+	c := pgtest.Shared(t)
 	db := pgtest.Open(t, c.NewDatabase(t))
 	ctx := context.Background()
 	_, err := sqlfence.New(db, sqlfence.WithTable("f; DROP TABLE x"))

@@ -21,7 +21,8 @@ import (
 // DoTx is observed like Do, and only once inside Do (the conformance
 // suite's telemetry case covers Do itself).
 func TestGuardTelemetryDoTx(t *testing.T) {
-	c := pgtest.Start(t)
+	t.Parallel()
+	c := pgtest.Shared(t)
 	rec := fencetest.NewRecorder(t)
 	s := openGuard(t, c.NewDatabase(t), sqlfence.WithTelemetry(rec.Telemetry(false)))
 	ctx := context.Background()
@@ -48,6 +49,7 @@ func TestGuardTelemetryDoTx(t *testing.T) {
 // lease ended (ErrLeaseEnded) as stale, a failed write and an unreachable
 // database as errors; Do and DoTx alike.
 func TestLeaseGuardTelemetry(t *testing.T) {
+	t.Parallel()
 	l := openLeaseDB(t, sqlfence.DefaultLockPrefix)
 	rec := fencetest.NewRecorder(t)
 	g, err := sqlfence.NewLeaseGuard(l.db, sqlfence.WithLeaseTelemetry(rec.Telemetry(true)))
