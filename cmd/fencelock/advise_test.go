@@ -67,6 +67,7 @@ func testAdviseOn(t *testing.T, url string) {
 // Too few holds: no advice, status 1, and it says so; a lock nobody takes
 // has no hold at all.
 func TestAdviseTooFewHolds(t *testing.T) {
+	t.Parallel()
 	r := cli("advise", "--url", "mem://advise-few", "--duration", "200ms", "--json", "idle")
 	assert.Equal(t, exitFailure, r.code, "%+v", r)
 	var a adviseJSON
@@ -84,6 +85,7 @@ func TestAdviseTooFewHolds(t *testing.T) {
 
 // Bad flags and names fail before any dial.
 func TestAdviseUsage(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"advise", "x"},
 		{"advise", "--url", "mem://a"},

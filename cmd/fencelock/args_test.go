@@ -18,6 +18,7 @@ import (
 // parseInterspersed takes flags before and after the positional
 // arguments, and everything after "--" as positional.
 func TestParseInterspersed(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		args       []string
 		positional []string
@@ -106,6 +107,7 @@ func TestFlagsAfterName(t *testing.T) {
 
 // leader --interval without --watch is a usage error, as status's is.
 func TestIntervalNeedsWatch(t *testing.T) {
+	t.Parallel()
 	for _, cmd := range []string{"leader", "status"} {
 		for _, args := range [][]string{
 			{cmd, "--url", "mem://", "--interval", "1s", "x"},
@@ -121,6 +123,7 @@ func TestIntervalNeedsWatch(t *testing.T) {
 // help takes one command name; more arguments are a usage error (64), in
 // the binary too.
 func TestHelpExtraArgumentsAre64(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"help", "leader", "extra"},
 		{"help", "run", "--", "x"},

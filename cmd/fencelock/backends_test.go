@@ -34,6 +34,7 @@ type registrar struct {
 // adapter is found too) must be linked into the command, and every scheme
 // it names must be in backend.Schemes() of the built binary.
 func TestEveryAdapterRegistered(t *testing.T) {
+	t.Parallel()
 	regs := findRegistrars(t)
 	var pkgs []string
 	for _, r := range regs {

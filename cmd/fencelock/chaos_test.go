@@ -45,6 +45,7 @@ func TestChaosViolationIs1(t *testing.T) {
 // A campaign that cannot be run is refused before any worker starts, with
 // status 65.
 func TestChaosInvalidIs65(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"--url", "mem://x"},
 		{"--url", "nosuch://x"},

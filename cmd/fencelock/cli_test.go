@@ -49,6 +49,7 @@ func binary(t *testing.T, args ...string) runResult {
 // Explicit help exits 0 and prints the usage on stdout, for every
 // subcommand and every spelling.
 func TestHelpExitsZero(t *testing.T) {
+	t.Parallel()
 	for _, cmd := range []string{"run", "status", "advise", "bench", "demo", "conformance", "chaos", "version"} {
 		for _, h := range []string{"-h", "-help", "--help"} {
 			r := cli(cmd, h)
@@ -70,6 +71,7 @@ func TestHelpExitsZero(t *testing.T) {
 }
 
 func TestUnknownCommandIsUsageError(t *testing.T) {
+	t.Parallel()
 	r := cli("nosuch")
 	assert.Equal(t, exitUsage, r.code)
 	assert.Equal(t, "fencelock: unknown command \"nosuch\"\nrun 'fencelock help' for the list of commands\n", r.stderr)
@@ -133,6 +135,7 @@ func TestUsageErrorsAre64(t *testing.T) {
 
 // exitCode is the one mapping every subcommand uses.
 func TestExitCodeMapping(t *testing.T) {
+	t.Parallel()
 	wrap := func(err error) error { return fmt.Errorf("fencelock: acquire %q: %w", "x", err) }
 	for _, c := range []struct {
 		err  error
@@ -162,6 +165,7 @@ func TestExitCodeMapping(t *testing.T) {
 // Errors are printed with one prefix per line, however deeply the library
 // wrapped them.
 func TestErrorPrefixNotRepeated(t *testing.T) {
+	t.Parallel()
 	err := fmt.Errorf("fencelock: release %q: %w", "x", fmt.Errorf("fencelock: refresh: %w", backend.ErrLeaseLost))
 	var b bytes.Buffer
 	assert.Equal(t, exitLockLost, report(&b, "run", err))
@@ -213,6 +217,7 @@ func TestRunReportsMaxHold(t *testing.T) {
 // go-redis logs failed dials to os.Stderr on its own; the command's
 // stderr has only its one error line.
 func TestRedisClientLogsSilenced(t *testing.T) {
+	t.Parallel()
 	port, err := freeport.Port() // nothing listens there
 	require.NoError(t, err)
 	url := "redis://" + net.JoinHostPort("127.0.0.1", fmt.Sprint(port)) + "?dial_timeout=500ms"
@@ -226,6 +231,7 @@ func TestRedisClientLogsSilenced(t *testing.T) {
 // status --json: snake_case keys, seconds, tokens as strings, null holder
 // and empty waiters for a free lock.
 func TestStatusJSONSchema(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	l, err := backend.Open(ctx, "mem://status-json?ttl=10s")
 	require.NoError(t, err)
@@ -259,6 +265,7 @@ func TestStatusJSONSchema(t *testing.T) {
 
 // bench --json: the same naming and units as status --json.
 func TestBenchJSONSchema(t *testing.T) {
+	t.Parallel()
 	r := cli("bench", "--url", "mem://bench-json", "-n", "20", "-c", "2", "--waiters", "10", "--json")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	var got map[string]any
@@ -295,6 +302,7 @@ func keys(m map[string]any) []string {
 
 // The progress bar is drawn only on a terminal.
 func TestProgressOnlyOnTerminal(t *testing.T) {
+	t.Parallel()
 	assert.False(t, isTerminal(&bytes.Buffer{}))
 	f, err := os.Create(filepath.Join(t.TempDir(), "f"))
 	require.NoError(t, err)
@@ -333,6 +341,7 @@ func TestProgressOnlyOnTerminal(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
+	t.Parallel()
 	bi := &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Path: "github.com/fencelock/fencelock", Version: "v1.2.3"},
 		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "0123abcd"}, {Key: "vcs.time", Value: "2026-12-01T06:24:10Z"}, {Key: "vcs.modified", Value: "true"}}}
 	text := versionText(bi, []string{"etcd", "zk"})

@@ -13,6 +13,7 @@ import (
 // against the binary's mem adapter (it was 65: `host "" needs an explicit
 // port`).
 func TestConformanceOnMem(t *testing.T) {
+	t.Parallel()
 	code, out, errOut, _ := conformanceRun(t, 5*time.Minute, "mem://")
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
 	assert.Contains(t, out, "conformance suite against mem://\n")
@@ -38,6 +39,7 @@ func TestConformanceOnMem(t *testing.T) {
 // The URL, its hosts' ports and -ttl are checked before anything is
 // dialled: 65 at once, with one line, nothing on stdout.
 func TestConformanceChecksURLBeforeDial(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		args []string
 		msg  string

@@ -95,6 +95,7 @@ func TestConformanceCommandServers(t *testing.T) {
 // seconds with one line that names the host and the error, and exit
 // status 69 (backend unavailable), before any case runs.
 func TestConformanceCommandUnreachable(t *testing.T) {
+	t.Parallel()
 	port, err := freeport.Port()
 	require.NoError(t, err)
 	host := "127.0.0.1:" + strconv.Itoa(port)
@@ -116,6 +117,7 @@ func TestConformanceCommandUnreachable(t *testing.T) {
 // the scheme's declaration (-fifo=false too), and settings the suite cannot
 // run with are refused before it starts.
 func TestConformanceCommandFlags(t *testing.T) {
+	t.Parallel()
 	url := "redis://" + redistest.Start(t).Addr() + "/0?prefix=conformance-flags"
 	code, out, errOut, _ := conformanceRun(t, 5*time.Minute, "-ttl", "3s", "-min-ttl", "1s", "-max-ttl", "1m", "-fifo=false", "--run", "^TryAcquire$", url)
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)

@@ -348,6 +348,7 @@ func docArgs(t *testing.T, servers *liveServers, words []string) (args []string,
 // patterns name a test or benchmark there; and every scripts/ command
 // exists and is executable.
 func TestDocsGoTestCommands(t *testing.T) {
+	t.Parallel()
 	checked := 0
 	for _, l := range docCommands(t) {
 		words := l.words

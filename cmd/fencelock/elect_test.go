@@ -422,6 +422,7 @@ func testLeaderUnavailable(t *testing.T, b testBackend, url string) {
 // Bad input fails before any connection is made, with one line and the
 // status of its kind: the backend here counts the connections it gets.
 func TestElectLeaderBadInputBeforeDial(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer ln.Close()
@@ -515,6 +516,7 @@ func TestElectLeaderUsage(t *testing.T) {
 // value, in process on mem. A 10s TTL: at 3s, .ci/run at a load average
 // of 21 lost a term (76) before sh had killed itself.
 func TestElectStatusAndDefaultValue(t *testing.T) {
+	t.Parallel()
 	url := "mem://elect-status?ttl=10s"
 	r := inProcess("elect", "--url", url, "--name", "s", "--", "sh", "-c", `echo "$FENCELOCK_VALUE"; exit 7`)
 	assert.Equal(t, 7, r.code, "the command's own status: %+v", r)
@@ -535,6 +537,7 @@ func TestElectStatusAndDefaultValue(t *testing.T) {
 // elect --wait-timeout gives the campaign up with status 75 while another
 // candidate leads; it leaves nothing behind.
 func TestElectWaitTimeout(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url := "mem://elect-wait?ttl=3s"
 	l, err := backend.Open(ctx, url)
@@ -555,6 +558,7 @@ func TestElectWaitTimeout(t *testing.T) {
 
 // leader --json and --watch --json: the keys and units of status --json.
 func TestLeaderJSONSchema(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url := "mem://leader-json?ttl=10s"
 	l, err := backend.Open(ctx, url)
@@ -598,6 +602,7 @@ func TestLeaderJSONSchema(t *testing.T) {
 
 // leader --watch in the binary ends with status 0 on SIGINT and SIGTERM.
 func TestLeaderWatchEndsOnSignal(t *testing.T) {
+	t.Parallel()
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
 		cmd := exec.Command(fencelockBin(t), "leader", "--url", "mem://x", "--watch", "job")
 		var out syncBuffer
@@ -684,6 +689,7 @@ while :; do sleep 0.05; done`
 // terms are followed by a pause that doubles (0.5s, 1s, 2s ...), so in
 // about 2.5s the command runs 3 times, not thousands.
 func TestElectForeverDoesNotSpin(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := startBinary(t, "elect", "--url", "mem://spin", "--name", "spin", "--forever", "--",
 		"sh", "-c", `echo run >> "$1/runs"; exit 1`, "sh", dir)

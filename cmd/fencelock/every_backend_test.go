@@ -442,6 +442,7 @@ func testStatusWatchOutage(t *testing.T, url string) {
 
 // The binary's watch ends with status 0 on SIGINT and SIGTERM.
 func TestStatusWatchEndsOnSignal(t *testing.T) {
+	t.Parallel()
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
 		p := startLive(t, true, "status", "--url", "mem://x", "--watch", "job")
 		require.Eventually(t, func() bool { return strings.Contains(p.out.String(), "is free") }, 60*time.Second, 20*time.Millisecond)

@@ -19,6 +19,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestDemoRejectsStaleWrite(t *testing.T) {
+	t.Parallel()
 	var out, errOut bytes.Buffer
 	code := run(context.Background(), []string{"demo"}, &out, &errOut)
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
@@ -30,6 +31,7 @@ func TestDemoRejectsStaleWrite(t *testing.T) {
 }
 
 func TestUsageErrors(t *testing.T) {
+	t.Parallel()
 	var out, errOut bytes.Buffer
 	assert.Equal(t, exitUsage, run(context.Background(), nil, &out, &errOut))
 	assert.Equal(t, exitUsage, run(context.Background(), []string{"nosuch"}, &out, &errOut))
@@ -39,6 +41,7 @@ func TestUsageErrors(t *testing.T) {
 }
 
 func TestDemoOnURL(t *testing.T) {
+	t.Parallel()
 	var out, errOut bytes.Buffer
 	code := run(context.Background(), []string{"demo", "--url", "mem://demo-url", "--ttl", "300ms"}, &out, &errOut)
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
@@ -47,6 +50,7 @@ func TestDemoOnURL(t *testing.T) {
 }
 
 func TestBenchOnMem(t *testing.T) {
+	t.Parallel()
 	var out, errOut bytes.Buffer
 	require.Equal(t, 0, run(context.Background(), []string{"bench", "--url", "mem://bench", "-n", "200", "-c", "3", "--json"}, &out, &errOut), errOut.String())
 	var rep benchJSON

@@ -78,6 +78,7 @@ func TestMetricsAddrOnEveryBackend(t *testing.T) {
 // A bad --metrics-addr is a usage error before any dial (the URL's server
 // is down: a dial would be 69), and so is one that cannot be listened on.
 func TestMetricsAddrBadBeforeDial(t *testing.T) {
+	t.Parallel()
 	port, err := freeport.Port()
 	require.NoError(t, err)
 	down := fmt.Sprintf("etcd://127.0.0.1:%d/x?dial_timeout=1s", port)

@@ -14,6 +14,7 @@ import (
 // redact hides the password, and does not echo a URL that does not parse
 // (url.Parse may misread where its password ends).
 func TestRedact(t *testing.T) {
+	t.Parallel()
 	for _, raw := range []string{
 		"postgres://app:s3cret@/db?host=/tmp",
 		"redis://:s3cret@127.0.0.1:6379/0",
@@ -55,6 +56,7 @@ func TestNoPasswordPrinted(t *testing.T) {
 
 // conformance prints the URL it runs against without its password.
 func TestConformanceHeaderRedacted(t *testing.T) {
+	t.Parallel()
 	url := pgtest.Start(t).NewDatabase(t) + "&prefix=conformance_redact"
 	// The server trusts local connections: the password is sent to no one,
 	// but it is in the URL the command prints.

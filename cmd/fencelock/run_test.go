@@ -77,6 +77,7 @@ func etcdURL(s *etcdtest.Server, prefix string) string {
 }
 
 func TestRunNoWaitExactlyOneRuns(t *testing.T) {
+	t.Parallel()
 	srv := etcdtest.Start(t)
 	url := etcdURL(srv, "run-nowait")
 	dir := t.TempDir()
@@ -111,6 +112,7 @@ n=0; while [ ! -e "$1/stop" ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n+1)); done
 }
 
 func TestRunExitStatuses(t *testing.T) {
+	t.Parallel()
 	srv := etcdtest.Start(t)
 	url := etcdURL(srv, "run-status")
 	assert.Equal(t, 7, run1(t, "--url", url, "--lock", "s", "--", "sh", "-c", "exit 7").code)
@@ -125,6 +127,7 @@ func TestRunExitStatuses(t *testing.T) {
 }
 
 func TestRunWaitTimeout(t *testing.T) {
+	t.Parallel()
 	srv := etcdtest.Start(t)
 	url := etcdURL(srv, "run-wait")
 	dir := t.TempDir()
@@ -141,6 +144,7 @@ func TestRunWaitTimeout(t *testing.T) {
 }
 
 func TestRunForwardsSignals(t *testing.T) {
+	t.Parallel()
 	srv := etcdtest.Start(t)
 	url := etcdURL(srv, "run-signal")
 	dir := t.TempDir()
@@ -158,6 +162,7 @@ func TestRunForwardsSignals(t *testing.T) {
 // A lease that stops being renewed (--max-hold) ends the command before
 // another holder's command starts.
 func TestRunStopsCommandBeforeNextHolder(t *testing.T) {
+	t.Parallel()
 	srv := etcdtest.Start(t)
 	url := etcdURL(srv, "run-lost")
 	dir := t.TempDir()
@@ -177,6 +182,7 @@ func TestRunStopsCommandBeforeNextHolder(t *testing.T) {
 
 // A lease revoked on the server stops the command at once.
 func TestRunStopsCommandWhenLeaseRevoked(t *testing.T) {
+	t.Parallel()
 	srv := etcdtest.Start(t)
 	url := etcdURL(srv, "run-revoke")
 	dir := t.TempDir()
@@ -205,6 +211,7 @@ func readNanos(t *testing.T, path string) int64 {
 }
 
 func TestStatusShowsHolderAndWaiter(t *testing.T) {
+	t.Parallel()
 	srv := etcdtest.Start(t)
 	url := etcdURL(srv, "status")
 	dir := t.TempDir()
@@ -237,6 +244,7 @@ func TestStatusShowsHolderAndWaiter(t *testing.T) {
 }
 
 func TestConformanceCommand(t *testing.T) {
+	t.Parallel()
 	srv := etcdtest.Start(t)
 	url := "etcd://" + strings.TrimPrefix(srv.Endpoints()[0], "http://") + "/conformance-cli"
 	cmd := exec.Command(fencelockBin(t), "conformance", "--run", "TryAcquire|IndependentNames", url)
@@ -253,6 +261,7 @@ func TestConformanceCommand(t *testing.T) {
 }
 
 func TestConformanceTableReportsFailures(t *testing.T) {
+	t.Parallel()
 	// As go test -v prints it: the result lines of the cases come together
 	// once TestConformance has ended, after every case's output.
 	child := strings.Join([]string{
@@ -292,6 +301,7 @@ func TestConformanceTableReportsFailures(t *testing.T) {
 }
 
 func TestConformanceCapsRoundTrip(t *testing.T) {
+	t.Parallel()
 	c := conformance.Capabilities{FIFO: true, TTL: 2 * time.Second, MinTTL: 400 * time.Millisecond, LockDelay: true}
 	got, err := decodeCaps(encodeCaps(c))
 	require.NoError(t, err)

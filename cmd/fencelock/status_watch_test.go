@@ -24,6 +24,7 @@ import (
 // seen to the read that saw it gone; holds whose start or end it did not
 // see, or that ended across a failed read, are not counted.
 func TestHoldWatcher(t *testing.T) {
+	t.Parallel()
 	t0 := time.Unix(1000, 0)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	held := func(e backend.Entry) backend.Status { return backend.Status{Name: "job", Holder: &e} }
@@ -138,6 +139,7 @@ func waitLine(t *testing.T, out func() string, from int, re string) int {
 // TTL running down is no change): free, held, a waiter queued, the waiter
 // holding, free; the hold times once a hold has ended.
 func TestStatusWatchTextOnMem(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	la, w := watchMem(t, "status-watch-text")
 	lb, err := backend.Open(ctx, "mem://status-watch-text")
@@ -192,6 +194,7 @@ func TestStatusWatchTextOnMem(t *testing.T) {
 // JSON: one object per line, with the keys of status --json and "time",
 // "holds" (null before a hold has ended) and "error" (null).
 func TestStatusWatchJSONOnMem(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	l, w := watchMem(t, "status-watch-json", "--json")
 	out := w.out.String
