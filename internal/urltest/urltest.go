@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -149,14 +151,20 @@ func NoLeak(t *testing.T, err error, secret string) {
 	walk(err)
 }
 
-// ClosedPort returns a 127.0.0.1 address nothing listens on.
+// ClosedPort returns a 127.0.0.1 address nothing listens on until tb
+// ends: a TCP socket bound to it and never listening, so that a
+// connection is refused and no other process can take the port meanwhile
+// (a port merely closed again was taken by another test's listener in a
+// busy quick-tier run, and its EOF was not the refusal the test wanted).
 func ClosedPort(tb testing.TB) string {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	require.NoError(tb, err)
-	addr := ln.Addr().String()
-	require.NoError(tb, ln.Close())
-	return addr
+	tb.Cleanup(func() { _ = syscall.Close(fd) })
+	require.NoError(tb, syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}))
+	sa, err := syscall.Getsockname(fd)
+	require.NoError(tb, err)
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
 }
 
 // OpenFails opens rawURL with ctx, checks that Open fails within bound,
