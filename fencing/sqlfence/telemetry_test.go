@@ -15,7 +15,6 @@ import (
 	"github.com/fencelock/fencelock/fencing/sqlfence"
 	"github.com/fencelock/fencelock/internal/freeport"
 	"github.com/fencelock/fencelock/internal/pgtest"
-	"github.com/fencelock/fencelock/postgres"
 )
 
 // DoTx is observed like Do, and only once inside Do (the conformance
@@ -57,7 +56,9 @@ func TestLeaseGuardTelemetry(t *testing.T) {
 	ctx := context.Background()
 	a, b := l.locker(t, l.dsn), l.locker(t, l.dsn)
 
-	old := acquire(t, a, "r", postgres.MinTTL).Token()
+	// 1s, not the minimum: the write must land while the lease lives (a
+	// 100ms one had expired before it under scripts/test --under-load).
+	old := acquire(t, a, "r", time.Second).Token()
 	require.NoError(t, g.Do(ctx, "r", old, put("d", "by a")))
 	l.waitExpired(t, "r")
 	require.ErrorIs(t, g.Do(ctx, "r", old, put("d", "expired")), sqlfence.ErrLeaseEnded)
