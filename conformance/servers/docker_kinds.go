@@ -15,6 +15,8 @@ import (
 	"time"
 
 	dc "github.com/ory/dockertest/v3/docker"
+
+	"github.com/fencelock/fencelock/internal/redistest"
 )
 
 // startDocker starts kind in topo as containers on a network of their own
@@ -457,14 +459,27 @@ func (s *Server) Failover(ctx context.Context) (*Member, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Right after a member came back, the Sentinel may not count it as a
-	// good replica yet (NOGOODSLAVE), or still be busy with the last
-	// failover (INPROG): ask again until it starts one.
-	err = poll(ctx, func(ctx context.Context) error { return sentinelFailover(ctx, s.sentinel.Addr) })
-	if err != nil {
-		return nil, fmt.Errorf("servers: Failover: %w", err)
+	for {
+		// Right after a member came back, the Sentinel may not count it as
+		// a good replica yet (NOGOODSLAVE), or still be busy with the last
+		// failover (INPROG): ask again until it starts one.
+		err = poll(ctx, func(ctx context.Context) error { return sentinelFailover(ctx, s.sentinel.Addr) })
+		if err != nil {
+			return nil, fmt.Errorf("servers: Failover: %w", err)
+		}
+		// A failover it accepted can still be aborted: with the replica
+		// still resyncing after the last one, under load, it found no good
+		// replica (-failover-abort-no-good-slave, scripts/test
+		// --under-load) and went on naming the old primary. Ask again
+		// after redistest.SentinelFailoverWait, as the local deployment's
+		// Failover does.
+		wctx, cancel := context.WithTimeout(ctx, redistest.SentinelFailoverWait)
+		m, err := s.WaitPrimary(wctx, old)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return m, err
+		}
 	}
-	return s.WaitPrimary(ctx, old)
 }
 
 // WaitPrimary waits until the Sentinel names a primary other than old and

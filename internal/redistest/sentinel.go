@@ -152,18 +152,18 @@ func (s *Sentinels) Failover(ctx context.Context) (*Server, error) {
 	return SentinelsFailover(ctx, s.Sentinels, s.servers())
 }
 
-// sentinelFailoverWait is how long SentinelsFailover waits for the
+// SentinelFailoverWait is how long SentinelsFailover waits for the
 // Sentinels to name another primary after a SENTINEL FAILOVER they
 // accepted before it asks again (a failover that times out is aborted:
 // its failover-timeout is 10s), and how long RestartRole waits for a
 // failover from a server the Sentinels see down.
-const sentinelFailoverWait = 20 * time.Second
+const SentinelFailoverWait = 20 * time.Second
 
 // SentinelsFailover asks the first running Sentinel of sentinels to fail
 // over (SENTINEL FAILOVER: a replica is promoted, the old primary made its
 // replica; asked again while it refuses, as right after a server came
 // back: NOGOODSLAVE, and if the Sentinels still name the old primary
-// sentinelFailoverWait after it accepted: the failover was aborted) and
+// SentinelFailoverWait after it accepted: the failover was aborted) and
 // waits until the Sentinels name another server of servers and it says it
 // is a master; it returns that server.
 func SentinelsFailover[N Node](ctx context.Context, sentinels, servers []N) (N, error) {
@@ -185,7 +185,7 @@ func SentinelsFailover[N Node](ctx context.Context, sentinels, servers []N) (N, 
 			return zero, fmt.Errorf("redistest: SENTINEL FAILOVER: %w", err)
 		}
 		var now N
-		wctx, cancel := context.WithTimeout(ctx, sentinelFailoverWait)
+		wctx, cancel := context.WithTimeout(ctx, SentinelFailoverWait)
 		err = poll(wctx, func(ctx context.Context) error {
 			m, err := SentinelsMaster(ctx, sentinels, servers)
 			if err != nil {
@@ -254,11 +254,11 @@ func Settled[N Node](ctx context.Context, sentinels, servers []N) error {
 //
 // While the Sentinels name n and see it down (it crashed, and their
 // failover is under way), RestartRole waits for the failover, up to
-// sentinelFailoverWait, so that n does not come back as a second master
+// SentinelFailoverWait, so that n does not come back as a second master
 // as it ends; then, n comes back as the primary. The error is ctx's, or
 // that no running Sentinel answers.
 func RestartRole[N Node](ctx context.Context, sentinels, servers []N, n N) (replicaOf string, err error) {
-	deadline := time.Now().Add(sentinelFailoverWait)
+	deadline := time.Now().Add(SentinelFailoverWait)
 	for {
 		m, err := SentinelsMaster(ctx, sentinels, servers)
 		if err != nil {
