@@ -227,6 +227,7 @@ func TestCampaign(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the campaigns run in the full run (scripts/test)")
 	}
+	t.Parallel() // beside the package's other long tests: the package is the full run's longest path
 	providers, err := servers.ProvidersFromEnv()
 	require.NoError(t, err)
 	p := providers[0]
@@ -477,6 +478,7 @@ func campaignOn(t *testing.T, p servers.Provider, kind servers.Kind, client chao
 // check each server's certificate against its own address, so the client
 // faults reach a TLS connection. (etcds:// and zks:// are refused.)
 func TestCampaignOverTLS(t *testing.T) {
+	t.Parallel()
 	f := tlstest.New(t)
 	srv := redistest.Start(t, redistest.WithTLS(f))
 	q := url.Values{"cacert": {f.CA}, "cert": {f.ClientCert}, "key": {f.ClientKey}, "prefix": {"chaos-tls"}}
