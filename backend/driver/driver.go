@@ -23,8 +23,9 @@ type Driver interface {
 	// backend reads it when the Locker is created; it must not change.
 	Capabilities() Capabilities
 	// CheckTTL reports why the backend cannot honour ttl (already at least
-	// Capabilities().MinTTL), or nil: etcd counts whole seconds, Redis and
-	// ZooKeeper whole milliseconds. It sends nothing.
+	// Capabilities().MinTTL), or nil: its TTLLimits' Check (etcd counts
+	// whole seconds, Redis, PostgreSQL and ZooKeeper whole milliseconds),
+	// and whatever else the driver knows without asking. It sends nothing.
 	CheckTTL(ttl time.Duration) error
 	// NewLease prepares one acquisition: whatever the backend needs to keep
 	// alive while waiting and holding (an etcd lease, a ZooKeeper session).
@@ -57,14 +58,13 @@ type Capabilities struct {
 	// "zookeeper", "redis", "postgres", "mem"): package backend reports it
 	// as the fencelock.backend attribute of its metrics and spans.
 	Name string
-	// MinTTL is the shortest TTL the backend honours; backend rejects
-	// shorter ones with ErrInvalidOption before calling the driver.
+	// MinTTL is the shortest TTL the backend honours (TTLLimits.Min);
+	// backend rejects shorter ones with ErrInvalidOption before calling
+	// the driver.
 	MinTTL time.Duration
 	// DefaultServerMinTTL, if more than MinTTL, is the shortest TTL a
-	// server with default settings honours (etcd: 2s, its default election
-	// timeout times 1.5, in whole seconds; ZooKeeper: 4s, its default
-	// minSessionTimeout): Locker.AdviseTTL advises no less. Zero if it is
-	// MinTTL.
+	// server with default settings honours (TTLLimits.ServerDefaultMin):
+	// Locker.AdviseTTL advises no less. Zero if it is MinTTL.
 	DefaultServerMinTTL time.Duration
 	// DefaultTTL, if not zero, replaces backend.DefaultTTL as the Locker's
 	// default TTL: a TTL the driver was configured with (ZooKeeper: the

@@ -46,7 +46,8 @@ type Scheme struct {
 // Capabilities and CheckTTL once it is open (the server may change what
 // the URL asked for: a ZooKeeper server grants its own session timeout).
 type Limits struct {
-	// MinTTL is the Driver's Capabilities().MinTTL.
+	// MinTTL is the Driver's Capabilities().MinTTL (TTLLimits.Limits sets
+	// it and CheckTTL).
 	MinTTL time.Duration
 	// DefaultTTL is the Driver's Capabilities().DefaultTTL as the URL asks
 	// for it (ZooKeeper: the session timeout of its ttl or session_timeout),
@@ -71,7 +72,8 @@ type SuiteProfile struct {
 	// most of its time bounds are multiples of it.
 	TTL time.Duration
 	// MinTTL is the shortest TTL the backend accepts; a shorter one must be
-	// rejected with ErrInvalidOption. Zero if there is none beyond the
+	// rejected with ErrInvalidOption (TTLLimits.Suite: the least a server
+	// with default settings takes). Zero if there is none beyond the
 	// Locker's own checks.
 	MinTTL time.Duration
 	// MaxTTL is the longest TTL the backend grants (a ZooKeeper server's
