@@ -59,14 +59,12 @@ func defaultHolder() string {
 
 // WithTTL sets the lease TTL: how long the lock outlives its holder's last
 // successful renewal. Default DefaultTTL (15s; on ZooKeeper the session
-// timeout granted, see DefaultTTL). It must be positive and at least the
-// backend's minimum: etcd.MinTTL (1s, in whole seconds; an etcd server with
-// default settings raises a TTL under 2s to 2s, and an acquisition with
-// such a TTL fails with ErrInvalidOption naming the server's minimum, so 2s
-// is the least that works there), zookeeper.MinTTL (400ms), redis.MinTTL
-// and postgres.MinTTL (100ms), mem.MinTTL (10ms); Redis, PostgreSQL and
-// ZooKeeper count whole milliseconds. It cannot be turned off: a lock
-// without expiry blocks everyone forever when its holder crashes.
+// timeout granted, see DefaultTTL). It must be positive, at least the
+// backend's minimum and a whole number of the unit it counts (etcd:
+// seconds): see MinTTL in each adapter's package (etcd, zookeeper, redis,
+// postgres, backend/mem), which also says what a server with default
+// settings takes. It cannot be turned off: a lock without expiry blocks
+// everyone forever when its holder crashes.
 func WithTTL(ttl time.Duration) Option { return func(s *settings) { s.ttl = ttl } }
 
 // WithAutoRenew turns background renewal of a held lease on or off. Default

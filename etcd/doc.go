@@ -215,11 +215,12 @@
 // # Caveats
 //
 //   - etcd leases have whole-second TTLs, and a server raises a TTL below its
-//     minimum (about 2s with the default 100 ms heartbeat and 1 s election
-//     timeout); Acquire rejects such a TTL, once the server has raised it
-//     in the lease grant, with an error matching backend.ErrInvalidOption
-//     instead of silently holding longer. New accepts it (down to MinTTL):
-//     it asks the server nothing.
+//     minimum (1.5 times its election timeout, in whole seconds: 2s with
+//     the default 1s); Acquire rejects such a TTL, once the server has
+//     raised it in the lease grant, with an error matching
+//     backend.ErrInvalidOption instead of silently holding longer. New
+//     accepts it (down to MinTTL, 1s): it asks the server nothing. So on a
+//     server with default settings 2s is the shortest TTL that works.
 //   - A leader change refreshes every lease to its full TTL, so a lock whose
 //     holder died may outlive its TTL. This delays the next grant but never
 //     breaks exclusion.

@@ -22,12 +22,20 @@ import (
 // DefaultPrefix is the key prefix when none is given.
 const DefaultPrefix = "fencelock"
 
-// MinTTL is the shortest TTL the adapter accepts before asking the server:
-// etcd counts lease TTLs in whole seconds. The server may raise short TTLs to
-// its own minimum (about 2s with default election settings); such a TTL is
-// rejected with an error matching backend.ErrInvalidOption that names the
-// server's minimum.
+// MinTTL is the shortest TTL the adapter accepts before asking the server
+// (ttlLimits.Min), in whole seconds, as etcd counts lease TTLs. A server
+// raises a TTL under its own minimum (1.5 times its election timeout, in
+// whole seconds: 2s with the default 1s), and the acquisition is then
+// refused with an error matching backend.ErrInvalidOption that names that
+// minimum: on a server with default settings 2s is the shortest TTL that
+// works.
 const MinTTL = time.Second
+
+// ttlLimits are the adapter's TTL limits, from which its Capabilities, its
+// URLs' Limits, its suite profile and its CheckTTL derive: at least MinTTL,
+// in whole seconds, 2s on a server with default settings.
+var ttlLimits = driver.TTLLimits{Min: MinTTL, Granularity: time.Second, ServerDefaultMin: 2 * time.Second,
+	Counted: "etcd lease TTLs"}
 
 const (
 	// poolSize is how many idle leases a Locker keeps per TTL.
@@ -116,16 +124,11 @@ func (d *etcdDriver) clientClosed() error {
 
 // Capabilities implements driver.Driver.
 func (d *etcdDriver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Name: "etcd", MinTTL: MinTTL, DefaultServerMinTTL: 2 * time.Second, LockDelay: true}
+	return ttlLimits.Capabilities(driver.Capabilities{Name: "etcd", LockDelay: true})
 }
 
-// CheckTTL implements driver.Driver: etcd lease TTLs are whole seconds.
-func (d *etcdDriver) CheckTTL(ttl time.Duration) error {
-	if ttl%time.Second != 0 {
-		return fmt.Errorf("etcd lease TTLs are whole seconds, got %v", ttl)
-	}
-	return nil
-}
+// CheckTTL implements driver.Driver: ttlLimits' check (whole seconds).
+func (d *etcdDriver) CheckTTL(ttl time.Duration) error { return ttlLimits.Check(ttl) }
 
 // NewLease implements driver.Driver: it takes an idle lease of the same TTL
 // whose expiry is comfortably far (renewed or granted less than TTL/3 ago),

@@ -48,9 +48,8 @@ func check(u *url.URL) (driver.Limits, error) {
 }
 
 // urlLimits is what backend checks an etcd URL's ttl and drift against
-// before any dial: the driver's minimum TTL and its own CheckTTL, which
-// reads nothing of the driver (a zero one checks as an open one does).
-var urlLimits = driver.Limits{MinTTL: MinTTL, CheckTTL: new(etcdDriver).CheckTTL, LockDelay: true}
+// before any dial: ttlLimits, as the driver's Capabilities and CheckTTL.
+var urlLimits = ttlLimits.Limits(driver.Limits{LockDelay: true})
 
 // open opens a driver that owns its client, for backend.Open. It returns
 // within dial_timeout, and when ctx ends; its error names the bound that

@@ -29,6 +29,11 @@ const DefaultPrefix = "fencelock"
 // drift margin leave too little room for a round trip on a busy host.
 const MinTTL = 100 * time.Millisecond
 
+// ttlLimits are the adapter's TTL limits, from which its Capabilities, its
+// URLs' Limits, its suite profile and its CheckTTL derive: at least
+// MinTTL, in whole milliseconds.
+var ttlLimits = driver.TTLLimits{Min: MinTTL, Granularity: time.Millisecond, Counted: "postgres expiries"}
+
 // Client is what the adapter needs of a pgx client, with pgx's signatures.
 // *pgxpool.Pool satisfies it, and is what to use: a Locker sends renewals
 // from timers while other acquisitions run, so the client must be safe for
@@ -226,16 +231,12 @@ func (d *pgDriver) ready(ctx context.Context) error {
 
 // Capabilities implements driver.Driver.
 func (d *pgDriver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Name: "postgres", MinTTL: MinTTL, LockDelay: true}
+	return ttlLimits.Capabilities(driver.Capabilities{Name: "postgres", LockDelay: true})
 }
 
-// CheckTTL implements driver.Driver: expiries are whole milliseconds.
-func (d *pgDriver) CheckTTL(ttl time.Duration) error {
-	if ttl%time.Millisecond != 0 {
-		return fmt.Errorf("postgres expiries are whole milliseconds, got %v", ttl)
-	}
-	return nil
-}
+// CheckTTL implements driver.Driver: ttlLimits' check (expiries are whole
+// milliseconds).
+func (d *pgDriver) CheckTTL(ttl time.Duration) error { return ttlLimits.Check(ttl) }
 
 // NewLease implements driver.Driver. It sends nothing but the migration on
 // the driver's first use: the lease's clock starts now, since the queue row

@@ -12,4 +12,4 @@ import (
 // on a loaded two-core machine under the race detector, where a renewal's
 // round trip can take several hundred milliseconds. MinTTL is used by one
 // case only, which checks that a TTL under it is refused.
-var suiteProfile = driver.SuiteProfile{FIFO: true, TTL: 2 * time.Second, MinTTL: MinTTL, LockDelay: true}
+var suiteProfile = ttlLimits.Suite(driver.SuiteProfile{FIFO: true, TTL: 2 * time.Second, LockDelay: true})

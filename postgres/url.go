@@ -61,11 +61,9 @@ func check(u *url.URL) (driver.Limits, error) {
 	return urlLimits, err
 }
 
-// urlLimits is what backend checks a PostgreSQL URL's ttl and drift
-// against before any dial: the driver's minimum TTL and its own CheckTTL,
-// which reads nothing of the driver (a zero one checks as an open one
-// does).
-var urlLimits = driver.Limits{MinTTL: MinTTL, CheckTTL: new(pgDriver).CheckTTL, LockDelay: true}
+// urlLimits is what backend checks a PostgreSQL URL's ttl and drift against
+// before any dial: ttlLimits, as the driver's Capabilities and CheckTTL.
+var urlLimits = ttlLimits.Limits(driver.Limits{LockDelay: true})
 
 // parseURL returns the pool configuration and Config of u. The common and
 // the adapter's own parameters are taken out of the URL before pgx parses

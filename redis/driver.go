@@ -28,6 +28,11 @@ const DefaultPrefix = "fencelock"
 // margin leave too little room for a round trip on a busy host.
 const MinTTL = 100 * time.Millisecond
 
+// ttlLimits are the adapter's TTL limits, from which its Capabilities, its
+// URLs' Limits, its suite profile and its CheckTTL derive: at least
+// MinTTL, in whole milliseconds.
+var ttlLimits = driver.TTLLimits{Min: MinTTL, Granularity: time.Millisecond, Counted: "redis expiries"}
+
 // DefaultWaitTimeout is how long an acquisition waits for replicas when
 // Config.WaitReplicas is set and Config.WaitTimeout is not.
 const DefaultWaitTimeout = 500 * time.Millisecond
@@ -306,16 +311,12 @@ func newDriver(client Client, cfg Config, owned io.Closer) (*redisDriver, error)
 
 // Capabilities implements driver.Driver.
 func (d *redisDriver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Name: "redis", MinTTL: MinTTL, LockDelay: true}
+	return ttlLimits.Capabilities(driver.Capabilities{Name: "redis", LockDelay: true})
 }
 
-// CheckTTL implements driver.Driver: PX counts whole milliseconds.
-func (d *redisDriver) CheckTTL(ttl time.Duration) error {
-	if ttl%time.Millisecond != 0 {
-		return fmt.Errorf("redis expiries are whole milliseconds, got %v", ttl)
-	}
-	return nil
-}
+// CheckTTL implements driver.Driver: ttlLimits' check (PX counts whole
+// milliseconds).
+func (d *redisDriver) CheckTTL(ttl time.Duration) error { return ttlLimits.Check(ttl) }
 
 // NewLease implements driver.Driver. It sends nothing: the lease starts
 // now, so that a waiter renews its queue entry (or learns that it cannot)

@@ -18,4 +18,4 @@ import (
 // and more of slack. MinTTL is used by one case only, which checks that a
 // TTL under it is refused and that MinTTL itself is accepted, without
 // holding such a lease.
-var suiteProfile = driver.SuiteProfile{FIFO: true, TTL: 2 * time.Second, MinTTL: MinTTL, LockDelay: true}
+var suiteProfile = ttlLimits.Suite(driver.SuiteProfile{FIFO: true, TTL: 2 * time.Second, LockDelay: true})

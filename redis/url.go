@@ -71,9 +71,8 @@ func check(u *url.URL) (driver.Limits, error) {
 }
 
 // urlLimits is what backend checks a Redis URL's ttl and drift against
-// before any dial: the driver's minimum TTL and its own CheckTTL, which
-// reads nothing of the driver (a zero one checks as an open one does).
-var urlLimits = driver.Limits{MinTTL: MinTTL, CheckTTL: new(redisDriver).CheckTTL, LockDelay: true}
+// before any dial: ttlLimits, as the driver's Capabilities and CheckTTL.
+var urlLimits = ttlLimits.Limits(driver.Limits{LockDelay: true})
 
 // open opens a client and checks, with one PING bounded by dial_timeout and
 // ctx, that the server can be reached and accepts the credentials: an

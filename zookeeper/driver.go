@@ -32,10 +32,19 @@ const DefaultSessionTimeout = 10 * time.Second
 const DefaultDialTimeout = 10 * time.Second
 
 // MinTTL is the shortest TTL (session timeout) the adapter asks a server
-// for. The server grants at least its minSessionTimeout (2*tickTime: 4s with
-// the default tickTime of 2s); a TTL it raises is rejected with an error
-// matching backend.ErrInvalidOption that names what it granted.
+// for (ttlLimits.Min), in whole milliseconds. The server grants at least its minSessionTimeout
+// (2*tickTime: 4s with the default tickTime of 2s); a TTL it raises is
+// rejected with an error matching backend.ErrInvalidOption that names what
+// it granted.
 const MinTTL = 400 * time.Millisecond
+
+// ttlLimits are the adapter's TTL limits, from which its Capabilities, its
+// URLs' Limits and its CheckTTL derive (its suite profile asks the
+// server): at least MinTTL, in whole milliseconds, at most what a session
+// timeout holds (an int32 of milliseconds), 4s on a server with default
+// settings.
+var ttlLimits = driver.TTLLimits{Min: MinTTL, Granularity: time.Millisecond, ServerDefaultMin: 4 * time.Second,
+	Max: (1<<31 - 1) * time.Millisecond, Counted: "ZooKeeper session timeouts"}
 
 // newConnWait bounds how long New waits for the given Conn's first session.
 const newConnWait = 10 * time.Second
@@ -61,7 +70,9 @@ type Config struct {
 	Prefix string
 	// SessionTimeout is the session timeout asked for the Locker's first
 	// session; the server's granted value becomes the Locker's default TTL.
-	// Zero means DefaultSessionTimeout.
+	// Zero means DefaultSessionTimeout; otherwise it must be a TTL the
+	// adapter takes (at least MinTTL, whole milliseconds), or Dial fails
+	// with an error matching backend.ErrInvalidOption.
 	SessionTimeout time.Duration
 	// User and Password, if User is set, authenticate every session with
 	// the digest scheme, and every node the Locker creates gets the ACL
@@ -206,7 +217,7 @@ func dialDriver(ctx context.Context, cfg Config) (*zkDriver, error) {
 	if cfg.SessionTimeout == 0 {
 		cfg.SessionTimeout = DefaultSessionTimeout
 	}
-	if err := checkTTLShape(cfg.SessionTimeout); err != nil {
+	if err := ttlLimits.Check(cfg.SessionTimeout); err != nil {
 		return nil, fmt.Errorf("%w: zookeeper: session timeout: %v", backend.ErrInvalidOption, err)
 	}
 	acl := zk.WorldACL(zk.PermAll)
@@ -398,17 +409,6 @@ func (d *zkDriver) session(ctx context.Context, ttl time.Duration) (*session, er
 	}
 }
 
-// checkTTLShape: ZooKeeper counts session timeouts in whole milliseconds.
-func checkTTLShape(ttl time.Duration) error {
-	if ttl%time.Millisecond != 0 {
-		return fmt.Errorf("ZooKeeper session timeouts are whole milliseconds, got %v", ttl)
-	}
-	if ttl > time.Duration(1<<31-1)*time.Millisecond {
-		return fmt.Errorf("TTL %v is too long for a ZooKeeper session timeout", ttl)
-	}
-	return nil
-}
-
 // Capabilities implements driver.Driver: the default TTL is the session
 // timeout the server granted for the first session (Config.SessionTimeout,
 // or the URL's session_timeout or ttl), or that of the caller's Conn; a
@@ -417,15 +417,15 @@ func checkTTLShape(ttl time.Duration) error {
 func (d *zkDriver) Capabilities() driver.Capabilities {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return driver.Capabilities{Name: "zookeeper", MinTTL: MinTTL, DefaultServerMinTTL: 4 * time.Second, DefaultTTL: d.defaultTTL,
-		LockDelay: true}
+	return ttlLimits.Capabilities(driver.Capabilities{Name: "zookeeper", DefaultTTL: d.defaultTTL, LockDelay: true})
 }
 
 // CheckTTL implements driver.Driver: the TTL is a session timeout, so
-// whole milliseconds; over a caller's Conn (New) it must be that Conn's
-// negotiated timeout; a TTL the server already refused is refused again.
+// ttlLimits' check (whole milliseconds); over a caller's Conn (New) it must
+// be that Conn's negotiated timeout; a TTL the server already refused is
+// refused again.
 func (d *zkDriver) CheckTTL(ttl time.Duration) error {
-	if err := checkTTLShape(ttl); err != nil {
+	if err := ttlLimits.Check(ttl); err != nil {
 		return err
 	}
 	d.mu.Lock()

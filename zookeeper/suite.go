@@ -41,7 +41,7 @@ func probeSuite(ctx context.Context, u *url.URL) (driver.SuiteProfile, error) {
 		defer s.close()
 		return s.timeout(), nil
 	}
-	lo, err := granted(MinTTL)
+	lo, err := granted(ttlLimits.Min)
 	if err != nil {
 		return driver.SuiteProfile{}, err
 	}

@@ -48,7 +48,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 // driver's Capabilities report as granted.
 func check(u *url.URL) (driver.Limits, error) {
 	cfg, err := configOf(u)
-	return driver.Limits{MinTTL: MinTTL, DefaultTTL: cfg.SessionTimeout, CheckTTL: checkTTLShape, LockDelay: true}, err
+	return ttlLimits.Limits(driver.Limits{DefaultTTL: cfg.SessionTimeout, LockDelay: true}), err
 }
 
 // configOf returns the Config a URL opens, with its session timeout from
@@ -135,11 +135,11 @@ func parseURL(u *url.URL) (Config, error) {
 	if d, ok, err := urlkit.Duration(q, "session_timeout"); err != nil {
 		return Config{}, err
 	} else if ok {
-		if d < MinTTL {
-			return Config{}, urlkit.ValueError("session_timeout", q.Get("session_timeout"), fmt.Sprintf("under the ZooKeeper adapter's minimum of %v", MinTTL))
+		if d < ttlLimits.Min {
+			return Config{}, urlkit.ValueError("session_timeout", q.Get("session_timeout"), fmt.Sprintf("under the ZooKeeper adapter's minimum of %v", ttlLimits.Min))
 		}
-		if err := checkTTLShape(d); err != nil {
-			return Config{}, urlkit.ValueError("session_timeout", q.Get("session_timeout"), "ZooKeeper session timeouts are whole milliseconds")
+		if err := ttlLimits.Check(d); err != nil {
+			return Config{}, urlkit.ValueError("session_timeout", q.Get("session_timeout"), err.Error())
 		}
 		cfg.SessionTimeout = d
 	}

@@ -55,11 +55,12 @@ type memDriver struct {
 
 // Capabilities implements driver.Driver.
 func (d *memDriver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Name: "mem", MinTTL: MinTTL, LockDelay: true}
+	return ttlLimits.Capabilities(driver.Capabilities{Name: "mem", LockDelay: true})
 }
 
-// CheckTTL implements driver.Driver: any TTL of MinTTL or more.
-func (d *memDriver) CheckTTL(time.Duration) error { return nil }
+// CheckTTL implements driver.Driver: ttlLimits' check (any TTL of MinTTL
+// or more).
+func (d *memDriver) CheckTTL(ttl time.Duration) error { return ttlLimits.Check(ttl) }
 
 func (d *memDriver) NewLease(ctx context.Context, req driver.Request) (driver.Lease, time.Time, error) {
 	d.mu.Lock()

@@ -17,6 +17,11 @@ import (
 // MinTTL is the shortest TTL the mem backend accepts.
 const MinTTL = 10 * time.Millisecond
 
+// ttlLimits are the mem backend's TTL limits, from which its Capabilities,
+// its URLs' Limits, its suite profile and its CheckTTL derive: any TTL of
+// MinTTL or more.
+var ttlLimits = driver.TTLLimits{Min: MinTTL}
+
 // Server is an in-process lock server: FIFO queues per lock name, leases that
 // expire by TTL unless kept alive, and one token counter that only grows, so
 // every grant's token is greater than every earlier one. Clients reach it

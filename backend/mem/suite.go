@@ -9,5 +9,4 @@ import (
 // suiteProfile is the mem scheme's declaration for the conformance suite
 // (driver.Scheme.Suite). The server is in the process, so a short TTL
 // holds: no network between a renewal and the server.
-var suiteProfile = driver.SuiteProfile{FIFO: true, TTL: 300 * time.Millisecond, MinTTL: MinTTL,
-	LockDelay: true}
+var suiteProfile = ttlLimits.Suite(driver.SuiteProfile{FIFO: true, TTL: 300 * time.Millisecond, LockDelay: true})

@@ -34,7 +34,7 @@ func init() {
 	driver.Register("mem", driver.Scheme{
 		Suite: driver.StaticSuite(suiteProfile),
 		Check: func(u *url.URL) (driver.Limits, error) {
-			return driver.Limits{MinTTL: MinTTL, LockDelay: true}, checkURL(u)
+			return ttlLimits.Limits(driver.Limits{LockDelay: true}), checkURL(u)
 		},
 		Open: func(_ context.Context, u *url.URL) (driver.Driver, error) {
 			return openURL(u)

@@ -34,7 +34,7 @@ flags:
 
 func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("demo", demoUsage)
-	ttl := fs.Duration("ttl", 2*time.Second, "lease TTL (etcd: whole seconds, at least 2s)")
+	ttl := fs.Duration("ttl", 2*time.Second, "lease TTL (etcd: whole seconds, 2s at least on a server with default settings)")
 	url := fs.String("url", "", "play it on this backend instead of an embedded etcd (A's pause is then simulated by turning its renewals off)")
 	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
 		return code

@@ -206,7 +206,7 @@ func flagValue(fs *flag.FlagSet, parsed []string) bool {
 
 // checkTTLFlags reports a --ttl or --max-hold the backend at rawURL would
 // refuse, before any dial: their signs, then the TTL by the scheme's own
-// rules (etcd: whole seconds, at least 2s; Redis: whole milliseconds, ...),
+// rules (etcd: whole seconds, at least 1s; Redis: whole milliseconds, ...),
 // by putting it in the URL's query and checking that URL as backend.Open
 // would (backend.CheckURL), as the chaos campaign does. rawURL must have
 // passed backend.CheckURL. The errors match backend.ErrInvalidOption or

@@ -11,7 +11,7 @@ import (
 // Bad input is refused before anything is dialled, in every subcommand:
 // 65 (or 64 for a usage error) at once, never 69 from an unreachable
 // backend (127.0.0.1:1) nor a wait. A --ttl is checked by the URL's
-// scheme's own rules (etcd: whole seconds, at least 2s) before any dial.
+// scheme's own rules (etcd: whole seconds, at least 1s) before any dial.
 func TestBadInputBeforeDial(t *testing.T) {
 	t.Setenv("FENCELOCK_URL", "")
 	const etcd = "etcd://127.0.0.1:1/x"

@@ -47,7 +47,7 @@ import (
 
 func main() {
 	url := flag.String("url", cmp.Or(os.Getenv("FENCELOCK_URL"), "mem://singleton"), "backend URL (default $FENCELOCK_URL, else the in-process mem://singleton)")
-	ttl := flag.Duration("ttl", 2*time.Second, "term TTL: how long a paused leader keeps its term (etcd: whole seconds, at least 2s)")
+	ttl := flag.Duration("ttl", 2*time.Second, "term TTL: how long a paused leader keeps its term (etcd: whole seconds, 2s at least on a server with default settings)")
 	flag.Parse()
 	res, err := run(context.Background(), *url, *ttl, os.Stdout)
 	if err == nil && !errors.Is(res.Late, fencing.ErrStaleToken) {
