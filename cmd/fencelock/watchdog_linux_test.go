@@ -68,7 +68,6 @@ func (w *watched) waitKilled(t *testing.T) {
 // The deadline passes without an extension: the watchdog kills the
 // command's process group, not before the deadline.
 func TestWatchdogKillsAtDeadline(t *testing.T) {
-	t.Parallel()
 	deadline := time.Now().Add(2 * time.Second)
 	w := startWatched(t, deadline, "exec sleep 601")
 	w.waitKilled(t)
@@ -78,7 +77,6 @@ func TestWatchdogKillsAtDeadline(t *testing.T) {
 // An extended deadline holds: the command outlives the first deadline, and
 // is killed once the extended one passes, not before.
 func TestWatchdogExtended(t *testing.T) {
-	t.Parallel()
 	first := time.Now().Add(2 * time.Second)
 	w := startWatched(t, first, "exec sleep 601")
 	second := first.Add(3 * time.Second)
@@ -98,7 +96,6 @@ func TestWatchdogExtended(t *testing.T) {
 // fencelock's end of the pipe closes, as when fencelock dies: the watchdog
 // kills the group at once, long before the deadline.
 func TestWatchdogPipeClosed(t *testing.T) {
-	t.Parallel()
 	deadline := time.Now().Add(10 * time.Minute)
 	w := startWatched(t, deadline, "exec sleep 601")
 	require.NoError(t, w.wd.in.Close())
@@ -110,7 +107,6 @@ func TestWatchdogPipeClosed(t *testing.T) {
 // kills nothing: what the command left running in its group (its own to
 // stop) outlives the deadline.
 func TestWatchdogCleanExit(t *testing.T) {
-	t.Parallel()
 	deadline := time.Now().Add(2 * time.Second)
 	w := startWatched(t, deadline, "exit 3")
 	select {

@@ -220,7 +220,9 @@ func primaryAndReplica(s *servers.Server, pair [2]*servers.Member) []chaos.Serve
 // ensemble of the conformance package stopped answering for minutes, and
 // the campaigns themselves took twice as long); one at a time took 8
 // minutes, the run's longest package by far (a campaign is about 85s,
-// mostly faults waiting out their TTLs); two at once.
+// mostly faults waiting out their TTLs); two at once. TestCampaign runs in
+// parallel with TestCampaignOverTLS (a short one, on one local Redis), so
+// for its 20s or so three campaigns run.
 const campaignsAtOnce = 2
 
 func TestCampaign(t *testing.T) {

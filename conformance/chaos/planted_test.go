@@ -22,7 +22,6 @@ import (
 // pauses at least (with three, .ci/run at a load average of 21 saw none
 // land there: no violation, and the test failed).
 func TestPlantedUnfencedGuardIsCaught(t *testing.T) {
-	t.Parallel()
 	s := servers.StartWith(t, servers.Local, servers.Etcd, servers.Single)
 	res, err := run(t, chaos.Config{
 		URL: s.URL, Guard: chaos.GuardNone, Workers: 3, HoldMax: 600 * time.Millisecond,
