@@ -262,12 +262,19 @@ func (s *Server) args() ([]string, error) {
 	if s.cfg.cluster {
 		a = append(a, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(s.busPort),
 			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", strconv.Itoa(int(ClusterNodeTimeout.Milliseconds())))
-		if f := s.cfg.tls; f != nil {
-			// The cluster bus and replication over TLS too, with the
-			// client certificate the nodes want of each other.
-			a = append(a, "--tls-cluster", "yes", "--tls-replication", "yes",
-				"--tls-client-cert-file", f.ClientCert, "--tls-client-key-file", f.ClientKey)
+		if s.cfg.tls != nil {
+			// The cluster bus over TLS too.
+			a = append(a, "--tls-cluster", "yes")
 		}
+	}
+	if f := s.cfg.tls; f != nil {
+		// Replication over TLS, with the client certificate the servers
+		// want of each other: for every server, not only one started as a
+		// replica, since a primary becomes one after a failover (without
+		// it, a TLS Sentinel deployment's former primary never synced from
+		// the promoted one).
+		a = append(a, "--tls-replication", "yes",
+			"--tls-client-cert-file", f.ClientCert, "--tls-client-key-file", f.ClientKey)
 	}
 	s.mu.Lock()
 	replicaOf := s.cfg.replicaOf // RestartReplicaOf sets it
@@ -275,11 +282,6 @@ func (s *Server) args() ([]string, error) {
 	if replicaOf != "" {
 		host, port, _ := net.SplitHostPort(replicaOf)
 		a = append(a, "--replicaof", host, port)
-		if f := s.cfg.tls; f != nil {
-			// The primary serves TLS only and wants a client certificate.
-			a = append(a, "--tls-replication", "yes",
-				"--tls-client-cert-file", f.ClientCert, "--tls-client-key-file", f.ClientKey)
-		}
 	}
 	return append(a, s.cfg.args...), nil
 }
