@@ -40,7 +40,7 @@ type waiterRun struct {
 	// machine) has its hub publish a ping, at most one a second (see
 	// hub.suspect); publishes counts them too.
 	pings int64
-	rtt               time.Duration // a PING's, measured before (see pingRTT)
+	rtt   time.Duration // a PING's, measured before (see pingRTT)
 }
 
 // drainWaiters queues n waiters on a lock of a server of its own (so that
