@@ -22,7 +22,6 @@ import (
 // own, a background one, SIGTTIN would stop it); a stopped fencelock's
 // command is killed at the deadline all the same, by its process id.
 func TestRunOnTerminal(t *testing.T) {
-	t.Parallel()
 	controller, path := openPTY(t)
 	go func() { _, _ = io.Copy(io.Discard, controller) }() // the echo, and fencelock's lines
 	tty, err := os.OpenFile(path, os.O_RDWR, 0)

@@ -20,7 +20,6 @@ import (
 // command started too; and it removes FENCELOCK_DEADLINE_FILE's directory,
 // which fencelock no longer can.
 func TestKilledFencelockTakesItsCommand(t *testing.T) {
-	t.Parallel()
 	for _, c := range []struct{ command, nameFlag string }{{"run", "--lock"}, {"elect", "--name"}} {
 		t.Run(c.command, func(t *testing.T) {
 			pidFile := filepath.Join(t.TempDir(), "pid")
