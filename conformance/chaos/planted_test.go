@@ -39,7 +39,7 @@ func TestPlantedUnfencedGuardIsCaught(t *testing.T) {
 // own, so that they all hold at once with the same tokens, and the checker
 // reports overlapping holds and token anomalies.
 func TestPlantedOverlappingLockIsCaught(t *testing.T) {
-	chaos.AllowInProcess()
+	chaos.AllowInProcess(t)
 	res, err := run(t, chaos.Config{
 		URL: "mem://planted", Workers: 3, Faults: []chaos.Fault{}, Duration: 5 * time.Second,
 	})
@@ -84,6 +84,12 @@ func TestBadConfigFailsBeforeStarting(t *testing.T) {
 			require.Error(t, err)
 			assert.True(t, errors.Is(err, backend.ErrInvalidOption) || errors.Is(err, backend.ErrInvalidURL) ||
 				errors.Is(err, backend.ErrInvalidName), "%v", err)
+			if name == "mem" {
+				// Refused for being in-process, not for a fault it
+				// cannot take (this test runs after the planted-bug
+				// one, which allows mem:// while it runs).
+				assert.ErrorContains(t, err, "is in-process")
+			}
 		})
 	}
 	_, err := chaos.ParseFaults("pause,flood")
