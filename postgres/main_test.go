@@ -16,40 +16,19 @@ import (
 )
 
 // srv is one PostgreSQL cluster shared by the package's tests that need
-// nothing special of it; each test works in a database or under a prefix
-// of its own.
+// nothing special of it (pgtest's shared cluster); each test works in a
+// database or under a prefix of its own.
 var srv *pgtest.Cluster
 
-// mainTB is the testing.TB that pgtest.Start gets from TestMain, which has
-// none: a failure ends the test binary, the cleanups run after m.Run.
-type mainTB struct {
-	testing.TB // nil: only the methods below are called
-	cleanups   []func()
-}
-
-func (*mainTB) Helper() {}
-
-func (tb *mainTB) Cleanup(f func()) { tb.cleanups = append(tb.cleanups, f) }
-
-func (tb *mainTB) Fatalf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, format+"\n", args...)
-	tb.done()
-	os.Exit(1)
-}
-
-func (tb *mainTB) done() {
-	for i := len(tb.cleanups) - 1; i >= 0; i-- {
-		tb.cleanups[i]()
-	}
-}
-
 func TestMain(m *testing.M) {
-	tb := &mainTB{}
-	srv = pgtest.Start(tb)
+	c, err := pgtest.SharedCluster()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	srv = c
 	os.Setenv("FENCELOCK_POSTGRES_URL", srv.DSN()) // for Example
-	code := m.Run()
-	tb.done()
-	os.Exit(code)
+	os.Exit(pgtest.Main(m))
 }
 
 var prefixSeq atomic.Int64

@@ -1,6 +1,7 @@
 package pgtest
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 )
@@ -22,11 +23,22 @@ var shared struct {
 // through Main, which closes the cluster.
 func Shared(tb testing.TB) *Cluster {
 	tb.Helper()
+	c, err := SharedCluster()
+	if err != nil {
+		tb.Fatalf("%v", err)
+	}
+	return c
+}
+
+// SharedCluster is Shared for a TestMain, which has no testing.TB: it
+// returns the shared cluster, started on the first call, or why it did
+// not start.
+func SharedCluster() (*Cluster, error) {
 	shared.once.Do(func() { shared.c, shared.err = start(nil) })
 	if shared.err != nil {
-		tb.Fatalf("pgtest: the shared cluster: %v", shared.err)
+		return nil, fmt.Errorf("pgtest: the shared cluster: %w", shared.err)
 	}
-	return shared.c
+	return shared.c, nil
 }
 
 // Main runs m's tests and then closes the shared cluster, if Shared started
