@@ -15,6 +15,7 @@ import (
 // and elect, in process (mem://), start os.Executable, this binary.
 func TestMain(m *testing.M) {
 	runWatchdogIfAsked()
+	stopBeforeTellingIfAsked()
 	// The tests name their backends themselves: a developer's
 	// $FENCELOCK_URL must not reach the parallel ones that use the
 	// default (mem://) or check a missing --url.

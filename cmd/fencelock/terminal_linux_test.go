@@ -68,6 +68,89 @@ func TestRunOnTerminal(t *testing.T) {
 	assert.Equal(t, exitLockLost, cmd.ProcessState.ExitCode())
 }
 
+// A fencelock stopped between its command's start and telling the watchdog
+// the command's process id (on a loaded machine, tens of milliseconds in
+// which the command runs) leaves the watchdog to find the command on its
+// own: at the deadline it kills it all the same. The fencelock here is this
+// test binary, which starts the watchdog and the command as run does and
+// stops itself just before the id would be sent.
+func TestRunOnTerminalStoppedBeforeTellingThePID(t *testing.T) {
+	controller, path := openPTY(t)
+	go func() { _, _ = io.Copy(io.Discard, controller) }()
+	tty, err := os.OpenFile(path, os.O_RDWR, 0)
+	require.NoError(t, err)
+	defer tty.Close()
+
+	dir := t.TempDir()
+	self, err := os.Executable()
+	require.NoError(t, err)
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), stopBeforeTellingEnv+"="+dir)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	require.NoError(t, cmd.Start())
+	pgid := cmd.Process.Pid
+	t.Cleanup(func() {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	})
+
+	var pid int
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(filepath.Join(dir, "pid"))
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	}, 60*time.Second, 20*time.Millisecond, "the fake fencelock did not start its command")
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	assert.Eventually(t, func() bool { return !alive(pid) }, 60*time.Second, 10*time.Millisecond,
+		"the stopped fencelock's command runs on")
+}
+
+// stopBeforeTellingEnv names the directory where the fake fencelock of
+// TestRunOnTerminalStoppedBeforeTellingThePID writes its command's id.
+const stopBeforeTellingEnv = "FENCELOCK_TEST_STOP_BEFORE_TELLING"
+
+// stopBeforeTellingIfAsked is the fake fencelock, when this test binary is
+// started as one: it starts the watchdog with a deadline 1s away and, on
+// the terminal, a command outside the watchdog's group, as run does, then
+// stops itself (SIGSTOP) where run would tell the watchdog the command's
+// id.
+func stopBeforeTellingIfAsked() {
+	dir := os.Getenv(stopBeforeTellingEnv)
+	if dir == "" {
+		return
+	}
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	wd, err := startWatchdog()
+	if err != nil {
+		fail(err)
+	}
+	if err := wd.extend(time.Now().Add(time.Second)); err != nil {
+		fail(err)
+	}
+	cmd := exec.Command("sleep", "600")
+	if cmd.SysProcAttr = wd.attr(); !wd.alone {
+		fail(fmt.Errorf("not in the terminal's foreground"))
+	}
+	if _, err := startTied(cmd); err != nil {
+		fail(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600); err != nil {
+		fail(err)
+	}
+	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	// The stop takes the other threads at once, this one maybe not before
+	// its next instructions: nothing follows but a wait for the test's end.
+	time.Sleep(time.Hour)
+	os.Exit(0)
+}
+
 // openPTY opens a pseudo-terminal: its controller, and its terminal's path.
 func openPTY(t *testing.T) (*os.File, string) {
 	t.Helper()

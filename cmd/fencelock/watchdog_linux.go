@@ -38,14 +38,18 @@ import (
 // stays in fencelock's group, as any shell job's process, so that it can
 // read the terminal (a background group is stopped by SIGTTIN) and gets ^C
 // and ^Z with fencelock; the watchdog, told its process id right after its
-// start, kills the command alone (a fencelock stopped in the microseconds
-// between the two leaves the watchdog without it).
+// start, kills the command alone. fencelock says "alone" before it starts
+// such a command: a fencelock stopped between the command's start and the
+// line with its process id (on a loaded machine, tens of milliseconds in
+// which the command runs) leaves the watchdog without the id, and the
+// watchdog then kills every child of fencelock but itself: the command.
 //
 // The protocol: fencelock writes to the watchdog's stdin the deadline on
 // CLOCK_MONOTONIC in nanoseconds (a clock every process of the system
 // shares, which no change of the wall clock moves), one line per extension,
-// the first before it starts the command; "pid N" once the command, N, has
-// started outside the watchdog's group (on a terminal); "dir D", the
+// the first before it starts the command; "alone" before it starts the
+// command outside the watchdog's group (on a terminal), and "pid N" once
+// the command, N, has started there; "dir D", the
 // directory of FENCELOCK_DEADLINE_FILE, which the watchdog removes should
 // fencelock die; and "done" once the command has exited (or when no
 // command is to run). The watchdog writes "killed" to its stdout before it
@@ -116,6 +120,8 @@ func startWatchdog() (*watchdog, error) {
 func (w *watchdog) attr() *syscall.SysProcAttr {
 	fg, err := unix.IoctlGetInt(0, unix.TIOCGPGRP)
 	if w.alone = err == nil && fg == syscall.Getpgrp(); w.alone {
+		// Fails only if the watchdog has killed, and so ended.
+		_, _ = io.WriteString(w.in, "alone\n")
 		return nil
 	}
 	return &syscall.SysProcAttr{Setpgid: true, Pgid: w.cmd.Process.Pid}
@@ -216,10 +222,22 @@ func watchdogMain(args []string, in io.Reader, out, stderr io.Writer) int {
 			lines <- sc.Text()
 		}
 	}()
+	parent := os.Getppid() // fencelock, unless it has died already
 	var deadline int64
-	armed := false // no deadline before the first line
-	alone := 0     // the command's process id, if outside the group
-	dir := ""      // FENCELOCK_DEADLINE_FILE's directory
+	armed := false   // no deadline before the first line
+	outside := false // the command is (to be) outside the group
+	alone := 0       // the command's process id, once told
+	dir := ""        // FENCELOCK_DEADLINE_FILE's directory
+	// expire kills at the deadline, fencelock alive but not acting: the
+	// command outside the group is found among fencelock's children if
+	// fencelock was stopped before it could tell its id.
+	expire := func() int {
+		victims := []int{alone}
+		if outside && alone == 0 && os.Getppid() == parent {
+			victims = childrenOf(parent, os.Getpid())
+		}
+		return killGroup(out, victims...)
+	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
@@ -242,7 +260,7 @@ func watchdogMain(args []string, in io.Reader, out, stderr io.Writer) int {
 					timer.Reset(time.Millisecond)
 					continue
 				}
-				return killGroup(out, alone)
+				return expire()
 			}
 		}
 		if !ok { // fencelock has died: its end of the pipe closed
@@ -253,6 +271,10 @@ func watchdogMain(args []string, in io.Reader, out, stderr io.Writer) int {
 		}
 		if line == "done" {
 			return exitOK
+		}
+		if line == "alone" {
+			outside = true
+			continue
 		}
 		if d, ok := strings.CutPrefix(line, "dir "); ok {
 			dir = d
@@ -288,14 +310,41 @@ func pending(in io.Reader) bool {
 	return err == nil && n > 0
 }
 
-// killGroup says "killed" on out, sends SIGKILL to process alone if not 0
-// (the command, outside the group), and to the watchdog's process group:
-// the command, what it started, and the watchdog itself. It returns only
-// if the kill failed.
-func killGroup(out io.Writer, alone int) int {
+// childrenOf returns the process ids of parent's children but except,
+// read from /proc.
+func childrenOf(parent, except int) []int {
+	entries, _ := os.ReadDir("/proc")
+	ppid := strconv.Itoa(parent)
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == except {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// "pid (comm) state ppid ...", where comm may hold anything but
+		// what follows it holds no ")".
+		i := strings.LastIndexByte(string(stat), ')')
+		if fields := strings.Fields(string(stat[i+1:])); i > 0 && len(fields) > 1 && fields[1] == ppid {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// killGroup says "killed" on out, sends SIGKILL to each process of
+// outside (the command, outside the group; 0 for none), and to the
+// watchdog's process group: the command, what it started, and the watchdog
+// itself. It returns only if the kill failed.
+func killGroup(out io.Writer, outside ...int) int {
 	_, _ = io.WriteString(out, "killed\n")
-	if alone != 0 {
-		_ = syscall.Kill(alone, syscall.SIGKILL)
+	for _, pid := range outside {
+		if pid > 0 {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
 	}
 	if err := syscall.Kill(0, syscall.SIGKILL); err != nil {
 		return exitFailure
