@@ -424,3 +424,128 @@ func testNames(t *testing.T, where, dir string) []string {
 	}
 	return names
 }
+
+// The Markdown TestDocsLinks reads: a link's or image's target (](target)
+// or ](target "title")), a target with a scheme (http:, mailto:), an
+// inline code span (whose text is no link), a heading, and what a heading's
+// anchor drops.
+var (
+	mdLink     = regexp.MustCompile(`\]\(([^)\s]+)(?:\s+"[^"]*")?\)`)
+	mdScheme   = regexp.MustCompile(`^[a-z]+:`)
+	mdCodeSpan = regexp.MustCompile("`[^`]*`")
+	mdHeading  = regexp.MustCompile(`^#{1,6}\s+(.*?)\s*#*\s*$`)
+	mdNotInID  = regexp.MustCompile(`[^\p{L}\p{N}_\- ]`)
+)
+
+// TestDocsLinks checks every relative link of the README, docs/ and the
+// examples' and docker/'s READMEs (links in code spans and code blocks
+// aside): the file it names exists, and its #anchor, if any, is a heading
+// of that page as GitHub names it; and every page of docs/ can be reached
+// from the README by its links. Moving a section to another page must
+// not leave a link behind, nor the page unlinked.
+func TestDocsLinks(t *testing.T) {
+	t.Parallel()
+	var pages []string
+	for _, pattern := range []string{"README.md", "docs/*.md", "docs/*/*.md", "docker/*.md", "examples/*.md", "examples/*/*.md"} {
+		m, err := filepath.Glob(filepath.Join("../..", pattern))
+		require.NoError(t, err)
+		pages = append(pages, m...)
+	}
+	require.Greater(t, len(pages), 10, "the docs are where this test expects them")
+	anchors := map[string]map[string]bool{}
+	linksTo := map[string][]string{} // page: the pages it links to
+	checked := 0
+	for _, page := range pages {
+		for _, l := range proseLines(t, page) {
+			for _, m := range mdLink.FindAllStringSubmatch(mdCodeSpan.ReplaceAllString(l.text, ""), -1) {
+				target := m[1]
+				if mdScheme.MatchString(target) {
+					continue // http:, https:, mailto:
+				}
+				checked++
+				path, frag, _ := strings.Cut(target, "#")
+				file := page
+				if path != "" {
+					file = filepath.Join(filepath.Dir(page), path)
+				}
+				if _, err := os.Stat(file); !assert.NoError(t, err, "%s:%d: link %q", page, l.n, target) {
+					continue
+				}
+				linksTo[page] = append(linksTo[page], file)
+				if frag == "" {
+					continue
+				}
+				if anchors[file] == nil {
+					anchors[file] = headingAnchors(t, file)
+				}
+				assert.True(t, anchors[file][frag], "%s:%d: link %q: no such heading in %s", page, l.n, target, file)
+			}
+		}
+	}
+	assert.Greater(t, checked, 50, "relative links checked in the docs")
+
+	readme := filepath.Join("../..", "README.md")
+	reached := map[string]bool{readme: true}
+	for next := []string{readme}; len(next) > 0; next = next[1:] {
+		for _, to := range linksTo[next[0]] {
+			if !reached[to] {
+				reached[to] = true
+				next = append(next, to)
+			}
+		}
+	}
+	for _, page := range pages {
+		if strings.HasPrefix(page, filepath.Join("../..", "docs")+string(filepath.Separator)) {
+			assert.True(t, reached[page], "%s: no link leads there from the README", page)
+		}
+	}
+}
+
+// proseLine is a line of a Markdown page outside its code blocks.
+type proseLine struct {
+	n    int
+	text string
+}
+
+// proseLines returns the lines of page outside its ``` code blocks.
+func proseLines(t *testing.T, page string) []proseLine {
+	t.Helper()
+	b, err := os.ReadFile(page)
+	require.NoError(t, err)
+	var lines []proseLine
+	inBlock := false
+	for i, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			inBlock = !inBlock
+			continue
+		}
+		if !inBlock {
+			lines = append(lines, proseLine{i + 1, line})
+		}
+	}
+	return lines
+}
+
+// headingAnchors returns the anchors GitHub gives page's headings: the
+// text lower-cased, without Markdown marks and punctuation but - and _,
+// spaces as -, a repeated one suffixed -1, -2, ...
+func headingAnchors(t *testing.T, page string) map[string]bool {
+	seen := map[string]int{}
+	anchors := map[string]bool{}
+	for _, l := range proseLines(t, page) {
+		m := mdHeading.FindStringSubmatch(l.text)
+		if m == nil {
+			continue
+		}
+		text := mdLink.ReplaceAllString(m[1], "]") // a link's text, not its target
+		a := strings.ReplaceAll(mdNotInID.ReplaceAllString(strings.ToLower(text), ""), " ", "-")
+		if n, ok := seen[a]; ok {
+			seen[a] = n + 1
+			a += "-" + strconv.Itoa(n+1)
+		} else {
+			seen[a] = 0
+		}
+		anchors[a] = true
+	}
+	return anchors
+}
