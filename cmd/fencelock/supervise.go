@@ -52,17 +52,20 @@ func supervise(lease *backend.Lease, wd *watchdog, j job, sigs <-chan os.Signal,
 		return outcome{code: 127}
 	}
 	defer file.remove()
+	cmd := exec.Command(j.args[0], j.args[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	cmd.Env = append(append(os.Environ(), j.env...),
+		"FENCELOCK_DEADLINE="+formatDeadline(deadline), "FENCELOCK_DEADLINE_FILE="+file.path)
+	// Where the command is to run first (it tells the watchdog "alone"
+	// on a terminal), so that the watchdog knows it before its first
+	// deadline, which it may find passed at once on a loaded machine.
+	cmd.SysProcAttr = wd.attr()
 	// The watchdog stops the command at the deadline when fencelock,
 	// stopped, cannot.
 	if err := errors.Join(wd.extend(deadline), wd.leaves(file.dir)); err != nil {
 		printErr(stderr, j.verb, "the watchdog has ended: "+err.Error())
 		return outcome{code: 127}
 	}
-	cmd := exec.Command(j.args[0], j.args[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
-	cmd.Env = append(append(os.Environ(), j.env...),
-		"FENCELOCK_DEADLINE="+formatDeadline(deadline), "FENCELOCK_DEADLINE_FILE="+file.path)
-	cmd.SysProcAttr = wd.attr()
 	// Tied to fencelock: a fencelock killed with SIGKILL, which can stop
 	// nothing, must not leave the command running without the lease.
 	exited, err := startTied(cmd)

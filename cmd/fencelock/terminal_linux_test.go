@@ -114,10 +114,10 @@ func TestRunOnTerminalStoppedBeforeTellingThePID(t *testing.T) {
 const stopBeforeTellingEnv = "FENCELOCK_TEST_STOP_BEFORE_TELLING"
 
 // stopBeforeTellingIfAsked is the fake fencelock, when this test binary is
-// started as one: it starts the watchdog with a deadline 1s away and, on
-// the terminal, a command outside the watchdog's group, as run does, then
-// stops itself (SIGSTOP) where run would tell the watchdog the command's
-// id.
+// started as one: it starts the watchdog and, on the terminal, a command
+// outside the watchdog's group, as run does, gives the watchdog a deadline
+// 1s away, then stops itself (SIGSTOP) where run would tell the watchdog
+// the command's id.
 func stopBeforeTellingIfAsked() {
 	dir := os.Getenv(stopBeforeTellingEnv)
 	if dir == "" {
@@ -131,9 +131,6 @@ func stopBeforeTellingIfAsked() {
 	if err != nil {
 		fail(err)
 	}
-	if err := wd.extend(time.Now().Add(time.Second)); err != nil {
-		fail(err)
-	}
 	cmd := exec.Command("sleep", "600")
 	if cmd.SysProcAttr = wd.attr(); !wd.alone {
 		fail(fmt.Errorf("not in the terminal's foreground"))
@@ -142,6 +139,13 @@ func stopBeforeTellingIfAsked() {
 		fail(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600); err != nil {
+		fail(err)
+	}
+	// The deadline comes last here, run sends it before the start: a
+	// watchdog whose deadline passed before the command existed, this
+	// process slow on a loaded machine, would have found nothing to kill,
+	// and so would the test, however the watchdog does its part.
+	if err := wd.extend(time.Now().Add(time.Second)); err != nil {
 		fail(err)
 	}
 	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
