@@ -195,12 +195,12 @@ func (l *Locker) acquireLease(ctx context.Context, name string, wait bool, opts 
 }
 
 // acquireError maps a failed acquisition to the package's errors: a closed
-// Locker to ErrClosed, a lost lease to ErrLeaseLost, a held lock (the
-// driver's ErrNotAcquired: TryAcquire found it held, or a queued wait was
-// given up) to ErrNotAcquired unless silent says why the backend is taken
-// to have stopped answering the waiter since (see Lease.silence), and any
-// other failure after ctx ended to ErrUnavailable: the backend did not
-// answer in time. Both of the latter match ctx.Err() too if ctx ended. err
+// Locker to ErrClosed, a lost lease to ErrLeaseLost, and, after ctx ended,
+// as driver.EndedWait decides: a held lock (the driver's ErrNotAcquired:
+// TryAcquire found it held, or a queued wait was given up) to
+// ErrNotAcquired unless silent says why the backend is taken to have
+// stopped answering the waiter since (see Lease.silence), and any other
+// failure to ErrUnavailable: the backend did not answer in time. Both of the latter match ctx.Err() too if ctx ended. err
 // stays in the chain, but for a driver's ErrNotAcquired that silent
 // overrides: its text stays, not its chain.
 func acquireError(ctx context.Context, name string, err, silent error) error {
@@ -215,19 +215,22 @@ func acquireError(ctx context.Context, name string, err, silent error) error {
 		return fmt.Errorf("fencelock: acquire %q: %w", name, err)
 	}
 	ctxErr := ctx.Err()
-	var kind error = ErrUnavailable
+	// The driver's ErrNotAcquired: the backend had queued the acquisition
+	// (or answered a TryAcquire that the lock is held).
+	queued := errors.Is(err, ErrNotAcquired)
+	kind := driver.EndedWait(queued, silent != nil)
 	what := "no answer from the backend before the context ended"
-	if errors.Is(err, ErrNotAcquired) {
-		if silent != nil {
-			// Queued, then the backend stopped answering: who holds the
-			// lock now is unknown.
-			msg := fmt.Errorf("fencelock: acquire %q: %w: queued, then the backend stopped answering: %w", name, silent, ctxErr)
-			if cause != nil && cause != ctxErr {
-				msg = fmt.Errorf("%w (%w)", msg, cause)
-			}
-			return fmt.Errorf("%w (the wait: %v)", msg, err)
+	switch {
+	case queued && kind == ErrUnavailable:
+		// Queued, then the backend stopped answering: who holds the
+		// lock now is unknown.
+		msg := fmt.Errorf("fencelock: acquire %q: %w: queued, then the backend stopped answering: %w", name, silent, ctxErr)
+		if cause != nil && cause != ctxErr {
+			msg = fmt.Errorf("%w (%w)", msg, cause)
 		}
-		kind, what = ErrNotAcquired, "gave up waiting"
+		return fmt.Errorf("%w (the wait: %v)", msg, err)
+	case kind == ErrNotAcquired:
+		what = "gave up waiting"
 	}
 	msg := fmt.Errorf("fencelock: acquire %q: %w: %s: %w", name, kind, what, ctxErr)
 	if cause != nil && cause != ctxErr {

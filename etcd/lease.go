@@ -194,17 +194,13 @@ func (l *lease) locked(ctx context.Context, wait bool, key string, resp *clientv
 		// for: only a read sorted by create revision finds it, and that
 		// reads every key of the name (a count reads only the index).
 		if err := l.waitTurn(ctx, key, rev); err != nil {
-			switch {
-			case ctx.Err() == nil || errors.Is(err, backend.ErrLeaseLost):
-			case l.d.disconnected():
-				// Queued, but the client has lost its connection since:
-				// who holds the lock is unknown.
-				return driver.Grant{}, fmt.Errorf("%w: etcd: queued, then disconnected: %w", backend.ErrUnavailable, err)
-			default:
-				// Our key was queued behind an older one until ctx ended.
-				return driver.Grant{}, fmt.Errorf("%w: etcd: queued: %w", backend.ErrNotAcquired, err)
+			// Our key was queued behind an older one; the client may have
+			// lost its connection since.
+			w := driver.Wait{Where: "etcd: queued", Queued: true}
+			if ctx.Err() != nil && l.d.disconnected() {
+				w.Stopped = "disconnected"
 			}
-			return driver.Grant{}, err
+			return driver.Grant{}, driver.WaitError(ctx, err, w)
 		}
 	}
 	l.mu.Lock()

@@ -13,7 +13,6 @@ import (
 	"github.com/fencelock/fencelock/backend"
 	"github.com/fencelock/fencelock/backend/driver"
 	"github.com/fencelock/fencelock/fencing"
-	"github.com/fencelock/fencelock/internal/lockwait"
 )
 
 // state is where an acquisition stands in Redis.
@@ -105,14 +104,14 @@ func (l *lease) Lock(ctx context.Context, wait bool) (driver.Grant, error) {
 	return g, l.lockError(ctx, err)
 }
 
-// lockError maps an error of lock (lockwait.Error) by the acquisition's
-// queue state.
+// lockError maps an error of lock (driver.WaitError) by the acquisition's
+// queue state: an error other than ctx's own is an attempt that ctx's end
+// cut short if the last attempt did not fail (see attempt).
 func (l *lease) lockError(ctx context.Context, err error) error {
-	return lockwait.Error(ctx, err, "redis", func() (bool, error) {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		return l.queued, l.failing
-	})
+	l.mu.Lock()
+	w := driver.Wait{Where: "redis: queued behind the holder", Queued: l.queued, Last: l.failing, CutShort: err != ctx.Err()}
+	l.mu.Unlock()
+	return driver.WaitError(ctx, err, w)
 }
 
 // lock is Lock before its errors are mapped (lockError): a first attempt
@@ -318,7 +317,7 @@ func (l *lease) attempt(ctx context.Context, queue bool) (time.Time, acquireResu
 	case err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		// Cut short by the caller's context: that says nothing of the
 		// backend, so the last answer (or failure) stands for
-		// lockwait.Error.
+		// driver.WaitError.
 	case err != nil:
 		l.failing = err
 	case !res.granted:

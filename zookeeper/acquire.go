@@ -35,20 +35,16 @@ func (l *lease) Lock(ctx context.Context, wait bool) (driver.Grant, error) {
 	if err != nil && l.s.ownerClosed() {
 		return driver.Grant{}, l.s.closedErr(err)
 	}
-	if err != nil && ctx.Err() != nil && !errors.Is(err, backend.ErrLeaseLost) && !errors.Is(err, backend.ErrNotAcquired) {
+	if err != nil && ctx.Err() != nil {
+		// Queued: our node was created, behind another, before ctx ended;
+		// the connection may be down now.
 		l.mu.Lock()
-		queued := l.st == stWaiting
+		w := driver.Wait{Where: "zookeeper: queued in " + l.dir, Queued: l.st == stWaiting}
 		l.mu.Unlock()
-		suspended, _ := l.s.suspension()
-		switch {
-		case queued && suspended:
-			// Queued, but the connection is down now: who holds the
-			// lock is unknown.
-			return driver.Grant{}, fmt.Errorf("%w: zookeeper: queued in %s, then disconnected: %w", backend.ErrUnavailable, l.dir, err)
-		case queued:
-			// Our node was created, behind another, before ctx ended.
-			return driver.Grant{}, fmt.Errorf("%w: zookeeper: queued in %s: %w", backend.ErrNotAcquired, l.dir, err)
+		if suspended, _ := l.s.suspension(); suspended {
+			w.Stopped = "disconnected"
 		}
+		return driver.Grant{}, driver.WaitError(ctx, err, w)
 	}
 	return driver.Grant{Token: token, Sent: sent}, err
 }

@@ -3,7 +3,6 @@ package mem
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -136,11 +135,12 @@ func (dl *driverLease) Lock(ctx context.Context, wait bool) (driver.Grant, error
 		return driver.Grant{}, err
 	}
 	if err := srv.wait(ctx, dl.l, dl.conn.cut); err != nil {
-		if ctx.Err() != nil && !errors.Is(err, backend.ErrLeaseLost) {
-			// Queued behind a holder until ctx ended.
-			return driver.Grant{}, fmt.Errorf("%w: mem: %w", backend.ErrNotAcquired, err)
+		// Queued behind a holder until ctx ended, or the connection cut.
+		w := driver.Wait{Where: "mem", Queued: true}
+		if dl.conn.check() != nil {
+			w.Stopped = "the connection was cut"
 		}
-		return driver.Grant{}, err
+		return driver.Grant{}, driver.WaitError(ctx, err, w)
 	}
 	dl.granted = true
 	return driver.Grant{Token: dl.l.token}, nil
