@@ -86,13 +86,6 @@ func (l *lease) current() (clientv3.LeaseID, bool) {
 
 // Lock implements driver.Lease.
 func (l *lease) Lock(ctx context.Context, wait bool) (driver.Grant, error) {
-	l.mu.Lock()
-	if l.st != stIdle || l.doubtful {
-		l.mu.Unlock()
-		return driver.Grant{}, errors.New("etcd: Lock called twice on one acquisition")
-	}
-	l.mu.Unlock()
-
 	var restarted time.Time
 	for attempt := 0; ; attempt++ {
 		id, fromPool := l.current()

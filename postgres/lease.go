@@ -125,12 +125,6 @@ func (l *lease) lockError(ctx context.Context, err error) error {
 }
 
 func (l *lease) lock(ctx context.Context, wait bool) (driver.Grant, error) {
-	l.mu.Lock()
-	if l.st != stIdle || l.queued {
-		l.mu.Unlock()
-		return driver.Grant{}, errors.New("postgres: Lock called twice on one acquisition")
-	}
-	l.mu.Unlock()
 	if !wait {
 		sent, res, err := l.attempt(ctx, modeTry)
 		if err != nil || res.status == "granted" {

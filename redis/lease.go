@@ -117,13 +117,6 @@ func (l *lease) lockError(ctx context.Context, err error) error {
 // lock is Lock before its errors are mapped (lockError): a first attempt
 // if the wake channel is not subscribed yet, then, for a waiter, wait.
 func (l *lease) lock(ctx context.Context, wait bool) (driver.Grant, error) {
-	l.mu.Lock()
-	if l.st != stIdle || l.queued {
-		l.mu.Unlock()
-		return driver.Grant{}, errors.New("redis: Lock called twice on one acquisition")
-	}
-	l.mu.Unlock()
-
 	// An attempt is made before the wait if the wake channel is not
 	// subscribed yet (a TryAcquire, or a Locker's first wait): it queues the
 	// waiter, and the one after the subscription finds a grant made

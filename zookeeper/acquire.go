@@ -5,7 +5,6 @@ package zookeeper
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -50,13 +49,6 @@ func (l *lease) Lock(ctx context.Context, wait bool) (driver.Grant, error) {
 }
 
 func (l *lease) lock(ctx context.Context, wait bool) (fencing.Token, time.Time, error) {
-	l.mu.Lock()
-	if l.st != stIdle || l.createDone != nil {
-		l.mu.Unlock()
-		return 0, time.Time{}, errors.New("zookeeper: Lock called twice on one acquisition")
-	}
-	l.mu.Unlock()
-
 	sent := time.Now()
 	first, err := l.create(ctx, wait && l.d.wasContended(l.dir))
 	if err != nil {
