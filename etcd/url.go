@@ -25,13 +25,13 @@ const DefaultPort = "2379"
 // dial_timeout.
 const DefaultDialTimeout = 5 * time.Second
 
-// Params are the query parameters of etcd and etcds URLs besides the
+// urlParams are the query parameters of etcd and etcds URLs besides the
 // common ones of backend.Open; see the package documentation.
-var Params = append([]string{"dial_timeout"}, urlkit.TLSParams...)
+var urlParams = append([]string{"dial_timeout"}, urlkit.TLSParams...)
 
 func init() {
-	driver.Register("etcd", driver.Scheme{Params: Params, Open: open, Check: check, Suite: driver.StaticSuite(suiteProfile)})
-	driver.Register("etcds", driver.Scheme{Params: Params, Open: open, Check: check, Suite: driver.StaticSuite(suiteProfile)})
+	driver.Register("etcd", driver.Scheme{Params: urlParams, Open: open, Check: check, Suite: driver.StaticSuite(suiteProfile)})
+	driver.Register("etcds", driver.Scheme{Params: urlParams, Open: open, Check: check, Suite: driver.StaticSuite(suiteProfile)})
 }
 
 // probeDelay is how long open waits for the cluster to answer before it

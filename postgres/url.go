@@ -23,13 +23,13 @@ import (
 	"github.com/fencelock/fencelock/internal/urlkit"
 )
 
-// Params are the query parameters of postgres and postgresql URLs besides
+// urlParams are the query parameters of postgres and postgresql URLs besides
 // the common ones of backend.Open: the adapter's own (prefix, migrate,
 // listen, listen_host) and the pgx settings handed to pgxpool.ParseConfig
 // (TLS through sslmode, sslrootcert, sslcert and sslkey; pool sizes;
 // runtime settings such as application_name and search_path). See the
 // package documentation.
-var Params = slices.Concat([]string{"prefix", "migrate", "listen", "listen_host"}, pgxParams)
+var urlParams = slices.Concat([]string{"prefix", "migrate", "listen", "listen_host"}, pgxParams)
 
 // pgxParams are handed to pgxpool.ParseConfig unchanged.
 var pgxParams = []string{
@@ -41,7 +41,7 @@ var pgxParams = []string{
 
 func init() {
 	for _, scheme := range []string{"postgres", "postgresql"} {
-		driver.Register(scheme, driver.Scheme{Params: Params, Open: open, Check: check, Suite: driver.StaticSuite(suiteProfile)})
+		driver.Register(scheme, driver.Scheme{Params: urlParams, Open: open, Check: check, Suite: driver.StaticSuite(suiteProfile)})
 	}
 }
 

@@ -66,10 +66,10 @@
 //     Config.ForeignInterval, ForeignGap and MixedFleet (mixed fleets: see
 //     Interoperability).
 //   - dial_timeout, read_timeout, write_timeout, pool_size, max_retries,
-//     client_name, protocol and the other go-redis client settings listed
-//     in Params, passed to go-redis's ParseURL once checked: durations
-//     positive (go-redis reads zero or less as "no timeout", which a lock
-//     client must not have), pool_size at least 1, max_retries at least
+//     client_name, protocol and the other go-redis client settings,
+//     passed to go-redis's ParseURL once checked: durations positive
+//     (go-redis reads zero or less as "no timeout", which a lock client
+//     must not have), pool_size at least 1, max_retries at least
 //     -1, protocol 2 or 3, skip_verify on rediss only, min_retry_backoff
 //     at most max_retry_backoff (a plain number is seconds, as go-redis
 //     reads it), client_name printable ASCII without spaces (what Redis's

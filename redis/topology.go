@@ -34,7 +34,7 @@ var schemes = map[string]struct {
 }
 
 // sentinelParams and clusterParams are the query parameters of the
-// Sentinel and Cluster schemes besides Params.
+// Sentinel and Cluster schemes besides urlParams.
 var (
 	sentinelParams = []string{"master_name", "sentinel_username", "sentinel_password", "addr"}
 	clusterParams  = []string{"addr"}

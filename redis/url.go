@@ -23,13 +23,13 @@ import (
 	"github.com/fencelock/fencelock/internal/urlkit"
 )
 
-// Params are the query parameters of redis and rediss URLs besides the
+// urlParams are the query parameters of redis and rediss URLs besides the
 // common ones of backend.Open: the adapter's own (prefix, clock_floor,
 // wait_replicas, wait_timeout, foreign_interval, foreign_gap,
 // mixed_fleet), the TLS files (cacert, cert, key; rediss
 // only) and the go-redis client settings that
 // redis.ParseURL reads. See the package documentation.
-var Params = slices.Concat([]string{"prefix", "clock_floor", "wait_replicas", "wait_timeout", "foreign_interval", "foreign_gap", "mixed_fleet"},
+var urlParams = slices.Concat([]string{"prefix", "clock_floor", "wait_replicas", "wait_timeout", "foreign_interval", "foreign_gap", "mixed_fleet"},
 	urlkit.TLSParams, clientParams)
 
 // clientParams are handed to go-redis's ParseURL unchanged.
@@ -42,12 +42,12 @@ var clientParams = []string{
 
 func init() {
 	for scheme, s := range schemes {
-		params := Params
+		params := urlParams
 		switch s.topo {
 		case sentinel:
-			params = slices.Concat(Params, sentinelParams)
+			params = slices.Concat(urlParams, sentinelParams)
 		case cluster:
-			params = slices.Concat(Params, clusterParams)
+			params = slices.Concat(urlParams, clusterParams)
 		}
 		driver.Register(scheme, driver.Scheme{Params: params, Open: open, Check: check, Suite: driver.StaticSuite(suiteProfile)})
 	}

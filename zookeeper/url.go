@@ -14,14 +14,14 @@ import (
 // DefaultPort is the client port assumed for a host given without one.
 const DefaultPort = "2181"
 
-// Params are the query parameters of zk and zks URLs besides the common
+// urlParams are the query parameters of zk and zks URLs besides the common
 // ones of backend.Open (the TLS files cacert, cert and key on zks only); see
 // the package documentation.
-var Params = append([]string{"session_timeout", "dial_timeout"}, urlkit.TLSParams...)
+var urlParams = append([]string{"session_timeout", "dial_timeout"}, urlkit.TLSParams...)
 
 func init() {
-	driver.Register("zk", driver.Scheme{Params: Params, Open: open, Check: check, Suite: probeSuite})
-	driver.Register("zks", driver.Scheme{Params: Params, Open: open, Check: check, Suite: probeSuite})
+	driver.Register("zk", driver.Scheme{Params: urlParams, Open: open, Check: check, Suite: probeSuite})
+	driver.Register("zks", driver.Scheme{Params: urlParams, Open: open, Check: check, Suite: probeSuite})
 }
 
 // open opens a driver for backend.Open. The session timeout the server

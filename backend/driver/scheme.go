@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"net/url"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -15,7 +16,8 @@ import (
 type Scheme struct {
 	// Params lists the query parameters the adapter reads, besides the
 	// common ones that backend.Open handles itself (ttl, auto_renew,
-	// max_hold, drift, holder, lock_delay).
+	// max_hold, drift, holder, lock_delay). Register and Lookup copy it:
+	// the registry shares no slice with the adapter or the caller.
 	Params []string
 	// Open returns a Driver for u. It runs only after every query parameter
 	// of u was found among the common ones or Params. A default the URL
@@ -107,6 +109,7 @@ func Register(name string, s Scheme) {
 	if _, dup := schemes[name]; dup {
 		panic("fencelock: Register called twice for scheme " + name)
 	}
+	s.Params = slices.Clone(s.Params)
 	schemes[name] = s
 }
 
@@ -116,6 +119,7 @@ func Lookup(name string) (Scheme, bool) {
 	schemesMu.RLock()
 	defer schemesMu.RUnlock()
 	s, ok := schemes[name]
+	s.Params = slices.Clone(s.Params)
 	return s, ok
 }
 
