@@ -67,7 +67,7 @@ type lockImpl struct {
 var impls = []lockImpl{
 	{"fencelock", func(b *testing.B, s *etcdtest.Server, prefix, name string) (func(context.Context) error, func(context.Context) error) {
 		c := benchClient(b, s)
-		l, err := New(c, prefix, backend.WithTTL(15*time.Second))
+		l, err := New(c, Config{Prefix: prefix}, backend.WithTTL(15*time.Second))
 		if err != nil {
 			b.Fatal(err)
 		}

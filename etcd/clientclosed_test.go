@@ -18,7 +18,7 @@ func TestClientClosed(t *testing.T) {
 	locktest.ClientClosed(t, locker(t, prefix), 6*time.Second, func(t *testing.T) (*backend.Locker, func()) {
 		c, err := srv.Client()
 		require.NoError(t, err)
-		l, err := New(c, prefix)
+		l, err := New(c, Config{Prefix: prefix})
 		require.NoError(t, err)
 		return l, func() { _ = c.Close() }
 	})

@@ -56,7 +56,7 @@ func clientLogsChild(t *testing.T) {
 	c, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + addr}, DialTimeout: 5 * time.Second, Logger: lg}) // 5s: the dial waits for a server a busy machine may answer slowly
 	require.NoError(t, err)
 	defer c.Close()
-	users, err := New(c, "clientlog-user")
+	users, err := New(c, Config{Prefix: "clientlog-user"})
 	require.NoError(t, err)
 	defer users.Close()
 	logged, err := backend.Open(ctx, "etcd://"+addr+"/clientlog-logged?ttl=4s&dial_timeout=5s", backend.WithLogger(stderrcheck.StdoutLogger().With("via", "WithLogger")))

@@ -28,7 +28,7 @@ type harness struct {
 func (h *harness) NewLocker(t testing.TB, opts ...backend.Option) *backend.Locker {
 	t.Helper()
 	c, px := proxiedClient(t)
-	l, err := New(c, h.prefix, opts...)
+	l, err := New(c, Config{Prefix: h.prefix}, opts...)
 	require.NoError(t, err)
 	h.crashers.Add(t, l, func() error { px.Cut(); return nil })
 	t.Cleanup(func() {

@@ -20,7 +20,7 @@ func TestCutWaiter(t *testing.T) {
 	prefix := testPrefix(t)
 	locktest.CutWaiter(t, locker(t, prefix), 6*time.Second, func(t *testing.T) (*backend.Locker, func() func()) {
 		c, px := proxiedClient(t)
-		l, err := New(c, prefix)
+		l, err := New(c, Config{Prefix: prefix})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = l.Close() })
 		return l, func() func() { px.Partition(); return px.Heal }

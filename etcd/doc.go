@@ -1,8 +1,9 @@
 // Package etcd is the etcd v3 adapter of fencelock: a driver.Driver that
 // keeps one etcd lease per acquisition and queues waiters in etcd, FIFO.
 //
-// Open a Locker over a client you already have with New, or from a URL with
-// backend.Open after importing this package:
+// Open a Locker over a client you already have with New (its Config holds
+// the adapter's own settings; the zero Config is the default), or from a
+// URL with backend.Open after importing this package:
 //
 //	etcd://h1:2379,h2:2379/locks?ttl=10s
 //	etcds://user:pass@h1:2379/locks?cacert=/etc/ca.pem&cert=/etc/c.pem&key=/etc/c-key.pem

@@ -44,18 +44,26 @@ const (
 	revokeTimeout = 5 * time.Second
 )
 
-// New returns a Locker that keeps its locks in etcd under prefix, through
-// client. An empty prefix means DefaultPrefix; a trailing slash is dropped.
-// opts are the Locker's defaults (see backend.Option). Closing the Locker
-// revokes its idle leases but does not close client.
-func New(client *clientv3.Client, prefix string, opts ...backend.Option) (*backend.Locker, error) {
+// Config holds the adapter's own settings; the zero Config is the default.
+type Config struct {
+	// Prefix is the key prefix under which locks live (default
+	// DefaultPrefix; a trailing slash is dropped). Lockers that share a
+	// prefix (and a cluster) share their locks.
+	Prefix string
+}
+
+// New returns a Locker that keeps its locks in etcd through client, with
+// the adapter's settings cfg (the zero Config is the default of every
+// field). opts are the Locker's defaults (see backend.Option). Closing the
+// Locker revokes its idle leases but does not close client.
+func New(client *clientv3.Client, cfg Config, opts ...backend.Option) (*backend.Locker, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: etcd: nil client", backend.ErrInvalidOption)
 	}
 	if err := checkWatchable(client); err != nil {
 		return nil, fmt.Errorf("%w: %w", backend.ErrInvalidOption, err)
 	}
-	return backend.New(newDriver(client, prefix, false), opts...)
+	return backend.New(newDriver(client, cfg.Prefix, false), opts...)
 }
 
 // etcdDriver implements driver.Driver over one etcd client.

@@ -517,7 +517,7 @@ func TestTTLValidation(t *testing.T) {
 	require.ErrorIs(t, err, backend.ErrInvalidOption)
 	assert.Contains(t, err.Error(), "whole seconds")
 
-	_, err = New(c, pfx, backend.WithTTL(500*time.Millisecond))
+	_, err = New(c, Config{Prefix: pfx}, backend.WithTTL(500*time.Millisecond))
 	require.ErrorIs(t, err, backend.ErrInvalidOption)
 
 	// 1s is below the embedded server's minimum (2s with default election
@@ -614,7 +614,7 @@ func TestLeasePool(t *testing.T) {
 // own.
 func TestClientOwnership(t *testing.T) {
 	c := client(t)
-	l, err := New(c, testPrefix(t))
+	l, err := New(c, Config{Prefix: testPrefix(t)})
 	require.NoError(t, err)
 	require.NoError(t, l.Close())
 	_, err = c.Put(tctx(t, 10*time.Second), "still-open", "yes")
@@ -645,7 +645,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 		return n
 	}
 	// Warm the client up (its watch and lease streams) before counting.
-	warm, err := New(c, pfx, backend.WithTTL(long))
+	warm, err := New(c, Config{Prefix: pfx}, backend.WithTTL(long))
 	require.NoError(t, err)
 	ls, err := warm.Acquire(tctx(t, 10*time.Second), "warm")
 	require.NoError(t, err)
@@ -653,7 +653,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 	require.NoError(t, warm.Close())
 	before := settle()
 
-	l, err := New(c, pfx, backend.WithTTL(long))
+	l, err := New(c, Config{Prefix: pfx}, backend.WithTTL(long))
 	require.NoError(t, err)
 	for range 5 {
 		h, err := l.Acquire(tctx(t, 10*time.Second), "g")

@@ -29,7 +29,7 @@ func Example() {
 	}
 	defer client.Close() // etcd.New never closes the client it is given
 
-	locker, err := etcd.New(client, "locks", backend.WithTTL(10*time.Second))
+	locker, err := etcd.New(client, etcd.Config{Prefix: "locks"}, backend.WithTTL(10*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}

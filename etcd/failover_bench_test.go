@@ -47,7 +47,7 @@ var failoverImpls = []lockbench.FailoverImpl{
 			if err != nil {
 				tb.Fatal(err)
 			}
-			l, err := New(c, prefix, backend.WithTTL(failoverTTL))
+			l, err := New(c, Config{Prefix: prefix}, backend.WithTTL(failoverTTL))
 			if err != nil {
 				tb.Fatal(err)
 			}

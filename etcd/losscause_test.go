@@ -84,7 +84,7 @@ func TestLossCausePartitioned(t *testing.T) {
 	c, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + px.Addr()}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
 	require.NoError(t, err)
 	defer c.Close()
-	l, err := New(c, testPrefix(t))
+	l, err := New(c, Config{Prefix: testPrefix(t)})
 	require.NoError(t, err)
 	defer l.Close()
 	ls, err := l.TryAcquire(tctx(t, 10*time.Second), "p", backend.WithTTL(2*time.Second))

@@ -54,7 +54,7 @@ func client(t testing.TB) *clientv3.Client {
 func locker(t testing.TB, prefix string, opts ...backend.Option) *backend.Locker {
 	t.Helper()
 	c := client(t)
-	l, err := New(c, prefix, opts...)
+	l, err := New(c, Config{Prefix: prefix}, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close() })
 	return l

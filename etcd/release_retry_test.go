@@ -27,7 +27,7 @@ func TestReleaseRetriedAfterConnectionDied(t *testing.T) {
 	require.NoError(t, err)
 	defer c.Close()
 	pfx := testPrefix(t)
-	a, err := New(c, pfx, backend.WithTTL(long))
+	a, err := New(c, Config{Prefix: pfx}, backend.WithTTL(long))
 	require.NoError(t, err)
 	defer a.Close()
 	b := locker(t, pfx)

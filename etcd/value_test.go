@@ -305,7 +305,7 @@ func TestForeignPutOnCandidateKeyFiresLoss(t *testing.T) {
 func TestProclaimUnavailable(t *testing.T) {
 	s := etcdtest.Start(t)
 	pfx := testPrefix(t)
-	l, err := New(s.NewClient(t), pfx, backend.WithTTL(long))
+	l, err := New(s.NewClient(t), Config{Prefix: pfx}, backend.WithTTL(long))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close() })
 	ctx := tctx(t, 60*time.Second)

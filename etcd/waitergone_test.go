@@ -19,9 +19,9 @@ import (
 func TestWaiterServerGone(t *testing.T) {
 	s := etcdtest.Start(t)
 	prefix := testPrefix(t)
-	la, err := New(s.NewClient(t), prefix)
+	la, err := New(s.NewClient(t), Config{Prefix: prefix})
 	require.NoError(t, err)
-	lb, err := New(s.NewClient(t), prefix)
+	lb, err := New(s.NewClient(t), Config{Prefix: prefix})
 	require.NoError(t, err)
 	locktest.RequireUnavailableWhenServerGone(t, la, lb, "n", s.Stop, backend.WithTTL(30*time.Second))
 }

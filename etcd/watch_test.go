@@ -130,7 +130,7 @@ func TestOwnKeyWatchResumesAfterRestart(t *testing.T) {
 	s := etcdtest.Start(t)
 	pfx := testPrefix(t)
 	c := s.NewClient(t)
-	l, err := New(c, pfx, backend.WithTTL(long))
+	l, err := New(c, Config{Prefix: pfx}, backend.WithTTL(long))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close() })
 	ls, err := l.Acquire(tctx(t, 10*time.Second), "r")
@@ -213,7 +213,7 @@ func TestOwnKeyWatchAfterCompaction(t *testing.T) {
 func TestWrappedWatcherRefused(t *testing.T) {
 	c := srv.NewClient(t)
 	c.Watcher = namespace.NewWatcher(c.Watcher, "ns/")
-	_, err := New(c, "locks")
+	_, err := New(c, Config{Prefix: "locks"})
 	require.ErrorIs(t, err, backend.ErrInvalidOption)
 	require.ErrorIs(t, err, errWatchedThroughWrapper)
 }
@@ -228,7 +228,7 @@ func TestOwnKeyWatchAfterTokenExpiry(t *testing.T) {
 	c, err := s.ClientAs(appUser.Name, appUser.Password)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
-	l, err := New(c, "locks", backend.WithTTL(long))
+	l, err := New(c, Config{Prefix: "locks"}, backend.WithTTL(long))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close() })
 	first, err := l.Acquire(tctx(t, 10*time.Second), "first")

@@ -47,7 +47,7 @@ var impls = []lockImpl{
 		if err := Migrate(context.Background(), p, DefaultPrefix); err != nil {
 			b.Fatal(err)
 		}
-		l, err := NewWithConfig(p, Config{}, backend.WithTTL(benchTTL))
+		l, err := New(p, Config{}, backend.WithTTL(benchTTL))
 		if err != nil {
 			b.Fatal(err)
 		}

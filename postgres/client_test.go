@@ -27,10 +27,10 @@ func TestNewRefusesSessions(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
 	for _, c := range []Client{conn, pc, tx} {
-		_, err := New(c)
+		_, err := New(c, Config{})
 		require.ErrorIs(t, err, backend.ErrInvalidOption, "%T", c)
 	}
-	l, err := New(pool)
+	l, err := New(pool, Config{})
 	require.NoError(t, err)
 	require.NoError(t, l.Close())
 }

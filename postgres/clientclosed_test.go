@@ -22,7 +22,7 @@ func TestClientClosed(t *testing.T) {
 	locktest.ClientClosed(t, other, 6*time.Second, func(t *testing.T) (*backend.Locker, func()) {
 		p, err := pgxpool.New(context.Background(), dsn)
 		require.NoError(t, err)
-		l, err := NewWithConfig(p, Config{Prefix: prefix})
+		l, err := New(p, Config{Prefix: prefix})
 		require.NoError(t, err)
 		return l, p.Close
 	})

@@ -48,7 +48,7 @@ func (h *harness) NewLocker(t testing.TB, opts ...backend.Option) *backend.Locke
 	pc.ConnConfig.Host, pc.ConnConfig.Port = host, uint16(p16)
 	p, err := pgxpool.NewWithConfig(context.Background(), pc)
 	require.NoError(t, err)
-	l, err := NewWithConfig(p, Config{Prefix: h.prefix}, opts...)
+	l, err := New(p, Config{Prefix: h.prefix}, opts...)
 	require.NoError(t, err)
 	h.mu.Lock()
 	h.proxies[l] = proxy

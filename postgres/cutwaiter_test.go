@@ -34,7 +34,7 @@ func TestCutWaiter(t *testing.T) {
 		p, err := pgxpool.NewWithConfig(context.Background(), pc)
 		require.NoError(t, err)
 		t.Cleanup(p.Close)
-		l, err := NewWithConfig(p, Config{Prefix: prefix})
+		l, err := New(p, Config{Prefix: prefix})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = l.Close() })
 		return l, func() func() { px.Partition(); return px.Heal }

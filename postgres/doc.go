@@ -4,9 +4,9 @@
 // own and are woken, one per release, by LISTEN/NOTIFY. It is built on
 // github.com/jackc/pgx/v5.
 //
-// Open a Locker over a pgx pool you already have with New (or
-// NewWithConfig for the adapter's own settings), or from a URL with
-// backend.Open after importing this package:
+// Open a Locker over a pgx pool you already have with New (its Config
+// holds the adapter's own settings; the zero Config is the default), or
+// from a URL with backend.Open after importing this package:
 //
 //	postgres://app:pw@db:5432/app?sslmode=verify-full&sslrootcert=/etc/ca.pem&ttl=10s
 //	postgresql://app@pgbouncer:6432/app?listen_host=db:5432&prefix=locks

@@ -85,14 +85,10 @@ func (c Config) check() (Config, error) {
 }
 
 // New returns a Locker that keeps its locks in PostgreSQL through client
-// (a *pgxpool.Pool), with the default Config. opts are the Locker's
-// defaults (see backend.Option). Closing the Locker does not close client.
-func New(client Client, opts ...backend.Option) (*backend.Locker, error) {
-	return NewWithConfig(client, Config{}, opts...)
-}
-
-// NewWithConfig is New with the adapter's own settings.
-func NewWithConfig(client Client, cfg Config, opts ...backend.Option) (*backend.Locker, error) {
+// (a *pgxpool.Pool), with the adapter's settings cfg (the zero Config is
+// the default of every field). opts are the Locker's defaults (see
+// backend.Option). Closing the Locker does not close client.
+func New(client Client, cfg Config, opts ...backend.Option) (*backend.Locker, error) {
 	d, err := newDriver(client, cfg, nil)
 	if err != nil {
 		return nil, err

@@ -27,7 +27,7 @@ func Example() {
 	}
 	defer pool.Close() // postgres.New never closes the pool it is given
 
-	locker, err := postgres.NewWithConfig(pool, postgres.Config{Prefix: "example"}, backend.WithTTL(10*time.Second))
+	locker, err := postgres.New(pool, postgres.Config{Prefix: "example"}, backend.WithTTL(10*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -63,7 +63,7 @@ var failoverImpls = []lockbench.FailoverImpl{
 		if err := Migrate(context.Background(), admin, DefaultPrefix); err != nil {
 			b.Fatal(err)
 		}
-		observer, err := NewWithConfig(admin, Config{})
+		observer, err := New(admin, Config{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -84,7 +84,7 @@ var failoverImpls = []lockbench.FailoverImpl{
 			if err != nil {
 				tb.Fatal(err)
 			}
-			l, err := NewWithConfig(p, Config{}, backend.WithTTL(failoverTTL))
+			l, err := New(p, Config{}, backend.WithTTL(failoverTTL))
 			if err != nil {
 				tb.Fatal(err)
 			}

@@ -57,7 +57,7 @@ func TestListenerRunsBeforeConnect(t *testing.T) {
 	p, err := pgxpool.NewWithConfig(ctx, pc)
 	require.NoError(t, err)
 	t.Cleanup(p.Close)
-	waiter, err := NewWithConfig(p, Config{Prefix: prefix})
+	waiter, err := New(p, Config{Prefix: prefix})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = waiter.Close() })
 	holder := locker(t, dsn, Config{Prefix: prefix})

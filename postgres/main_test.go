@@ -52,7 +52,7 @@ func newPool(t testing.TB, dsn string) *pgxpool.Pool {
 func locker(t testing.TB, dsn string, cfg Config, opts ...backend.Option) *backend.Locker {
 	t.Helper()
 	p := newPool(t, dsn)
-	l, err := NewWithConfig(p, cfg, opts...)
+	l, err := New(p, cfg, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close() })
 	return l

@@ -115,7 +115,7 @@ func TestWakeChannelRefused(t *testing.T) {
 	held, err := full.TryAcquire(tctx(t, 10*time.Second), "n", backend.WithTTL(30*time.Second))
 	require.NoError(t, err)
 
-	lb, err := NewWithConfig(userClient(t, "fl-nochannel", nil), Config{Prefix: prefix})
+	lb, err := New(userClient(t, "fl-nochannel", nil), Config{Prefix: prefix})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = lb.Close() })
 	start := time.Now()

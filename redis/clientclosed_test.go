@@ -19,7 +19,7 @@ func TestClientClosed(t *testing.T) {
 	other := locker(t, srv.Addr(), Config{Prefix: prefix})
 	locktest.ClientClosed(t, other, 6*time.Second, func(t *testing.T) (*backend.Locker, func()) {
 		c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
-		l, err := NewWithConfig(c, Config{Prefix: prefix})
+		l, err := New(c, Config{Prefix: prefix})
 		require.NoError(t, err)
 		return l, func() { _ = c.Close() }
 	})

@@ -34,7 +34,7 @@ func (h *harness) NewLocker(t testing.TB, opts ...backend.Option) *backend.Locke
 	require.NoError(t, err)
 	t.Cleanup(px.Close)
 	c := goredis.NewClient(&goredis.Options{Addr: px.Addr()})
-	l, err := NewWithConfig(c, Config{Prefix: h.prefix}, opts...)
+	l, err := New(c, Config{Prefix: h.prefix}, opts...)
 	require.NoError(t, err)
 	h.crashers.Add(t, l, func() error { px.Cut(); return nil })
 	t.Cleanup(func() {

@@ -3,9 +3,10 @@
 // issues a fencing token from a per-lock INCR counter, raised to the
 // server's clock in microseconds so that it never goes back.
 //
-// Open a Locker over a go-redis client you already have with New (or
-// NewWithConfig for the adapter's own settings), or from a URL with
-// backend.Open after importing this package:
+// Open a Locker over a go-redis client you already have with New (its
+// Config holds the adapter's own settings; the zero Config is the
+// default), or from a URL with backend.Open after importing this
+// package:
 //
 //	redis://user:pass@host:6379/0?prefix=locks&ttl=10s
 //	rediss://host:6380/0?wait_replicas=1&wait_timeout=200ms
@@ -22,10 +23,10 @@
 //
 //	c := goredis.NewFailoverClient(&goredis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: addrs,
 //		ContextTimeoutEnabled: true})
-//	l, err := redis.New(c, backend.WithTTL(10*time.Second))
+//	l, err := redis.New(c, redis.Config{}, backend.WithTTL(10*time.Second))
 //
 //	c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
-//	l, err := redis.New(c)
+//	l, err := redis.New(c, redis.Config{})
 //
 // ContextTimeoutEnabled lets a request return when its context ends, as
 // Acquire, Release and the loss deadline need. A client without it (go-redis's
@@ -599,7 +600,7 @@
 // os.Stderr) except the lines about the clients it opened, which go to
 // backend.WithLogger's logger at debug level with client=go-redis, or are
 // dropped without one: those of their commands (by context) and of their
-// failed dials (by the error, which their dialer registers). A Locker from New or NewWithConfig
+// failed dials (by the error, which their dialer registers). A Locker from New
 // uses the caller's client, whose lines go wherever go-redis's logger
 // sends them. An application that calls goredis.SetLogger (or
 // logging.Disable) replaces the package's logger, as it would replace

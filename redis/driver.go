@@ -193,19 +193,15 @@ func (c Config) fairArgs() [3]any {
 }
 
 // New returns a Locker that keeps its locks in Redis through client, with
-// the default Config. opts are the Locker's defaults (see backend.Option).
-// Closing the Locker does not close client. Give client
-// ContextTimeoutEnabled (as a Locker opened from a URL has): without it,
-// go-redis waits out its read timeout on a server it cannot reach, whatever
-// the context, so the adapter runs each request on a goroutine of its own
-// and stops waiting for it when its context ends (the request goes on until
-// the read timeout), which costs a goroutine hand-off per request.
-func New(client Client, opts ...backend.Option) (*backend.Locker, error) {
-	return NewWithConfig(client, Config{}, opts...)
-}
-
-// NewWithConfig is New with the adapter's own settings.
-func NewWithConfig(client Client, cfg Config, opts ...backend.Option) (*backend.Locker, error) {
+// the adapter's settings cfg (the zero Config is the default of every
+// field). opts are the Locker's defaults (see backend.Option). Closing the
+// Locker does not close client. Give client ContextTimeoutEnabled (as a
+// Locker opened from a URL has): without it, go-redis waits out its read
+// timeout on a server it cannot reach, whatever the context, so the adapter
+// runs each request on a goroutine of its own and stops waiting for it when
+// its context ends (the request goes on until the read timeout), which
+// costs a goroutine hand-off per request.
+func New(client Client, cfg Config, opts ...backend.Option) (*backend.Locker, error) {
 	d, err := newDriver(client, cfg, nil)
 	if err != nil {
 		return nil, err

@@ -22,7 +22,7 @@ func Example() {
 	client := goredis.NewClient(&goredis.Options{Addr: os.Getenv("REDIS_ADDR")})
 	defer client.Close() // redis.New never closes the client it is given
 
-	locker, err := redis.New(client, backend.WithTTL(10*time.Second))
+	locker, err := redis.New(client, redis.Config{}, backend.WithTTL(10*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}

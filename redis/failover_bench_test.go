@@ -54,7 +54,7 @@ var failoverImpls = []lockbench.FailoverImpl{
 		}
 		f.New = func(tb testing.TB) lockbench.Candidate {
 			c := goredis.NewClient(&goredis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true})
-			l, err := NewWithConfig(c, Config{Prefix: prefix}, backend.WithTTL(failoverTTL))
+			l, err := New(c, Config{Prefix: prefix}, backend.WithTTL(failoverTTL))
 			if err != nil {
 				tb.Fatal(err)
 			}
@@ -83,7 +83,7 @@ var failoverImpls = []lockbench.FailoverImpl{
 // failoverLocker returns a Locker of its own client under prefix, with
 // the failover TTL, closed at cleanup.
 func failoverLocker(b *testing.B, s *redistest.Server, prefix string) *backend.Locker {
-	l, err := NewWithConfig(benchClient(b, s), Config{Prefix: prefix}, backend.WithTTL(failoverTTL))
+	l, err := New(benchClient(b, s), Config{Prefix: prefix}, backend.WithTTL(failoverTTL))
 	if err != nil {
 		b.Fatal(err)
 	}

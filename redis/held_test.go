@@ -14,7 +14,7 @@ import (
 func heldLocker(tb testing.TB) *backend.Locker {
 	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
 	tb.Cleanup(func() { _ = c.Close() })
-	l, err := NewWithConfig(c, Config{Prefix: testPrefix(tb)}, backend.WithTTL(lockbench.HeldTTL))
+	l, err := New(c, Config{Prefix: testPrefix(tb)}, backend.WithTTL(lockbench.HeldTTL))
 	if err != nil {
 		tb.Fatal(err)
 	}

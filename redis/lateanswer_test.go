@@ -26,7 +26,7 @@ func TestLateAnswerKeepsDeadlineBeforeExpiry(t *testing.T) {
 	// A connection made now, so that the script is not held behind a
 	// connection handshake, whose answers the proxy would hold too.
 	require.NoError(t, pc.Ping(tctx(t, 5*time.Second)).Err())
-	l, err := NewWithConfig(pc, Config{Prefix: prefix})
+	l, err := New(pc, Config{Prefix: prefix})
 	require.NoError(t, err)
 	defer l.Close()
 	// And the scripts cached in the server: a NOSCRIPT answer held by the

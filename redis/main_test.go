@@ -58,7 +58,7 @@ func newClient(t testing.TB, addr string) *goredis.Client {
 func locker(t testing.TB, addr string, cfg Config, opts ...backend.Option) *backend.Locker {
 	t.Helper()
 	c := newClient(t, addr)
-	l, err := NewWithConfig(c, cfg, opts...)
+	l, err := New(c, cfg, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close() })
 	return l

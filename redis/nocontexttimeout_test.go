@@ -41,7 +41,7 @@ func TestNoContextTimeoutPartitioned(t *testing.T) {
 	defer c.Close()
 	require.False(t, c.Options().ContextTimeoutEnabled)
 	prefix := testPrefix(t)
-	a, err := NewWithConfig(c, Config{Prefix: prefix})
+	a, err := New(c, Config{Prefix: prefix})
 	require.NoError(t, err)
 	defer a.Close()
 	b := locker(t, srv.Addr(), Config{Prefix: prefix})

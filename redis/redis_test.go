@@ -78,13 +78,13 @@ func TestEscapeName(t *testing.T) {
 	}
 	require.Equal(t, "fencelock:{a%7B%7D%3A%25}", LockKey("", "a{}:%"))
 
-	_, err := New(newClient(t, srv.Addr()))
+	_, err := New(newClient(t, srv.Addr()), Config{})
 	require.NoError(t, err)
-	_, err = NewWithConfig(newClient(t, srv.Addr()), Config{Prefix: "a{b"})
+	_, err = New(newClient(t, srv.Addr()), Config{Prefix: "a{b"})
 	require.ErrorIs(t, err, backend.ErrInvalidOption)
-	_, err = NewWithConfig(nil, Config{})
+	_, err = New(nil, Config{})
 	require.ErrorIs(t, err, backend.ErrInvalidOption)
-	_, err = New(newClient(t, srv.Addr()), backend.WithTTL(1500*time.Microsecond+100*time.Millisecond))
+	_, err = New(newClient(t, srv.Addr()), Config{}, backend.WithTTL(1500*time.Microsecond+100*time.Millisecond))
 	require.ErrorIs(t, err, backend.ErrInvalidOption, "sub-millisecond TTL")
 
 	// End to end: names that differ only by escaped characters are
@@ -435,9 +435,9 @@ func TestClosedClientWaiter(t *testing.T) {
 	held, err := la.TryAcquire(tctx(t, 5*time.Second), "n", backend.WithTTL(time.Minute))
 	require.NoError(t, err)
 	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
-	lb, err := New(c)
+	lb, err := New(c, Config{})
 	require.NoError(t, err)
-	lb2, err := NewWithConfig(c, Config{Prefix: prefix})
+	lb2, err := New(c, Config{Prefix: prefix})
 	require.NoError(t, err)
 	_ = lb
 	ch := goAcquire(tctx(t, 30*time.Second), lb2, "n")

@@ -244,7 +244,7 @@ func (e endpoint) clusterOptions() *goredis.ClusterOptions {
 // ParseFailoverURL returns the go-redis Sentinel client options and the
 // adapter's Config that a redis+sentinel:// or rediss+sentinel:// URL
 // stands for, checked as backend.Open checks it and without dialling, for
-// a client of your own: NewWithConfig(goredis.NewFailoverClient(opt), cfg).
+// a client of your own: New(goredis.NewFailoverClient(opt), cfg).
 // Every error matches backend.ErrInvalidURL.
 func ParseFailoverURL(rawURL string) (*goredis.FailoverOptions, Config, error) {
 	e, cfg, err := parseRaw(rawURL, sentinel)
@@ -257,7 +257,7 @@ func ParseFailoverURL(rawURL string) (*goredis.FailoverOptions, Config, error) {
 // ParseClusterURL returns the go-redis cluster client options and the
 // adapter's Config that a redis+cluster:// or rediss+cluster:// URL stands
 // for, checked as backend.Open checks it and without dialling, for a
-// client of your own: NewWithConfig(goredis.NewClusterClient(opt), cfg).
+// client of your own: New(goredis.NewClusterClient(opt), cfg).
 // Every error matches backend.ErrInvalidURL.
 func ParseClusterURL(rawURL string) (*goredis.ClusterOptions, Config, error) {
 	e, cfg, err := parseRaw(rawURL, cluster)

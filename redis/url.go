@@ -403,7 +403,7 @@ func clientDuration(v string) (time.Duration, error) {
 // that a redis:// or rediss:// URL stands for, checked as backend.Open
 // checks it and without dialling (TLS files are read), for a client of
 // your own built with the URL's settings:
-// NewWithConfig(goredis.NewClient(opt), cfg). The common parameters (ttl,
+// New(goredis.NewClient(opt), cfg). The common parameters (ttl,
 // auto_renew, max_hold, drift, holder) are checked, not returned: they are
 // backend.Options. Every error matches backend.ErrInvalidURL.
 func ParseURL(rawURL string) (*goredis.Options, Config, error) {

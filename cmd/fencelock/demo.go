@@ -68,7 +68,7 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return nil, nil, err
 		}
-		l, err := etcd.New(c, "fencelock-demo")
+		l, err := etcd.New(c, etcd.Config{Prefix: "fencelock-demo"})
 		if err != nil {
 			c.Close()
 			return nil, nil, err

@@ -178,7 +178,7 @@ func openLocker(ctx context.Context, s workerSpec) (*backend.Locker, error) {
 		c.Close()
 		return nil, err
 	}
-	l, err := redis.NewWithConfig(c, cfg)
+	l, err := redis.New(c, cfg)
 	if err != nil {
 		c.Close()
 	}

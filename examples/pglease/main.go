@@ -71,7 +71,7 @@ func openWorker(ctx context.Context, name, dsn string) (*worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	locker, err := postgres.New(pool) // its tables: fencelock_locks, ... (made on first use)
+	locker, err := postgres.New(pool, postgres.Config{}) // its tables: fencelock_locks, ... (made on first use)
 	if err != nil {
 		pool.Close()
 		return nil, err

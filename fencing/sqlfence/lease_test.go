@@ -62,7 +62,7 @@ func newPool(t *testing.T, dsn string) *pgxpool.Pool {
 // locker is one client of the lock: a Locker of its own over dsn (the
 // database's, or a proxy's in front of it).
 func (l *leaseDB) locker(t *testing.T, dsn string) *backend.Locker {
-	lk, err := postgres.NewWithConfig(newPool(t, dsn), postgres.Config{Prefix: l.prefix})
+	lk, err := postgres.New(newPool(t, dsn), postgres.Config{Prefix: l.prefix})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = lk.Close() })
 	return lk
