@@ -50,7 +50,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Locker, error) {
 	if err := checkDefaults(lim, append(common, opts...)); err != nil {
 		return nil, err
 	}
-	if l := loggerOf(opts); l != nil {
+	if l := LoggerOf(opts...); l != nil {
 		ctx = driver.WithLogger(ctx, l)
 	}
 	drv, err := s.Open(ctx, u)
@@ -209,8 +209,10 @@ func commonOptions(q url.Values) ([]Option, error) {
 	return opts, nil
 }
 
-// loggerOf returns the logger opts give the Locker (WithLogger), or nil.
-func loggerOf(opts []Option) *slog.Logger {
+// LoggerOf returns the logger opts give a Locker (WithLogger), or nil: for
+// an adapter's constructor that opens a client of its own (zookeeper.Dial),
+// whose lines go to that logger as those of the clients Open opens do.
+func LoggerOf(opts ...Option) *slog.Logger {
 	var s settings
 	for _, o := range opts {
 		if o != nil {

@@ -21,7 +21,7 @@ func TestClientClosed(t *testing.T) {
 	other := dialLocker(t, srv.Addr(), prefix, ttl)
 	locktest.ClientClosed(t, other, ttl, func(t *testing.T) (*backend.Locker, func()) {
 		c := zktest.ConnectTo(t, srv.Addr(), ttl)
-		l, err := New(c, prefix)
+		l, err := New(c, Config{Prefix: prefix})
 		require.NoError(t, err)
 		return l, c.Close
 	})

@@ -18,7 +18,7 @@ import (
 // go-zookeeper's lines about a server that went away (failed connections,
 // terminated loops) never reach os.Stderr: a Locker opened from a URL
 // drops them, or hands them to backend.WithLogger's logger, and one
-// dialled with Config.Logger to that logger, at debug level. The child process holds a lock on each and
+// dialled with backend.WithLogger to that logger, at debug level. The child process holds a lock on each and
 // retries through a server restart.
 func TestClientLogsOffStderr(t *testing.T) {
 	if stderrcheck.Child(t) {
@@ -35,7 +35,7 @@ func TestClientLogsOffStderr(t *testing.T) {
 	stdout, stderr := p.Wait(t, 2*time.Minute)
 	require.Contains(t, stdout, "recovered")
 	assert.Empty(t, stderr)
-	assert.Regexp(t, `level=DEBUG msg="[^"]*" client=go-zookeeper`, stdout, "Config.Logger got go-zookeeper's lines")
+	assert.Regexp(t, `level=DEBUG msg="[^"]*" client=go-zookeeper`, stdout, "Dial's WithLogger got go-zookeeper's lines")
 	assert.Regexp(t, `level=DEBUG msg=".*" via=WithLogger client=go-zookeeper`, stdout, "backend.WithLogger got go-zookeeper's lines")
 	assert.Equal(t, 1, strings.Count(stdout, "recovered"))
 }
@@ -46,7 +46,8 @@ func clientLogsChild(t *testing.T) {
 	byURL, err := backend.Open(ctx, "zk://"+addr+"/clientlog-url?ttl=4s")
 	require.NoError(t, err)
 	defer byURL.Close()
-	dialled, err := Dial(ctx, Config{Servers: []string{addr}, Prefix: "/clientlog-dial", SessionTimeout: 4 * time.Second, Logger: stderrcheck.StdoutLogger()})
+	dialled, err := Dial(ctx, Config{Servers: []string{addr}, Prefix: "/clientlog-dial", SessionTimeout: 4 * time.Second},
+		backend.WithLogger(stderrcheck.StdoutLogger()))
 	require.NoError(t, err)
 	defer dialled.Close()
 	logged, err := backend.Open(ctx, "zk://"+addr+"/clientlog-logged?ttl=4s", backend.WithLogger(stderrcheck.StdoutLogger().With("via", "WithLogger")))

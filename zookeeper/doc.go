@@ -3,8 +3,9 @@
 // the oldest, and uses the node's czxid as the fencing token.
 //
 // Open a Locker with Dial (the adapter owns its sessions), over a Conn you
-// already have with New, or from a URL with backend.Open after importing
-// this package:
+// already have with New (both take a Config; the zero Config is the
+// default), or from a URL with backend.Open after importing this
+// package:
 //
 //	zk://h1:2181,h2:2181/locks?ttl=10s
 //	zk://alice:s3cret@h1:2181/locks?session_timeout=10s
@@ -347,13 +348,15 @@
 // # Client logs
 //
 // go-zookeeper's own log lines (a failed connection, a receive loop that
-// ended) never reach os.Stderr through the adapter: Dial hands them to
-// Config.Logger at debug level with client=go-zookeeper, and drops them
-// when it is nil. A Locker opened from a URL uses backend.WithLogger's
-// logger as its Config.Logger (nil without it). A Locker from New
-// shares the caller's connection, whose logger is the caller's
-// (zk.WithLogger; go-zookeeper's default writes to the standard log
-// package).
+// ended) never reach os.Stderr through the adapter: a Locker from Dial or
+// from a URL hands those of the sessions it opens to the logger of
+// backend.WithLogger (Dial's opts, or Open's), at debug level with
+// client=go-zookeeper, and drops them without it, as the other adapters do
+// with the clients they open; the Locker reports what they mean (a
+// suspended session, a lost lease) through its errors and its own logs. A
+// Locker from New shares the caller's connection, whose logger is the
+// caller's (zk.WithLogger; go-zookeeper's default writes to the standard
+// log package).
 //
 // # Caveats
 //

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,10 +60,13 @@ var errConnClosed = errors.New("zookeeper: connection closed")
 // ends it.
 var errDialTimeout = errors.New("dial timeout")
 
-// Config configures Dial.
+// Config holds the adapter's own settings; the zero Config is the default
+// of every field. New, over a connection of the caller's, reads Prefix
+// only: the other fields configure the sessions that Dial opens, and New
+// rejects a Config that sets one (backend.ErrInvalidOption).
 type Config struct {
 	// Servers are the ensemble's host:port addresses (port 2181 if
-	// omitted).
+	// omitted). Dial needs at least one.
 	Servers []string
 	// Prefix is the node under which lock nodes live (absolute path; ""
 	// means DefaultPrefix). go-zookeeper has no chroot: the prefix plays
@@ -99,23 +103,35 @@ type Config struct {
 	// certificate): once every server has failed one round in a row, Dial
 	// gives up with the TLS error rather than wait for ctx.
 	TLS *tls.Config
-	// Logger receives go-zookeeper's own log lines (a failed connection,
-	// a terminated receive loop, ...), at slog.LevelDebug with the
-	// attribute client=go-zookeeper: the Locker reports what they mean
-	// (a suspended session, a lost lease) through its errors and its own
-	// logs. nil (the default) discards them; go-zookeeper's default
-	// logger, which writes to the standard log package (os.Stderr), is
-	// never used.
-	Logger *slog.Logger
+}
+
+// dialOnly names the fields of c that only Dial reads, set in c.
+func (c Config) dialOnly() []string {
+	var set []string
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{
+		{"Servers", len(c.Servers) > 0}, {"SessionTimeout", c.SessionTimeout != 0}, {"User", c.User != ""},
+		{"Password", c.Password != ""}, {"DialTimeout", c.DialTimeout != 0}, {"Dialer", c.Dialer != nil}, {"TLS", c.TLS != nil},
+	} {
+		if f.set {
+			set = append(set, f.name)
+		}
+	}
+	return set
 }
 
 // Dial opens a Locker that owns its ZooKeeper sessions: one per distinct
-// TTL in use, the first (cfg.SessionTimeout) opened now. The negotiated
-// timeout of that session is the Locker's default TTL (opts may override it,
-// as with backend.New). Close closes the sessions, which deletes whatever
-// ephemeral node is left.
+// TTL in use, the first (cfg.SessionTimeout) opened now. It is the way to
+// let the Locker own its connections; New shares one of the caller's. The
+// negotiated timeout of that session is the Locker's default TTL (opts may
+// override it, as with backend.New). go-zookeeper's own log lines go to
+// the logger of backend.WithLogger among opts, as for backend.Open (see
+// the package documentation, "Client logs"). Close closes the sessions,
+// which deletes whatever ephemeral node is left.
 func Dial(ctx context.Context, cfg Config, opts ...backend.Option) (*backend.Locker, error) {
-	d, err := dialDriver(ctx, cfg)
+	d, err := dialDriver(ctx, cfg, backend.LoggerOf(opts...))
 	if err != nil {
 		return nil, err
 	}
@@ -123,16 +139,24 @@ func Dial(ctx context.Context, cfg Config, opts ...backend.Option) (*backend.Loc
 }
 
 // New returns a Locker over conn, an existing connection whose session it
-// shares with the caller. The session's negotiated timeout is the only TTL
-// it can honour: it is the Locker's default TTL, and any other TTL is
-// rejected with backend.ErrInvalidOption. Nodes get the open ACL
-// (world:anyone). Closing the Locker releases its locks but does not close
-// conn.
-func New(conn *zk.Conn, prefix string, opts ...backend.Option) (*backend.Locker, error) {
+// shares with the caller, with the adapter's settings cfg: only its Prefix
+// applies (the zero Config is the default), the fields that configure
+// Dial's sessions are an error matching backend.ErrInvalidOption. The
+// session's negotiated timeout is the only TTL it can honour: it is the
+// Locker's default TTL, and any other TTL is rejected with
+// backend.ErrInvalidOption. Nodes get the open ACL (world:anyone).
+// go-zookeeper's log lines for conn go where conn sends them (zk.WithLogger
+// when it was connected). Closing the Locker releases its locks but does
+// not close conn.
+func New(conn *zk.Conn, cfg Config, opts ...backend.Option) (*backend.Locker, error) {
 	if conn == nil {
 		return nil, fmt.Errorf("%w: zookeeper: nil conn", backend.ErrInvalidOption)
 	}
-	p, err := cleanPrefix(prefix)
+	if set := cfg.dialOnly(); len(set) > 0 {
+		return nil, fmt.Errorf("%w: zookeeper: New shares the caller's conn and reads only Config.Prefix; %s configure Dial's sessions",
+			backend.ErrInvalidOption, strings.Join(set, ", "))
+	}
+	p, err := cleanPrefix(cfg.Prefix)
 	if err != nil {
 		return nil, fmt.Errorf("%w: zookeeper: %v", backend.ErrInvalidOption, err)
 	}
@@ -153,7 +177,8 @@ func New(conn *zk.Conn, prefix string, opts ...backend.Option) (*backend.Locker,
 
 // zkDriver implements driver.Driver.
 type zkDriver struct {
-	cfg        Config // Dial only
+	cfg        Config       // Dial only
+	logger     *slog.Logger // Dial only: go-zookeeper's lines, or nil: dropped
 	prefix     string
 	acl        []zk.ACL
 	given      *session // New: the caller's Conn
@@ -206,7 +231,7 @@ func (d *zkDriver) noteContended(dir string, waited bool) {
 	}
 }
 
-func dialDriver(ctx context.Context, cfg Config) (*zkDriver, error) {
+func dialDriver(ctx context.Context, cfg Config, logger *slog.Logger) (*zkDriver, error) {
 	if len(cfg.Servers) == 0 {
 		return nil, fmt.Errorf("%w: zookeeper: no servers", backend.ErrInvalidOption)
 	}
@@ -231,7 +256,7 @@ func dialDriver(ctx context.Context, cfg Config) (*zkDriver, error) {
 		cfg.DialTimeout = DefaultDialTimeout
 	}
 	d := newDriver(p, acl)
-	d.cfg = cfg
+	d.cfg, d.logger = cfg, logger
 	dctx, cancel := context.WithTimeoutCause(ctx, cfg.DialTimeout, errDialTimeout)
 	defer cancel()
 	s, err := d.dial(dctx, cfg.SessionTimeout, true)
@@ -260,7 +285,7 @@ func (s *session) timeout() time.Duration {
 // anyTimeout, a server that grants another timeout is refused.
 func (d *zkDriver) dial(ctx context.Context, ttl time.Duration, anyTimeout bool) (*session, error) {
 	s := newSession(true)
-	logger := zkLogger{d.cfg.Logger}
+	logger := zkLogger{d.logger}
 	var td *tlsDialer
 	if d.cfg.TLS != nil {
 		td = newTLSDialer(d.cfg.TLS, d.cfg.Dialer, len(d.cfg.Servers))

@@ -39,7 +39,7 @@ func TestOwnNodeDeletedIsLoss(t *testing.T) {
 					l = dialLocker(t, p.Addr(), pfx, ownWatchTTL)
 				} else {
 					var err error
-					l, err = New(zktest.ConnectTo(t, p.Addr(), ownWatchTTL), pfx)
+					l, err = New(zktest.ConnectTo(t, p.Addr(), ownWatchTTL), Config{Prefix: pfx})
 					require.NoError(t, err)
 					t.Cleanup(func() { _ = l.Close() })
 				}

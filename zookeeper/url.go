@@ -35,8 +35,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	cfg.Logger = driver.LoggerFrom(ctx) // backend.WithLogger's, or nil: dropped
-	d, err := dialDriver(ctx, cfg)
+	d, err := dialDriver(ctx, cfg, driver.LoggerFrom(ctx)) // backend.WithLogger's, or nil: dropped
 	if err != nil {
 		return nil, fmt.Errorf("zookeeper: open %s: %w", urlkit.Redact(u), err)
 	}

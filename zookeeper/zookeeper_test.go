@@ -22,7 +22,7 @@ import (
 // into the driver's sessions.
 func driverLocker(t testing.TB, cfg Config, opts ...backend.Option) (*zkDriver, *backend.Locker) {
 	t.Helper()
-	d, err := dialDriver(tctx(t, 30*time.Second), cfg)
+	d, err := dialDriver(tctx(t, 30*time.Second), cfg, nil)
 	require.NoError(t, err)
 	l, err := backend.New(d, opts...)
 	require.NoError(t, err)
@@ -141,7 +141,12 @@ func TestSessionExpiryGivenConn(t *testing.T) {
 	pfx := testPrefix(t)
 	admin := srv.Connect(t, 10*time.Second)
 	conn := srv.Connect(t, 20*time.Second)
-	l, err := New(conn, pfx)
+	_, err := New(conn, Config{Prefix: pfx, SessionTimeout: 5 * time.Second, User: "u"})
+	require.ErrorIs(t, err, backend.ErrInvalidOption, "Dial's settings on a caller's Conn")
+	require.ErrorContains(t, err, "SessionTimeout, User configure Dial's sessions")
+	_, err = New(nil, Config{})
+	require.ErrorIs(t, err, backend.ErrInvalidOption)
+	l, err := New(conn, Config{Prefix: pfx})
 	require.NoError(t, err)
 	defer l.Close()
 	other := dialLocker(t, srv.Addr(), pfx, 20*time.Second)
