@@ -197,7 +197,7 @@
 // whose revision was compacted reads the key and watches again. The watches
 // name themselves (etcd 3.4 or later), and go through the client's
 // connection rather than its Watcher: New refuses a client whose Watcher is
-// wrapped (namespace.NewWatcher); give the namespace as the prefix instead.
+// wrapped (namespace.NewWatcher); give the namespace as Config.Prefix instead.
 //
 // # Client logs
 //

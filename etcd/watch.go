@@ -93,7 +93,7 @@ const hubLinger = time.Second
 // errWatchedThroughWrapper refuses clients whose Watcher is not clientv3's:
 // the hub watches through the client's connection, so a wrapped Watcher
 // (namespace.NewWatcher) would see other keys than the client's KV writes.
-var errWatchedThroughWrapper = errors.New("etcd: the client's Watcher is wrapped (namespace.NewWatcher?) or the client has no connection; give the namespace as the prefix instead")
+var errWatchedThroughWrapper = errors.New("etcd: the client's Watcher is wrapped (namespace.NewWatcher?) or the client has no connection; give the namespace as Config.Prefix instead")
 
 // plainWatcher is the type of clientv3's own Watcher.
 var plainWatcher = reflect.TypeOf(clientv3.NewWatchFromWatchClient(nil, nil))
