@@ -387,7 +387,9 @@ func (cp *campaign) read(p *proc, out io.Reader) {
 	p.closeProxies()
 	close(p.exited)
 	if unexpected {
-		cp.logf("worker %d exited on its own (%v): see %s", p.id, err, p.logPath)
+		// Its last line, which says why if it could not start: the log
+		// itself goes with a test's temporary directory.
+		cp.logf("worker %d exited on its own (%v): %s (see %s)", p.id, err, lastLine(p.logPath), p.logPath)
 	}
 	if replace {
 		if _, err := cp.startWorker(); err != nil {
