@@ -112,24 +112,65 @@ func (w *worker) step(op string, tok *fencing.Token, value int64, f func() (int6
 }
 
 func (w *worker) run(ctx context.Context) error {
-	s := w.spec
-	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	locker, err := openLocker(octx, s)
-	cancel()
+	locker, store, err := w.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer locker.Close()
-	store, err := openCounter(ctx, s.Guard)
-	if err != nil {
-		return err
-	}
 	defer store.Close()
 	w.emit(Event{Op: opStart, Phase: phaseOK})
 	for ctx.Err() == nil {
 		w.round(ctx, locker, store)
 	}
 	return nil
+}
+
+// startRetry bounds how long a worker tries to open its Locker and its
+// counter: under the minute the campaign waits for a worker's start.
+const startRetry = 45 * time.Second
+
+// open opens the worker's Locker and counter. A worker started in place of
+// one that died may start in the middle of a fault (seen: a PostgreSQL
+// failover under load, the new workers' opens refused, counted as workers
+// that exited unbidden): as a service restarted during an outage would, it
+// tries again until startRetry has passed, except after an error that
+// says its spec is wrong, for which it gives up at once.
+func (w *worker) open(ctx context.Context) (*backend.Locker, counter, error) {
+	until := time.Now().Add(startRetry)
+	pause := 100 * time.Millisecond
+	for {
+		locker, store, err := w.openOnce(ctx, until)
+		if err == nil {
+			return locker, store, nil
+		}
+		if errors.Is(err, backend.ErrInvalidOption) || errors.Is(err, backend.ErrPermission) ||
+			ctx.Err() != nil || time.Now().Add(pause).After(until) {
+			return nil, nil, err
+		}
+		fmt.Fprintf(os.Stderr, "chaos worker %d: not started yet, trying again: %v\n", w.spec.ID, err)
+		select {
+		case <-time.After(pause):
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+		pause = min(2*pause, 2*time.Second)
+	}
+}
+
+// openOnce opens the worker's Locker and counter once, by until.
+func (w *worker) openOnce(ctx context.Context, until time.Time) (*backend.Locker, counter, error) {
+	octx, cancel := context.WithDeadline(ctx, until)
+	defer cancel()
+	locker, err := openLocker(octx, w.spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	store, err := openCounter(octx, w.spec.Guard)
+	if err != nil {
+		locker.Close()
+		return nil, nil, err
+	}
+	return locker, store, nil
 }
 
 // openLocker opens the worker's Locker as its spec says.
