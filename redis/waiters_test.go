@@ -18,10 +18,17 @@ import (
 // over a few Lockers (one client and one wake channel each), granted one
 // after the other as each releases.
 const (
-	manyWaiters     = 1000
-	waiterLockers   = 4
-	waiterTTL       = 30 * time.Second // no fallback timer fires during the drain
-	shortManyWaiter = 100              // with -short
+	manyWaiters   = 1000
+	waiterLockers = 4
+	// A waiter's fallback timer (a check of the first waiter's entry, in
+	// case it crashed) comes due within this TTL of that entry's last
+	// renewal: the run must queue and drain every waiter well inside it,
+	// or the timers count as acquire scripts. 30s was not: with the race
+	// detector on a loaded machine, queueing 1,000 waiters took up to a
+	// minute, and 712 timers fired (1,713 scripts; 1,867 to 2,492 in the
+	// full runs).
+	waiterTTL       = 5 * time.Minute
+	shortManyWaiter = 100 // with -short
 )
 
 // waiterRun is one drain of a queue, with what it cost the server and the
@@ -94,11 +101,9 @@ func drainWaiters(tb testing.TB, n int) waiterRun {
 // subscribe has each driver's hub subscribed, and confirmed by the
 // server, before the drain: a waiter that starts before its Locker's
 // subscription is confirmed tries again once it is (a release's notice sent
-// in between never reached it), so on a loaded machine, where the
-// confirmation came after most of the waiters had queued, the drain ran
-// nearly two acquire scripts per waiter (1,867 and 1,870 for 1,000 in two
-// --under-load runs) and the count said more of the machine than of the
-// adapter. A Locker's subscription outlives its waiters.
+// in between never reached it), so how many waiters did so would depend on
+// how soon the server confirmed. A Locker's subscription outlives its
+// waiters.
 func subscribe(ctx context.Context, tb testing.TB, drivers []*redisDriver) {
 	for _, d := range drivers {
 		s, err := d.hub.register("subscribe")
