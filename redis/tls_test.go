@@ -22,12 +22,14 @@ import (
 func TestOpenTLS(t *testing.T) {
 	f := tlstest.New(t)
 	s := redistest.Start(t, redistest.WithTLS(f))
-	base := "rediss://" + s.Addr() + "/0?prefix=" + url.QueryEscape(testPrefix(t)) + "&dial_timeout=1s"
+	base := "rediss://" + s.Addr() + "/0?prefix=" + url.QueryEscape(testPrefix(t)) + "&dial_timeout=3s"
 	clientPair := "&cert=" + url.QueryEscape(f.ClientCert) + "&key=" + url.QueryEscape(f.ClientKey)
 
-	// The working URLs dial with 5s: the bound is the refusals', and a busy
-	// machine can take over 1s to finish a TLS dial that succeeds.
-	working := strings.Replace(base, "dial_timeout=1s", "dial_timeout=5s", 1)
+	// The working URLs dial with 5s, the refusals with 3s: a busy machine
+	// can take over 1s to finish a TLS dial, or to reach the step that
+	// refuses it (seen: the system roots' refusal cut by a 1s dial_timeout
+	// in a full run).
+	working := strings.Replace(base, "dial_timeout=3s", "dial_timeout=5s", 1)
 	for _, raw := range []string{
 		working + "&" + f.Query(),
 		working + "&skip_verify=true" + clientPair, // no CA, no verification
@@ -43,10 +45,10 @@ func TestOpenTLS(t *testing.T) {
 
 	locktest.Refused(t, 10*time.Second, []locktest.Refusal{
 		// No cacert: the system roots do not know the test CA.
-		{Name: "system roots", URL: base + clientPair, Want: "x509: certificate signed by unknown authority", Bound: 3 * time.Second},
+		{Name: "system roots", URL: base + clientPair, Want: "x509: certificate signed by unknown authority", Bound: 6 * time.Second},
 		// tls-auth-clients yes.
-		{Name: "no client certificate", URL: base + "&cacert=" + url.QueryEscape(f.CA), Want: "certificate required", Bound: 3 * time.Second},
+		{Name: "no client certificate", URL: base + "&cacert=" + url.QueryEscape(f.CA), Want: "certificate required", Bound: 6 * time.Second},
 		// Plain RESP to a TLS port.
-		{Name: "plain URL", URL: strings.Replace(base, "rediss://", "redis://", 1), Want: "speaks TLS: use the rediss:// scheme", Bound: 3 * time.Second},
+		{Name: "plain URL", URL: strings.Replace(base, "rediss://", "redis://", 1), Want: "speaks TLS: use the rediss:// scheme", Bound: 6 * time.Second},
 	}, locktest.OpenErr) // Open pings: bounded by dial_timeout, not the context
 }
