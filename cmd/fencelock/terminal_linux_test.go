@@ -43,15 +43,7 @@ func TestRunOnTerminal(t *testing.T) {
 
 	_, err = controller.WriteString("hello\n")
 	require.NoError(t, err)
-	var pid int
-	require.Eventually(t, func() bool {
-		b, err := os.ReadFile(filepath.Join(dir, "pid"))
-		if err != nil {
-			return false
-		}
-		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
-		return err == nil
-	}, 60*time.Second, 20*time.Millisecond, "the command did not read the terminal")
+	pid := waitPIDFile(t, dir, "the command did not read the terminal")
 	b, err := os.ReadFile(filepath.Join(dir, "read"))
 	require.NoError(t, err)
 	assert.Equal(t, "hello\n", string(b))
@@ -95,15 +87,7 @@ func TestRunOnTerminalStoppedBeforeTellingThePID(t *testing.T) {
 		_ = cmd.Wait()
 	})
 
-	var pid int
-	require.Eventually(t, func() bool {
-		b, err := os.ReadFile(filepath.Join(dir, "pid"))
-		if err != nil {
-			return false
-		}
-		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
-		return err == nil
-	}, 60*time.Second, 20*time.Millisecond, "the fake fencelock did not start its command")
+	pid := waitPIDFile(t, dir, "the fake fencelock did not start its command")
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
 	assert.Eventually(t, func() bool { return !alive(pid) }, 60*time.Second, 10*time.Millisecond,
 		"the stopped fencelock's command runs on")
@@ -153,6 +137,22 @@ func stopBeforeTellingIfAsked() {
 	// its next instructions: nothing follows but a wait for the test's end.
 	time.Sleep(time.Hour)
 	os.Exit(0)
+}
+
+// waitPIDFile waits until dir/pid holds a process id and returns it; msg
+// says what failed if it does not within 60s.
+func waitPIDFile(t *testing.T, dir, msg string) int {
+	t.Helper()
+	var pid int
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(filepath.Join(dir, "pid"))
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	}, 60*time.Second, 20*time.Millisecond, msg)
+	return pid
 }
 
 // openPTY opens a pseudo-terminal: its controller, and its terminal's path.
