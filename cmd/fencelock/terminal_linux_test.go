@@ -122,7 +122,13 @@ func stopBeforeTellingIfAsked() {
 	if _, err := startTied(cmd); err != nil {
 		fail(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600); err != nil {
+	// Written whole, then renamed: the test must not read a prefix of the
+	// id (the id of another process, not alive, would pass it).
+	tmp := filepath.Join(dir, "pid.tmp")
+	if err := os.WriteFile(tmp, []byte(strconv.Itoa(cmd.Process.Pid)), 0o600); err != nil {
+		fail(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "pid")); err != nil {
 		fail(err)
 	}
 	// The deadline comes last here, run sends it before the start: a
